@@ -1,0 +1,39 @@
+# decode-lab: every target installs what it needs into .venv first.
+#   make demo       generate + launch bill (GPU when present, else the CPU simulator)
+#   make test       the device-free test suite (what CI runs), notebooks included
+#   make gpu-test   the tests marked `gpu` (needs an NVIDIA GPU)
+#   make lab        JupyterLab on notebooks/
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+comma  := ,
+# On a machine with an NVIDIA driver, install the CuPy extra that matches its CUDA major version.
+CUDA_MAJOR := $(shell nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: \([0-9]*\).*/\1/p' | head -n1)
+EXTRAS := dev$(if $(CUDA_MAJOR),$(if $(filter 12,$(CUDA_MAJOR)),$(comma)cuda12,$(comma)cuda13))
+
+.PHONY: demo test gpu-test lab notebooks clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) -m lab demo
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+gpu-test: $(VENV)/.installed
+	$(PY) -m pytest -q -m gpu
+
+lab: $(VENV)/.installed
+	$(VENV)/bin/jupyter lab notebooks/
+
+# regenerate the .ipynb files from their jupytext sources and execute them on the simulator
+notebooks: $(VENV)/.installed
+	$(PY) scripts/build_notebooks.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,120 @@
+"""The command line: `decode-lab` (or `python -m lab`).
+
+  decode-lab generate --prompt TEXT --tokens N [--backend auto|cuda|sim] [--eager] [--ledger]
+  decode-lab demo [--backend ...] [--tokens N]
+
+Bad input (unknown characters, too many tokens, a corrupt weight file, an unknown LAB_* value,
+--backend cuda without a GPU) prints one line `decode-lab: error: ...` and exits with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .config import LabConfig, describe, from_env
+from .errors import LabError
+
+DEMO_PROMPT = "ROMEO:\n"
+
+
+def _engine(args, **overrides):
+    from .engine import DecodeEngine
+    from .model import DEFAULT_WEIGHTS, load_model
+
+    cfg = from_env()
+    if getattr(args, "backend", None):
+        cfg = cfg.replace(backend=args.backend)
+    if overrides:
+        cfg = cfg.replace(**overrides)
+    model = load_model(args.weights or DEFAULT_WEIGHTS)
+    return DecodeEngine(model, cfg)
+
+
+def _print_ledger(engine) -> None:
+    print("step  pos  plan                          outcome   reason")
+    for e in engine.ledger:
+        print(f"{e.step:>4} {e.position:>4}  {str(e.plan_key):<29} {e.outcome:<9} {e.reason}")
+    print("summary:", engine.ledger_summary())
+
+
+def cmd_generate(args) -> int:
+    eng = _engine(args, **({"graph": False} if args.eager else {}))
+    gen = eng.generate(args.prompt, args.tokens, progress=args.progress)
+    print(gen.prompt + gen.text)
+    print(f"\n[{gen.steps} steps, {gen.ms_per_token:.3f} ms/token, "
+          f"{'graph' if eng.cfg.graph else 'eager'}; {gen.source}]")
+    if args.ledger:
+        _print_ledger(eng)
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .instrument import launch_bill
+
+    eng = _engine(args, graph=False)
+    print(f"backend: {eng.backend.describe()}")
+    print(f"model: {eng.model.source}, {eng.model.cfg.n_layer} layers, d_model "
+          f"{eng.model.cfg.d_model}, vocab {eng.model.cfg.vocab_size}, max_seq {eng.model.cfg.max_seq}")
+    bills = []
+    for mode in ("eager", "graph"):
+        eng.cfg = eng.cfg.replace(graph=(mode == "graph"))
+        eng.generate(DEMO_PROMPT, 8)                       # warm-up: compile, capture
+        gen = eng.generate(DEMO_PROMPT, args.tokens, progress=args.progress)
+        last = eng.ledger[-1].step
+        first_decode = last - args.tokens + 1
+        step = next(r.step for r in eng.log.records if r.step is not None and r.step >= first_decode
+                    and r.kind in ("eager", "capture"))
+        bills.append(launch_bill(eng.log, step, mode, gen.ms_per_token, gen.source))
+        if mode == "eager":
+            print("\n--- greedy continuation ---")
+            print(gen.prompt + gen.text)
+            print("---------------------------")
+    print(f"\nlaunch bill ({args.tokens} tokens after {DEMO_PROMPT!r}):")
+    print(f"{'mode':<6} {'kernels/layer':>13} {'layers':>6} {'other':>5} {'launches/token':>14} "
+          f"{'ms/token':>9} {'us/launch':>9}")
+    for b in bills:
+        print(f"{b.mode:<6} {b.kernels_per_layer:>13} {b.layers:>6} {b.other_kernels:>5} "
+              f"{b.launches_per_token:>14} {b.ms_per_token:>9.3f} {b.us_per_launch:>9.2f}")
+    print(f"source: {bills[0].source}")
+    print(f"graph ledger: {eng.ledger_summary()}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="decode-lab", description=__doc__.split("\n")[0],
+                                epilog="toggles (environment):\n" + describe(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def common(sp):
+        sp.add_argument("--backend", choices=("auto", "cuda", "sim"), default=None,
+                        help="overrides LAB_BACKEND")
+        sp.add_argument("--weights", default=None, help="weights .npz (default: data/tiny_model.npz)")
+        sp.add_argument("--progress", action="store_true", help="show a progress bar")
+
+    g = sub.add_parser("generate", help="greedy generation from a prompt")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--tokens", type=int, default=200)
+    g.add_argument("--eager", action="store_true", help="do not capture (same as LAB_GRAPH=0)")
+    g.add_argument("--ledger", action="store_true", help="print the per-step graph ledger")
+    common(g)
+    g.set_defaults(fn=cmd_generate)
+
+    d = sub.add_parser("demo", help="generate, then print the launch bill for eager and graph")
+    d.add_argument("--tokens", type=int, default=200)
+    common(d)
+    d.set_defaults(fn=cmd_demo)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except LabError as exc:
+        print(f"decode-lab: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

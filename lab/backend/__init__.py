@@ -1,0 +1,42 @@
+"""Backends: `make_backend(cfg)` picks `cuda` (numba.cuda + CuPy) or `sim` (CPU simulator)."""
+from __future__ import annotations
+
+from ..errors import LabError
+from .base import Backend, Buffer, Graph, Launch  # noqa: F401
+
+
+def gpu_status() -> tuple[bool, str]:
+    """(usable, reason): whether a CUDA GPU and CuPy are usable here, and why not."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a broken CUDA install raising at import
+        return False, f"CuPy is not importable ({exc.__class__.__name__}: {exc})"
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return False, f"no CUDA device ({exc})"
+    if n < 1:
+        return False, "no CUDA device"
+    try:
+        from numba import cuda
+        if not cuda.is_available():
+            return False, "numba.cuda reports no usable GPU"
+    except Exception as exc:
+        return False, f"numba.cuda is unusable ({exc})"
+    return True, "ok"
+
+
+def make_backend(cfg) -> Backend:
+    """The backend named by `cfg.backend` (auto = cuda when usable, else sim)."""
+    if cfg.backend == "sim":
+        from .sim import SimBackend
+        return SimBackend()
+    usable, reason = gpu_status()
+    if cfg.backend == "cuda" and not usable:
+        raise LabError(f"LAB_BACKEND=cuda (or --backend cuda) needs a GPU, but {reason}; "
+                       f"use --backend sim to run on the CPU simulator")
+    if usable:
+        from .cuda import CudaBackend
+        return CudaBackend()
+    from .sim import SimBackend
+    return SimBackend()

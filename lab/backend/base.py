@@ -1,0 +1,135 @@
+"""The backend interface: what the engine may do with a device, and nothing more.
+
+Two implementations: `cuda` (numba.cuda kernels on CuPy streams, CUDA graphs) and `sim` (a CPU
+simulator with the same semantics). The engine never knows which one it drives.
+
+Vocabulary:
+- `Buffer`: a device array -- a name, a real integer device address (`ptr`), shape, dtype, and
+  the backend's own handle. A view (`backend.row(buf, i)`) is another Buffer whose `ptr` is the
+  parent's plus an offset: exactly the number a capture would freeze.
+- `Launch`: one kernel launch -- kernel spec, grid, block, arguments (Buffers or scalars), the
+  layer it belongs to (for the launch bill) and the stream it goes to.
+- `Graph`: a captured sequence of launches; `launch(stream)` replays it.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True, eq=False)
+class Buffer:
+    name: str                  # allocation name, e.g. "k_cache.0"
+    ptr: int                   # device address of element 0
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    offset: int = 0            # bytes from the start of the allocation (views)
+    handle: Any = field(default=None, repr=False)   # backend object (numba device array ...)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    @property
+    def label(self) -> str:
+        """Provenance for the launch log: the allocation, plus the offset of a view."""
+        return self.name if self.offset == 0 else f"{self.name}+{self.offset}B"
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: Any                # kernels.KernelSpec
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    args: tuple
+    layer: int | None = None   # None for the per-token kernels outside the layer stack
+    stream: str = "main"
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+
+class Graph(ABC):
+    """An instantiated, uploaded graph."""
+
+    @property
+    @abstractmethod
+    def node_count(self) -> int: ...
+
+    @abstractmethod
+    def node_types(self) -> dict[str, int]: ...
+
+    @abstractmethod
+    def launch(self, stream: str = "main") -> None: ...
+
+    def dot(self) -> str:
+        """The graph as DOT text (for `--save-dot`)."""
+        raise NotImplementedError
+
+
+class Backend(ABC):
+    name: str = "?"
+    simulated: bool = True
+
+    def __init__(self):
+        self.log = None  # an instrument.LaunchLog, attached by the engine
+
+    # ---- provenance ------------------------------------------------------------------------
+    @abstractmethod
+    def describe(self) -> str:
+        """Where figures from this backend come from: GPU + versions, or 'simulated'."""
+
+    # ---- memory ------------------------------------------------------------------------------
+    @abstractmethod
+    def alloc(self, name: str, shape, dtype, init: str = "zeros") -> Buffer:
+        """Allocate device memory; init is 'zeros' or 'empty' (contents unpredictable)."""
+
+    @abstractmethod
+    def upload(self, buf: Buffer, host: np.ndarray) -> None:
+        """Synchronous host-to-device copy (illegal during capture)."""
+
+    @abstractmethod
+    def download(self, buf: Buffer) -> np.ndarray:
+        """Synchronous device-to-host copy (illegal during capture)."""
+
+    @abstractmethod
+    def row(self, buf: Buffer, index: int) -> Buffer:
+        """A view of row `index` of a 2-D buffer: a new pointer into the same allocation."""
+
+    @abstractmethod
+    def reshape(self, buf: Buffer, shape) -> Buffer:
+        """A contiguous view of the first prod(shape) elements of `buf`, with that shape."""
+
+    @abstractmethod
+    def pool_bytes(self) -> int:
+        """Device bytes currently held by this backend's allocator."""
+
+    # ---- execution ---------------------------------------------------------------------------
+    @abstractmethod
+    def warm_up(self, kernels) -> None:
+        """Compile and load every kernel before first use (never inside a capture)."""
+
+    @abstractmethod
+    def launch(self, launch: Launch) -> None: ...
+
+    @abstractmethod
+    def synchronize(self) -> None: ...
+
+    @abstractmethod
+    def clock(self) -> float:
+        """Seconds, after all issued work completed (wall clock on a GPU, model time in sim)."""
+
+    # ---- capture ----------------------------------------------------------------------------
+    @abstractmethod
+    def begin_capture(self, stream: str = "main") -> None: ...
+
+    @abstractmethod
+    def end_capture(self, stream: str = "main") -> Graph:
+        """Finish the capture; raises CaptureError naming the first offence if it was invalidated."""
+
+    @abstractmethod
+    def is_capturing(self, stream: str = "main") -> bool: ...

@@ -1,0 +1,245 @@
+"""The `cuda` backend: numba.cuda kernels launched on a CuPy stream, captured into CUDA graphs.
+
+- Buffers are CuPy arrays, each wrapped ONCE with `cuda.as_cuda_array(x, sync=False)`: a raw
+  CuPy array passed to a numba launch synchronises through the array interface, which is
+  illegal during capture (cudaErrorStreamCaptureIsolation) and costs time everywhere.
+- Kernels are compiled eagerly from their explicit signatures in `warm_up()`, and their modules
+  loaded, so that no compilation or module load happens in a timed region or a capture.
+- Capture uses GLOBAL mode: CuPy's default (relaxed) lets unsafe calls run once at capture time
+  and silently drop out of the graph.
+- Node counts and node types come from cuda-bindings on the CuPy graph's handle.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..errors import CaptureError
+from .base import Backend, Buffer, Graph, Launch
+
+
+def _cudart():
+    from cuda.bindings import runtime as cudart
+    return cudart
+
+
+def _check(result):
+    """Unpack a cuda-bindings (err, *values) tuple, raising on an error code."""
+    err, *values = result
+    if int(err) != 0:
+        raise RuntimeError(f"CUDA runtime error {err!r}")
+    return values[0] if len(values) == 1 else values
+
+
+def _graph_handle(graph):
+    cudart = _cudart()
+    return cudart.cudaGraph_t(init_value=int(graph.graph))
+
+
+class CudaGraph(Graph):
+    def __init__(self, backend: "CudaBackend", graph):
+        self._backend = backend
+        self.graph = graph                 # cupy.cuda.graph.Graph (instantiated)
+        self._node_types = None
+
+    def _nodes(self):
+        cudart = _cudart()
+        h = _graph_handle(self.graph)
+        _, n = _check(cudart.cudaGraphGetNodes(h, 0))
+        nodes, _ = _check(cudart.cudaGraphGetNodes(h, n))
+        return nodes
+
+    @property
+    def node_count(self) -> int:
+        return sum(self.node_types().values())
+
+    def node_types(self) -> dict[str, int]:
+        if self._node_types is None:
+            cudart = _cudart()
+            out: dict[str, int] = {}
+            for node in self._nodes():
+                t = _check(cudart.cudaGraphNodeGetType(node))
+                name = getattr(t, "name", str(t)).replace("cudaGraphNodeType", "").lower()
+                out[name] = out.get(name, 0) + 1
+            self._node_types = out
+        return dict(self._node_types)
+
+    def edge_types(self) -> dict[str, int]:
+        """Edges of the graph by type (default / programmatic), through cuda-bindings."""
+        cudart = _cudart()
+        h = _graph_handle(self.graph)
+        try:
+            res = cudart.cudaGraphGetEdges(h, 0)
+        except TypeError:
+            res = cudart.cudaGraphGetEdges_v2(h, 0)
+        values = _check(res)
+        n = values[-1]
+        full = _check(cudart.cudaGraphGetEdges(h, n))
+        if len(full) == 4:
+            _, _, edge_data, _ = full
+            out: dict[str, int] = {}
+            for e in edge_data:
+                kind = "programmatic" if int(getattr(e, "type", 0)) != 0 else "default"
+                out[kind] = out.get(kind, 0) + 1
+            return out
+        return {"default": int(n)}
+
+    def launch(self, stream: str = "main") -> None:
+        self.graph.launch(self._backend.stream)
+
+    def dot(self) -> str:
+        import os
+        import tempfile
+        cudart = _cudart()
+        fd, path = tempfile.mkstemp(suffix=".dot")
+        os.close(fd)
+        try:
+            _check((cudart.cudaGraphDebugDotPrint(_graph_handle(self.graph), path.encode(), 0)[0], None))
+            with open(path) as f:
+                return f.read()
+        finally:
+            os.unlink(path)
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    simulated = False
+
+    def __init__(self):
+        super().__init__()
+        import cupy as cp
+        from numba import cuda
+        self.cp, self.nbcuda = cp, cuda
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self._nbstream = cuda.external_stream(self.stream.ptr)
+        self._compiled: dict[str, object] = {}
+        self._offence: str | None = None
+
+    def describe(self) -> str:
+        import cupy as cp
+        import numba
+        try:
+            from importlib.metadata import version
+            nbc = version("numba-cuda")
+        except Exception:
+            nbc = "?"
+        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        drv = cp.cuda.runtime.driverGetVersion()
+        rt = cp.cuda.runtime.runtimeGetVersion()
+        return (f"measured on {name} (sm_{props['major']}{props['minor']}), numba {numba.__version__}, "
+                f"numba-cuda {nbc}, CuPy {cp.__version__}, driver {drv // 1000}.{drv % 1000 // 10}, "
+                f"runtime {rt // 1000}.{rt % 1000 // 10}")
+
+    def compute_capability(self) -> tuple[int, int]:
+        return self.nbcuda.get_current_device().compute_capability
+
+    # ---- capture errors ------------------------------------------------------------------------
+    def _capture_guard(self, what: str, fn, *args, **kwargs):
+        """Run fn; during a capture, turn a CUDA error into CaptureError naming the offence."""
+        if not self.is_capturing():
+            return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if self._offence is None:
+                self._offence = f"{what}: {exc.__class__.__name__}: {exc}"
+            raise CaptureError(f"{what} failed during capture: {exc}", self._offence) from exc
+
+    # ---- memory ------------------------------------------------------------------------------
+    def _wrap(self, arr, name, offset=0) -> Buffer:
+        dev = self.nbcuda.as_cuda_array(arr, sync=False)
+        return Buffer(name, int(arr.data.ptr), tuple(arr.shape), np.dtype(arr.dtype), offset,
+                      handle=(arr, dev))
+
+    def alloc(self, name, shape, dtype, init="zeros") -> Buffer:
+        cp = self.cp
+
+        def make():
+            with self.stream:
+                return cp.zeros(shape, dtype) if init == "zeros" else cp.empty(shape, dtype)
+        if init not in ("zeros", "empty"):
+            raise ValueError(f"init must be 'zeros' or 'empty', not {init!r}")
+        arr = self._capture_guard(f"allocation of {name!r}", make)
+        return self._wrap(arr, name)
+
+    def upload(self, buf, host) -> None:
+        host = np.ascontiguousarray(host, dtype=buf.dtype)
+        if host.shape != buf.shape:
+            raise ValueError(f"upload to {buf.label}: shape {host.shape} != {buf.shape}")
+        arr = buf.handle[0]
+
+        def copy():
+            arr.set(host, stream=self.stream)
+            self.stream.synchronize()
+        self._capture_guard(f"synchronous host-to-device copy into {buf.label}", copy)
+
+    def download(self, buf) -> np.ndarray:
+        arr = buf.handle[0]
+
+        def copy():
+            out = arr.get(stream=self.stream)
+            self.stream.synchronize()
+            return out
+        return self._capture_guard(f"synchronous device-to-host copy from {buf.label}", copy)
+
+    def row(self, buf, index) -> Buffer:
+        arr = buf.handle[0][int(index)]
+        return self._wrap(arr, buf.name, int(arr.data.ptr) - buf.ptr + buf.offset)
+
+    def reshape(self, buf, shape) -> Buffer:
+        n = int(np.prod(shape))
+        arr = buf.handle[0].ravel()[:n].reshape(shape)
+        return self._wrap(arr, buf.name, buf.offset)
+
+    def pool_bytes(self) -> int:
+        return int(self.cp.get_default_memory_pool().used_bytes())
+
+    # ---- execution ---------------------------------------------------------------------------
+    def warm_up(self, kernels) -> None:
+        for spec in kernels:
+            if spec.name in self._compiled:
+                continue
+            disp = self.nbcuda.jit(list(spec.signatures))(spec.py_func)
+            for overload in disp.overloads.values():
+                overload._codelibrary.get_cufunc()  # load the module now, not at first launch
+            self._compiled[spec.name] = disp
+
+    def launch(self, launch: Launch) -> None:
+        if self.log is not None:
+            self.log.record(launch, "capture" if self.is_capturing() else "eager")
+        args = [a.handle[1] if isinstance(a, Buffer) else a for a in launch.args]
+        kern = self._compiled[launch.name][launch.grid, launch.block, self._nbstream]
+        self._capture_guard(f"launch of {launch.name}", kern, *args)
+
+    def synchronize(self) -> None:
+        self._capture_guard("stream synchronize", self.stream.synchronize)
+
+    def clock(self) -> float:
+        self.synchronize()
+        return time.perf_counter()
+
+    # ---- capture ----------------------------------------------------------------------------
+    def is_capturing(self, stream: str = "main") -> bool:
+        return bool(self.stream.is_capturing())
+
+    def begin_capture(self, stream: str = "main") -> None:
+        if self.is_capturing():
+            raise CaptureError("a capture is already open")
+        self._offence = None
+        self.stream.begin_capture(mode=self.cp.cuda.runtime.streamCaptureModeGlobal)
+
+    def end_capture(self, stream: str = "main") -> CudaGraph:
+        try:
+            graph = self.stream.end_capture()
+        except Exception as exc:
+            reason = self._offence or f"{exc.__class__.__name__}: {exc}"
+            raise CaptureError(f"capture invalidated: {exc}; first offence: {reason}", reason) from exc
+        finally:
+            offence, self._offence = self._offence, None
+        if offence is not None:  # an error the driver did not make sticky is still a failed capture
+            raise CaptureError(f"capture had a failed operation: {offence}", offence)
+        graph.upload(self.stream)
+        return CudaGraph(self, graph)
+

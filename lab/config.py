@@ -1,0 +1,85 @@
+"""LabConfig: every toggle of the lab in one frozen dataclass, and the ONLY reader of `LAB_*`.
+
+Each toggle is one row of `TOGGLES` (variable, field, allowed values, default, meaning). Tests
+and notebooks build a `LabConfig(...)` directly; the CLI and `make demo` use `from_env()`.
+A bad value is a `LabError` naming the variable and the values allowed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+from .errors import LabError
+
+# (environment variable, LabConfig field, allowed values, default, meaning)
+TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
+    ("LAB_BACKEND", "backend", ("auto", "cuda", "sim"), "auto",
+     "auto = cuda when a usable GPU and CuPy are present, else the CPU simulator"),
+    ("LAB_GRAPH", "graph", ("0", "1"), "1", "capture the decode step as a CUDA graph and replay it"),
+    ("LAB_SPLIT_COMBINE", "split_combine", ("0", "1"), "0",
+     "attention combine as two kernels (merge, project) instead of one"),
+    ("LAB_KV_DTYPE", "kv_dtype", ("float32", "float16"), "float32", "element type of the KV cache"),
+)
+_BOOL_FIELDS = {"graph", "split_combine"}
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    backend: str = "auto"
+    graph: bool = True
+    split_combine: bool = False
+    kv_dtype: str = "float32"
+
+    def __post_init__(self):
+        for var, fld, allowed, _, _ in TOGGLES:
+            value = getattr(self, fld)
+            shown = ("1" if value else "0") if fld in _BOOL_FIELDS else value
+            if fld in _BOOL_FIELDS and not isinstance(value, bool):
+                raise LabError(f"LabConfig.{fld} must be a bool, got {value!r}")
+            if shown not in allowed:
+                raise LabError(f"{var}={shown!r} is not allowed; use one of {', '.join(allowed)}")
+
+    def replace(self, **changes) -> "LabConfig":
+        return dataclasses.replace(self, **changes)
+
+    def with_toggles(self, assignments: Mapping[str, str]) -> "LabConfig":
+        """Apply `{"LAB_GRAPH": "0", ...}` (as in `bench ab --a LAB_GRAPH=0`) to this config."""
+        return self.replace(**_parse(assignments))
+
+    def toggles(self) -> dict[str, str]:
+        """This config as `LAB_*` strings (what a benchmark arm or a recorded result names)."""
+        out = {}
+        for var, fld, _, _, _ in TOGGLES:
+            value = getattr(self, fld)
+            out[var] = ("1" if value else "0") if fld in _BOOL_FIELDS else value
+        return out
+
+
+def _parse(env: Mapping[str, str]) -> dict:
+    known = {row[0]: row for row in TOGGLES}
+    values = {}
+    for var, raw in env.items():
+        if not var.startswith("LAB_"):
+            continue
+        if var not in known:
+            raise LabError(f"unknown variable {var}; known: {', '.join(sorted(known))}")
+        _, fld, allowed, _, _ = known[var]
+        text = str(raw).strip()
+        if text not in allowed:
+            raise LabError(f"{var}={raw!r} is not allowed; use one of {', '.join(allowed)}")
+        values[fld] = (text == "1") if fld in _BOOL_FIELDS else text
+    return values
+
+
+def from_env(env: Mapping[str, str] | None = None) -> LabConfig:
+    """Build a LabConfig from `LAB_*` variables (os.environ by default); unknown LAB_* is an error."""
+    return LabConfig(**_parse(os.environ if env is None else env))
+
+
+def describe() -> str:
+    """A table of every toggle, its values and its default (for `decode-lab --help`)."""
+    rows = [f"  {var:<20} {'|'.join(allowed):<18} default {default}: {meaning}"
+            for var, _, allowed, default, meaning in TOGGLES]
+    return "\n".join(rows)

@@ -1,0 +1,292 @@
+"""DecodeEngine: owns every buffer, builds a decode step as a list of launches, and runs it
+eagerly or as a CUDA graph (one graph per plan key), falling back to eager when a capture fails.
+
+Read top to bottom: allocate (weights, state, scratch) -> warm up -> reset(prompt) -> step():
+decode_plan(position) -> graph for plan.key (capture on a miss) or the eager launches.
+
+Device-resident state (read by kernels at run time, so a replay decodes the NEXT token):
+  tokens [max_seq] int32  the prompt, then each generated id (written by argmax_next)
+  pos    [1] int32        the step's position (advanced by the last kernel of the step)
+  n_prompt [1] int32      generated ids are written only at positions >= n_prompt
+The host keeps `self.position`, a mirror used only to choose the plan.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import kernels
+from kernels import attention, embed, matvec, mlp, position, rmsnorm, rope, sample
+from .backend import Launch, make_backend
+from .config import LabConfig
+from .errors import CaptureError, LabError
+from .instrument import LaunchLog
+from .model import Model
+from .plan import MAX_SPLITS, Plan, decode_plan
+from .reference import rope_tables
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    step: int
+    position: int
+    plan_key: tuple
+    outcome: str            # "eager" | "capture" (new graph, then replayed) | "replay" | "fallback"
+    reason: str = ""        # why a fallback happened
+
+
+@dataclass
+class Generation:
+    prompt: str
+    text: str               # the generated continuation
+    tokens: np.ndarray      # prompt + generated ids
+    steps: int
+    seconds: float
+    source: str             # "simulated ..." or "measured on ..."
+
+    @property
+    def ms_per_token(self) -> float:
+        return 1000.0 * self.seconds / max(self.steps, 1)
+
+
+@dataclass
+class _Buffers:
+    """Every device buffer the step touches; allocated once, never moved."""
+    tokens: object = None
+    pos: object = None
+    n_prompt: object = None
+    x: object = None
+    h: object = None
+    qkv: object = None
+    q: object = None
+    o: object = None
+    act: object = None
+    logits: object = None
+    part_o: object = None
+    part_ml: object = None
+    cos: object = None
+    sin: object = None
+    k_cache: list = field(default_factory=list)
+    v_cache: list = field(default_factory=list)
+
+
+class DecodeEngine:
+    def __init__(self, model: Model, cfg: LabConfig | None = None, backend=None,
+                 kv_init: str = "zeros"):
+        self.model = model
+        self.cfg = cfg or LabConfig()
+        self.backend = backend or make_backend(self.cfg)
+        self.log = LaunchLog()
+        self.backend.log = self.log
+        self.ledger: list[LedgerEntry] = []
+        self._graphs: dict[tuple, object] = {}
+        self._uncapturable: dict[tuple, str] = {}
+        self.position = 0
+        self.n_prompt = 0
+        self._steps = 0
+        self._alloc(kv_init)
+        self.backend.warm_up(kernels.REGISTRY.values())
+
+    # ---- allocation (once) -------------------------------------------------------------------
+    def _alloc(self, kv_init: str) -> None:
+        c, be = self.model.cfg, self.backend
+        D, F, V, H, hd = c.d_model, c.d_ff, c.vocab_size, c.n_head, c.head_dim
+        self.w = {}
+        for name, arr in self.model.weights.items():
+            self.w[name] = be.alloc(name, arr.shape, np.float32)
+            be.upload(self.w[name], arr)
+        b = self.buf = _Buffers()
+        b.tokens = be.alloc("tokens", (c.max_seq,), np.int32)
+        b.pos = be.alloc("pos", (1,), np.int32)
+        b.n_prompt = be.alloc("n_prompt", (1,), np.int32)
+        for name, n in (("x", D), ("h", D), ("qkv", 3 * D), ("q", D), ("o", D), ("act", F),
+                        ("logits", V)):
+            setattr(b, name, be.alloc(name, (n,), np.float32))
+        b.part_o = be.alloc("part_o", (H * MAX_SPLITS * hd,), np.float32)
+        b.part_ml = be.alloc("part_ml", (H * MAX_SPLITS * 2,), np.float32)
+        cos, sin = rope_tables(hd, c.max_seq, c.rope_theta, np.float32)
+        b.cos = be.alloc("rope_cos", cos.shape, np.float32)
+        b.sin = be.alloc("rope_sin", sin.shape, np.float32)
+        be.upload(b.cos, cos)
+        be.upload(b.sin, sin)
+        kv = np.dtype(self.cfg.kv_dtype)
+        for i in range(c.n_layer):
+            b.k_cache.append(be.alloc(f"k_cache.{i}", (c.max_seq, D), kv, init=kv_init))
+            b.v_cache.append(be.alloc(f"v_cache.{i}", (c.max_seq, D), kv, init=kv_init))
+        # views of the partials for each plan, made here so no step ever creates one
+        self._partials = {}
+        s = 1
+        while s <= MAX_SPLITS:
+            self._partials[s] = (be.reshape(b.part_o, (H, s, hd)), be.reshape(b.part_ml, (H, s, 2)))
+            s *= 2
+
+    # ---- one step as launches ----------------------------------------------------------------
+    def plan(self, position: int | None = None) -> Plan:
+        return decode_plan(self.position if position is None else position, self.model.cfg, self.cfg)
+
+    def step_launches(self, plan: Plan) -> list[Launch]:
+        """The decode step for `plan`, in issue order (the data path of one token)."""
+        c, b, w = self.model.cfg, self.buf, self.w
+        D, F, V, H, hd = c.d_model, c.d_ff, c.vocab_size, c.n_head, c.head_dim
+        eps, scale = np.float32(c.norm_eps), np.float32(1.0 / np.sqrt(hd))
+        rows = matvec.MATVEC_ROWS_PER_BLOCK                 # one warp per output row
+        mv = (matvec.MATVEC_THREADS,)
+        norm = (rmsnorm.RMSNORM_GRID, rmsnorm.RMSNORM_BLOCK)
+        part_o, part_ml = self._partials[plan.splits]        # [H, splits, hd], [H, splits, 2]
+        out: list[Launch] = []
+
+        def add(kern, grid, block, args, layer=None):
+            out.append(Launch(kern, tuple(grid), tuple(block), tuple(args), layer))
+
+        add(embed.embed, (_cdiv(D, embed.EMBED_THREADS),), (embed.EMBED_THREADS,),
+            (b.tokens, b.pos, w["tok_emb"], b.x))
+        for i in range(c.n_layer):
+            L = f"layers.{i}."
+            add(rmsnorm.rmsnorm, *norm, (b.x, w[L + "attn_norm"], b.h, eps), i)
+            add(matvec.matvec, (_cdiv(3 * D, rows),), mv, (w[L + "wqkv"], b.h, b.qkv), i)
+            add(rope.rope_kv_append, (H,), (hd,),
+                (b.qkv, b.pos, b.cos, b.sin, b.q, b.k_cache[i], b.v_cache[i]), i)
+            add(attention.attn_partial, plan.attn_grid, (hd,),
+                (b.q, b.k_cache[i], b.v_cache[i], b.pos, part_o, part_ml, scale), i)
+            if plan.split_combine:  # fission: merge, then project (bit-identical to the fused form)
+                add(attention.attn_merge, (H,), (hd,), (part_o, part_ml, b.o), i)
+                add(matvec.matvec_residual, (_cdiv(D, rows),), mv, (w[L + "wo"], b.o, b.x), i)
+            else:
+                add(attention.attn_combine, (_cdiv(D, rows),), mv,
+                    (part_o, part_ml, w[L + "wo"], b.x), i)
+            add(rmsnorm.rmsnorm, *norm, (b.x, w[L + "mlp_norm"], b.h, eps), i)
+            add(mlp.swiglu_up, (_cdiv(F, rows),), mv, (w[L + "w_gate"], w[L + "w_up"], b.h, b.act), i)
+            add(matvec.matvec_residual, (_cdiv(D, rows),), mv, (w[L + "w_down"], b.act, b.x), i)
+        add(rmsnorm.rmsnorm, *norm, (b.x, w["final_norm"], b.h, eps))
+        add(matvec.matvec, (_cdiv(V, rows),), mv, (w["lm_head"], b.h, b.logits))
+        add(sample.argmax_next, sample.ARGMAX_GRID, sample.ARGMAX_BLOCK,
+            (b.logits, b.pos, b.n_prompt, b.tokens))
+        add(position.advance, position.ADVANCE_GRID, position.ADVANCE_BLOCK, (b.pos,))
+        return out
+
+    # ---- requests ----------------------------------------------------------------------------
+    def reset(self, prompt_ids, max_new_tokens: int = 0) -> None:
+        """Start a request: the prompt goes to device memory, position to 0."""
+        c = self.model.cfg
+        ids = np.asarray(prompt_ids, dtype=np.int32)
+        if ids.ndim != 1 or ids.size == 0:
+            raise LabError("the prompt must be a non-empty sequence of token ids")
+        if ids.min() < 0 or ids.max() >= c.vocab_size:
+            raise LabError(f"token ids must lie in [0, {c.vocab_size})")
+        if max_new_tokens < 0:
+            raise LabError("the number of tokens to generate must be >= 0")
+        if ids.size + max_new_tokens > c.max_seq:
+            raise LabError(f"prompt ({ids.size}) + tokens ({max_new_tokens}) = "
+                           f"{ids.size + max_new_tokens} exceeds the model's max_seq {c.max_seq}")
+        host = np.zeros(c.max_seq, np.int32)
+        host[:ids.size] = ids
+        self.backend.upload(self.buf.tokens, host)
+        self.backend.upload(self.buf.pos, np.zeros(1, np.int32))
+        self.backend.upload(self.buf.n_prompt, np.array([ids.size], np.int32))
+        self.position, self.n_prompt = 0, int(ids.size)
+
+    def step(self) -> LedgerEntry:
+        """Decode one position: replay the plan's graph (capturing it on a miss) or run eagerly."""
+        if self.position + 1 >= self.model.cfg.max_seq:
+            raise LabError(f"position {self.position + 1} would exceed max_seq")
+        plan = self.plan()
+        self.log.step = self._steps
+        if not self.cfg.graph:
+            entry = self._eager(plan, "eager")
+        else:
+            entry = self._graph_step(plan)
+        self.ledger.append(entry)
+        self.position += 1
+        self._steps += 1
+        return entry
+
+    def _eager(self, plan: Plan, outcome: str, reason: str = "") -> LedgerEntry:
+        for launch in self.step_launches(plan):
+            self.backend.launch(launch)
+        return LedgerEntry(self._steps, self.position, plan.key, outcome, reason)
+
+    def _graph_step(self, plan: Plan) -> LedgerEntry:
+        key = plan.key
+        if key in self._uncapturable:
+            return self._eager(plan, "fallback", self._uncapturable[key])
+        graph, outcome = self._graphs.get(key), "replay"
+        if graph is None:
+            graph, reason = self.capture(plan)
+            if graph is None:
+                self._uncapturable[key] = reason
+                return self._eager(plan, "fallback", reason)
+            outcome = "capture"
+        graph.launch()
+        self.log.record_replay(key, graph.node_count)
+        return LedgerEntry(self._steps, self.position, key, outcome)
+
+    def capture(self, plan: Plan):
+        """Capture the step for `plan` into a graph: (graph, None), or (None, reason) after
+        ending the failed capture cleanly so that the caller can re-issue the step eagerly."""
+        be = self.backend
+        try:
+            be.begin_capture()
+            for launch in self.step_launches(plan):
+                be.launch(launch)
+            graph = be.end_capture()
+        except CaptureError as exc:
+            reason = exc.reason
+            if be.is_capturing():
+                try:
+                    be.end_capture()
+                except CaptureError as sticky:
+                    reason = sticky.reason
+            return None, reason
+        self._graphs[plan.key] = graph
+        return graph, None
+
+    # ---- generation --------------------------------------------------------------------------
+    def encode(self, prompt: str) -> np.ndarray:
+        return self.model.tokenizer.encode(prompt)
+
+    def generate(self, prompt: str, n_tokens: int, progress: bool = False) -> Generation:
+        """Greedy generation of `n_tokens` after `prompt`; times the whole decode."""
+        ids = self.encode(prompt)
+        self.reset(ids, n_tokens)
+        steps = ids.size - 1 + n_tokens
+        it = range(steps)
+        if progress:
+            from tqdm.auto import tqdm
+            it = tqdm(it, desc="decode", unit="tok")
+        t0 = self.backend.clock()
+        wall0 = time.perf_counter()
+        for _ in it:
+            self.step()
+        seconds = self.backend.clock() - t0
+        if not self.backend.simulated:
+            seconds = time.perf_counter() - wall0
+        tokens = self.tokens(ids.size + n_tokens)
+        text = self.model.tokenizer.decode(tokens[ids.size:])
+        return Generation(prompt, text, tokens, steps, seconds, self.backend.describe())
+
+    def tokens(self, count: int | None = None) -> np.ndarray:
+        """Token ids in device memory (prompt + generated), read only when asked for."""
+        count = self.position + 1 if count is None else count
+        return self.backend.download(self.buf.tokens)[:count]
+
+    def logits(self) -> np.ndarray:
+        return self.backend.download(self.buf.logits)
+
+    def device_position(self) -> int:
+        return int(self.backend.download(self.buf.pos)[0])
+
+    @property
+    def graphs(self) -> dict:
+        return dict(self._graphs)
+
+    def ledger_summary(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for e in self.ledger:
+            out[e.outcome] = out.get(e.outcome, 0) + 1
+        return out

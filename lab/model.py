@@ -1,0 +1,160 @@
+"""The tiny model: its shapes, weight loading with validation, and the character tokenizer.
+
+`load_model()` reads `data/tiny_model.json` (shapes, vocabulary, checksum) and
+`data/tiny_model.npz` (float32 weights) and refuses anything that does not match: a missing
+file, a checksum mismatch, a missing or extra array, a wrong shape or dtype. Every refusal is a
+`LabError` that says which file and what is wrong.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import LabError
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DEFAULT_WEIGHTS = DATA_DIR / "tiny_model.npz"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab: str
+    d_model: int
+    n_layer: int
+    n_head: int
+    d_ff: int
+    max_seq: int
+    rope_theta: float
+    norm_eps: float
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    def weight_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every array the weight file must hold, with its shape ([out, in] for matrices)."""
+        D, F, V = self.d_model, self.d_ff, self.vocab_size
+        shapes = {"tok_emb": (V, D), "final_norm": (D,), "lm_head": (V, D)}
+        for i in range(self.n_layer):
+            shapes.update({
+                f"layers.{i}.attn_norm": (D,), f"layers.{i}.wqkv": (3 * D, D),
+                f"layers.{i}.wo": (D, D), f"layers.{i}.mlp_norm": (D,),
+                f"layers.{i}.w_gate": (F, D), f"layers.{i}.w_up": (F, D),
+                f"layers.{i}.w_down": (D, F),
+            })
+        return shapes
+
+
+class Tokenizer:
+    """Characters <-> ids over the model's vocabulary (a string of distinct characters)."""
+
+    def __init__(self, vocab: str):
+        self.vocab = vocab
+        self._ids = {ch: i for i, ch in enumerate(vocab)}
+
+    def encode(self, text: str) -> np.ndarray:
+        bad = sorted({ch for ch in text if ch not in self._ids})
+        if bad:
+            shown = ", ".join(repr(ch) for ch in bad[:10])
+            raise LabError(f"prompt has {len(bad)} character(s) outside the model's vocabulary: "
+                           f"{shown}; allowed: {self.vocab!r}")
+        if not text:
+            raise LabError("the prompt is empty; give at least one character")
+        return np.array([self._ids[ch] for ch in text], dtype=np.int32)
+
+    def decode(self, ids) -> str:
+        return "".join(self.vocab[int(i)] for i in ids)
+
+
+@dataclass(frozen=True)
+class Model:
+    cfg: ModelConfig
+    weights: dict[str, np.ndarray]
+    tokenizer: Tokenizer
+    source: str  # where the weights came from, for provenance lines
+
+    def layer(self, i: int, name: str) -> np.ndarray:
+        return self.weights[f"layers.{i}.{name}"]
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read_config(meta_path: Path) -> tuple[ModelConfig, str | None]:
+    if not meta_path.is_file():
+        raise LabError(f"model description {meta_path.name} not found next to the weights")
+    try:
+        meta = json.loads(meta_path.read_text())
+        fields = {k: meta[k] for k in ModelConfig.__dataclass_fields__}
+        cfg = ModelConfig(**fields)
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise LabError(f"model description {meta_path.name} is unreadable: {exc}") from None
+    if len(set(cfg.vocab)) != len(cfg.vocab) or not cfg.vocab:
+        raise LabError(f"{meta_path.name}: vocab must be a non-empty string of distinct characters")
+    if cfg.d_model % cfg.n_head or cfg.head_dim % 2:
+        raise LabError(f"{meta_path.name}: d_model must split into n_head heads of even size")
+    return cfg, meta.get("sha256")
+
+
+def load_model(path: str | Path = DEFAULT_WEIGHTS, verify_checksum: bool = True) -> Model:
+    """Load and validate the weights at `path` (an .npz) and the .json beside it."""
+    path = Path(path)
+    if not path.is_file():
+        raise LabError(f"weights file {path} not found (the repository ships data/tiny_model.npz)")
+    cfg, expected = _read_config(path.with_suffix(".json"))
+    if verify_checksum:
+        actual = sha256_of(path)
+        if expected is None or actual != expected:
+            raise LabError(f"weights file {path.name} is corrupt: sha256 {actual[:16]}... does not "
+                           f"match the recorded {str(expected)[:16]}...")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except Exception as exc:  # a truncated or non-npz file: numpy raises several types
+        raise LabError(f"weights file {path.name} is unreadable: {exc}") from None
+    return Model(cfg, validate_weights(cfg, arrays), Tokenizer(cfg.vocab), str(path.name))
+
+
+def validate_weights(cfg: ModelConfig, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Check names, shapes, dtypes and finiteness; return C-contiguous float32 arrays."""
+    want = cfg.weight_shapes()
+    missing = sorted(set(want) - set(arrays))
+    extra = sorted(set(arrays) - set(want))
+    if missing or extra:
+        raise LabError(f"weights do not match the model: missing {missing[:5]}, unexpected {extra[:5]}")
+    out = {}
+    for name, shape in want.items():
+        a = arrays[name]
+        if a.dtype != np.float32:
+            raise LabError(f"weight {name} has dtype {a.dtype}; expected float32")
+        if a.shape != shape:
+            raise LabError(f"weight {name} has shape {a.shape}; expected {shape}")
+        if not np.isfinite(a).all():
+            raise LabError(f"weight {name} holds NaN or infinite values")
+        out[name] = np.ascontiguousarray(a)
+    return out
+
+
+def random_model(cfg: ModelConfig, seed: int = 0) -> Model:
+    """A model with random weights at any shape: for tests of shapes the real model lacks."""
+    rng = np.random.default_rng(seed)
+    w = {}
+    for name, shape in cfg.weight_shapes().items():
+        if len(shape) == 1:
+            w[name] = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+        else:
+            w[name] = (rng.standard_normal(shape) / np.sqrt(shape[1])).astype(np.float32)
+    return Model(cfg, w, Tokenizer(cfg.vocab), f"random(seed={seed})")

@@ -1,0 +1,63 @@
+"""decode_plan(): every host decision about one decode step, made in one place.
+
+The plan holds what a captured graph freezes by design -- the number of attention `splits` (and
+with it the attention grids) and the kernel choice for the combine. Everything that changes every
+token (position, token id, KV contents) is NOT here: it lives in device memory.
+
+The engine calls `decode_plan()` both to build a step's launches and to decide whether the
+cached graph still fits (`plan.key`); one function, so the two can never disagree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Attention work per block: the context is cut into `splits` slices of at most ~CHUNK_TARGET
+# positions, rounded to a power of two so plans (and graphs) change only at a few boundaries.
+CHUNK_TARGET = 32
+MAX_SPLITS = 32
+
+
+@dataclass(frozen=True)
+class Plan:
+    position: int          # the step's position (context length is position + 1)
+    splits: int            # attention slices per head
+    split_combine: bool    # combine as merge + project (2 kernels) instead of one
+    n_head: int
+
+    @property
+    def key(self) -> tuple:
+        """What a captured graph depends on: a different key means a different graph."""
+        return ("splits", self.splits, "split_combine", self.split_combine)
+
+    @property
+    def attn_grid(self) -> tuple[int, int]:
+        return (self.n_head, self.splits)
+
+
+def splits_for(context: int) -> int:
+    """Smallest power of two with context / splits <= CHUNK_TARGET, capped at MAX_SPLITS."""
+    if context < 1:
+        raise ValueError(f"context must be >= 1, got {context}")
+    need = -(-context // CHUNK_TARGET)
+    splits = 1
+    while splits < need and splits < MAX_SPLITS:
+        splits *= 2
+    return splits
+
+
+def decode_plan(position: int, model_cfg, lab_cfg) -> Plan:
+    """The plan for the decode step at `position` (0-based) of a model and lab configuration."""
+    if not 0 <= position < model_cfg.max_seq:
+        raise ValueError(f"position {position} outside [0, {model_cfg.max_seq})")
+    return Plan(position, splits_for(position + 1), lab_cfg.split_combine, model_cfg.n_head)
+
+
+def plan_boundaries(max_seq: int) -> list[int]:
+    """Positions at which the plan key changes (the first position of each new plan)."""
+    out, prev = [], splits_for(1)
+    for pos in range(1, max_seq):
+        s = splits_for(pos + 1)
+        if s != prev:
+            out.append(pos)
+            prev = s
+    return out
