@@ -1,0 +1,17 @@
+"""decode-lab kernels: numba.cuda kernels, each beside its NumPy twin, registered in REGISTRY.
+
+Importing this package compiles nothing and needs no GPU. The import block is the table of
+contents: one line per file, with the kernels it defines.
+"""
+from kernels._spec import REGISTRY, KernelSpec  # the registry and its entry type
+from kernels import embed       # embed
+from kernels import rmsnorm     # rmsnorm
+from kernels import matvec      # matvec, matvec_residual (+ device fn row_dot)
+from kernels import rope        # rope_kv_append
+from kernels import attention   # attn_partial, attn_merge, attn_combine (+ device fn merge_elem)
+from kernels import mlp         # swiglu_up
+from kernels import sample      # argmax_next
+from kernels import position    # advance
+
+__all__ = ["REGISTRY", "KernelSpec", "embed", "rmsnorm", "matvec", "rope", "attention", "mlp",
+           "sample", "position"]

@@ -1,0 +1,24 @@
+"""The step's last kernel: advance the device-resident position.
+
+Owns `advance`: pos[0] += 1. The host never writes the position during generation, so the next
+replay of the captured graph reads the new one.
+"""
+from numba import cuda
+
+from kernels._spec import kernel
+from kernels.pdl import pdl_wait
+
+ADVANCE_GRID = (1,)
+ADVANCE_BLOCK = (1,)
+
+
+def advance_twin(grid, block, pos):
+    pos[0] += 1
+
+
+@kernel("void(int32[::1])", twin=advance_twin, reads=(0,), writes=(0,))
+def advance(pos):
+    """pos[0] += 1; grid (1,), block (1,)."""
+    pdl_wait()
+    if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:  # robust to a wider launch
+        pos[0] += 1

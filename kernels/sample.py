@@ -1,0 +1,76 @@
+"""Greedy sampling on the device: the next token id is written by a kernel, never by the host.
+
+Owns `argmax_next`: tokens[pos[0] + 1] = argmax(logits) unless that slot is still part of the
+prompt (nxt < n_prompt[0], the prompt is preloaded in tokens) or past the end of `tokens`. So
+prompt ingestion and generation are the same step. Ties go to the LOWEST index; NaN never wins
+(all-NaN logits give token 0).
+"""
+import math
+
+import numba
+import numpy as np
+from numba import cuda
+
+from kernels._spec import kernel
+from kernels.pdl import pdl_wait
+
+ARGMAX_THREADS = 256  # power of two: the tree halves it
+ARGMAX_GRID = (1,)
+ARGMAX_BLOCK = (ARGMAX_THREADS,)
+
+
+def argmax_twin_index(logits) -> int:
+    """Lowest index of the largest non-NaN logit; 0 if all are NaN."""
+    valid = np.flatnonzero(~np.isnan(logits))
+    if valid.size == 0:
+        return 0
+    return int(valid[np.argmax(logits[valid])])  # np.argmax returns the first maximum
+
+
+def argmax_next_twin(grid, block, logits, pos, n_prompt, tokens):
+    nxt = int(pos[0]) + 1
+    if nxt < tokens.shape[0] and nxt >= int(n_prompt[0]):
+        tokens[nxt] = argmax_twin_index(logits)
+
+
+@kernel("void(float32[::1], int32[::1], int32[::1], int32[::1])",
+        twin=argmax_next_twin, reads=(0, 1, 2, 3), writes=(3,))
+def argmax_next(logits, pos, n_prompt, tokens):
+    """tokens[pos[0]+1] = argmax(logits) if n_prompt[0] <= pos[0]+1 < max_seq; grid (1,), block 256.
+
+    logits [V], pos [1], n_prompt [1], tokens [max_seq].
+    """
+    pdl_wait()
+    best_v = cuda.shared.array(ARGMAX_THREADS, numba.float32)  # [threads]
+    best_i = cuda.shared.array(ARGMAX_THREADS, numba.int32)    # [threads]
+    nxt = pos[0] + 1
+    if nxt >= tokens.shape[0] or nxt < n_prompt[0]:
+        return  # uniform over the block: no thread is left waiting at a barrier
+    tid = cuda.threadIdx.x
+    V = logits.shape[0]
+    bv = numba.float32(-math.inf)
+    bi = numba.int32(V)  # "none yet": loses every comparison below on index
+    for i in range(tid, V, ARGMAX_THREADS):
+        v = logits[i]
+        # NaN compares false both ways, so it is never taken; -inf is taken only if nothing better
+        if v > bv or (v == bv and i < bi):
+            bv = v
+            bi = i
+    best_v[tid] = bv
+    best_i[tid] = bi
+    cuda.syncthreads()
+    stride = ARGMAX_THREADS // 2
+    while stride > 0:  # fixed pairing; ties to the lower index, so the order cannot matter
+        if tid < stride:
+            ov = best_v[tid + stride]
+            oi = best_i[tid + stride]
+            if ov > best_v[tid] or (ov == best_v[tid] and oi < best_i[tid]):
+                best_v[tid] = ov
+                best_i[tid] = oi
+        cuda.syncthreads()
+        stride //= 2
+    if tid == 0:
+        bi = best_i[0]
+        if bi >= V:  # every logit was NaN
+            bi = 0
+        tokens[nxt] = bi

@@ -1,0 +1,234 @@
+"""Kernel tests, no GPU needed.
+
+(a) NumPy only: the twins against straightforward float64 math, the combine contract on the
+    twins (bitwise), and the house rules every registered kernel must follow.
+(b) The kernels themselves under numba's CUDA simulator, in a subprocess (the simulator flag must
+    be set before numba is imported): tests/_cudasim_kernels.py.
+"""
+import ast
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernels import REGISTRY
+from kernels.attention import attn_combine_twin, attn_merge_twin, attn_partial_twin, slice_bounds
+from kernels.embed import embed_twin
+from kernels.matvec import matvec_residual_twin, matvec_twin
+from kernels.mlp import swiglu_up_twin
+from kernels.position import advance_twin
+from kernels.rmsnorm import rmsnorm_twin
+from kernels.rope import rope_kv_append_twin
+from kernels.sample import argmax_next_twin
+
+ROOT = Path(__file__).resolve().parents[1]
+EPS32 = float(np.finfo(np.float32).eps)
+EPS16 = float(np.finfo(np.float16).eps)
+
+
+def rng():
+    return np.random.default_rng(20240607)
+
+
+def f32(r, *shape, scale=1.0):
+    return (r.standard_normal(shape) * scale).astype(np.float32)
+
+
+def assert_close(got, ref, atol, k, eps=EPS32):
+    got = np.asarray(got, np.float64)
+    ref = np.asarray(ref, np.float64)
+    err = np.abs(got - ref)
+    bound = atol + k * eps * np.abs(ref)
+    assert np.all(err <= bound), f"max err {err.max():.3g}, worst bound {bound[np.argmax(err - bound)]:.3g}"
+
+
+# ------------------------------------------------------------------ house rules
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_kernel_rules(name):
+    """pdl_wait() first, no atomics, signatures parse and match the arity, KV kernels have f16."""
+    from numba.core import sigutils
+
+    spec = REGISTRY[name]
+    src = textwrap.dedent(inspect.getsource(spec.py_func))
+    fn = ast.parse(src).body[0]
+    body = fn.body
+    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    first = body[0]
+    assert (isinstance(first, ast.Expr) and isinstance(first.value, ast.Call)
+            and getattr(first.value.func, "id", None) == "pdl_wait"), f"{name}: first statement must be pdl_wait()"
+    assert "atomic" not in src, f"{name}: no atomics (results must be bit-reproducible)"
+    n_args = len(fn.args.args)
+    for sig in spec.signatures:
+        args, ret = sigutils.normalize_signature(sig)
+        assert len(args) == n_args and str(ret) == "none", f"{name}: bad signature {sig}"
+    kv = [s for s in spec.signatures if "float16" in s]
+    assert len(spec.signatures) == (2 if kv else 1)
+    assert set(spec.writes) <= set(range(n_args)) and set(spec.reads) <= set(range(n_args))
+
+
+# ------------------------------------------------------------------ twins vs float64 math
+
+
+def test_embed_twin():
+    r = rng()
+    wte, tokens = f32(r, 11, 16), r.integers(0, 11, 16).astype(np.int32)
+    for p in (0, 7, 15):
+        x = np.zeros(16, np.float32)
+        embed_twin((1,), (128,), tokens, np.array([p], np.int32), wte, x)
+        assert np.array_equal(x, wte[tokens[p]])
+
+
+def test_rmsnorm_matvec_swiglu_twins():
+    r = rng()
+    x, w = f32(r, 300), f32(r, 300)
+    out = np.zeros(300, np.float32)
+    rmsnorm_twin((1,), (256,), x, w, out, np.float32(1e-5))
+    x64 = x.astype(np.float64)
+    # float32 sum of 300 squares + sqrt + 2 products vs exact: k = 32 (~log2(300) + 4, doubled)
+    assert_close(out, x64 / np.sqrt(np.mean(x64 * x64) + 1e-5) * w, 1e-6, 32)
+
+    W, v, res = f32(r, 7, 40), f32(r, 40), f32(r, 7)
+    y = np.zeros(7, np.float32)
+    matvec_twin((2,), (128,), W, v, y)
+    # 40-term dots: error relative to sum|terms| (~40 * 0.8), not |ref|: atol 40 * eps * 32
+    ref = W.astype(np.float64) @ v
+    assert_close(y, ref, 40 * EPS32 * 32, 4)
+    y2 = res.copy()
+    matvec_residual_twin((2,), (128,), W, v, y2)
+    assert_close(y2, res + ref, 40 * EPS32 * 32, 4)
+
+    Wg, Wu, h = f32(r, 10, 16), f32(r, 10, 16), f32(r, 16)
+    act = np.zeros(10, np.float32)
+    swiglu_up_twin((3,), (128,), Wg, Wu, h, act)
+    g, u = Wg.astype(np.float64) @ h, Wu.astype(np.float64) @ h
+    assert_close(act, g / (1 + np.exp(-g)) * u, 1e-5, 16)
+
+
+@pytest.mark.parametrize("cache_dtype", [np.float32, np.float16])
+def test_rope_twin(cache_dtype):
+    r = rng()
+    H, hd, S = 3, 6, 12
+    D = H * hd
+    ang = np.arange(S)[:, None] * (10000.0 ** (-np.arange(hd // 2) / (hd // 2)))[None, :]
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    qkv, p = f32(r, 3 * D), 5
+    q = np.zeros(D, np.float32)
+    kc, vc = np.zeros((S, D), cache_dtype), np.zeros((S, D), cache_dtype)
+    rope_kv_append_twin((H,), (hd,), qkv, np.array([p], np.int32), cos, sin, q, kc, vc)
+
+    def rope64(x):  # the formula, per head, in float64
+        x = x.astype(np.float64).reshape(H, hd)
+        c, s, half = cos[p].astype(np.float64), sin[p].astype(np.float64), hd // 2
+        out = np.empty_like(x)
+        out[:, :half] = x[:, :half] * c - x[:, half:] * s
+        out[:, half:] = x[:, half:] * c + x[:, :half] * s
+        return out.reshape(D)
+
+    assert_close(q, rope64(qkv[:D]), 1e-6, 4)  # 2 products + 1 sum in float32
+    eps = EPS16 if cache_dtype == np.float16 else EPS32
+    assert_close(kc[p], rope64(qkv[D:2 * D]), 1e-6, 4, eps)  # plus one rounding to the cache dtype
+    assert np.array_equal(vc[p], qkv[2 * D:].astype(cache_dtype))
+    others = np.arange(S) != p
+    assert not kc[others].any() and not vc[others].any(), "only row pos is written"
+
+
+def _attention64(q, kc, vc, L, H, hd, scale):
+    o = np.empty(H * hd)
+    for h in range(H):
+        sl = slice(h * hd, (h + 1) * hd)
+        s = scale * (kc[:L, sl].astype(np.float64) @ q[sl].astype(np.float64))
+        p = np.exp(s - s.max())
+        o[sl] = (p / p.sum()) @ vc[:L, sl].astype(np.float64)
+    return o
+
+
+@pytest.mark.parametrize("cache_dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("L", [1, 2, 7, 16])
+@pytest.mark.parametrize("splits", [1, 2, 3, 5, 20])
+def test_attention_twins_vs_softmax(cache_dtype, L, splits):
+    r = rng()
+    H, hd, S = 2, 8, 16
+    D = H * hd
+    q, kc, vc = f32(r, D, scale=2.0), f32(r, S, D).astype(cache_dtype), f32(r, S, D).astype(cache_dtype)
+    scale = np.float32(1 / np.sqrt(hd))
+    part_o = np.full((H, splits, hd), np.nan, np.float32)  # NaN: any slot left unwritten shows
+    part_ml = np.full((H, splits, 2), np.nan, np.float32)
+    attn_partial_twin((H, splits), (hd,), q, kc, vc, np.array([L - 1], np.int32), part_o, part_ml, scale)
+    for s in range(splits):
+        t0, t1 = slice_bounds(L, splits, s)
+        if t0 >= t1:  # empty slice: m = -inf, l = 0, o = 0
+            assert np.all(part_ml[:, s, 0] == -np.inf) and not part_ml[:, s, 1].any() and not part_o[:, s].any()
+    o = np.zeros(D, np.float32)
+    with np.errstate(all="raise"):  # exp(-inf - M) must be a clean 0, no NaN/invalid
+        attn_merge_twin((H,), (hd,), part_o, part_ml, o)
+    # O(1) values, <= 16 terms in each float32 sum, an exp and a divide: 1e-5 + 64 eps |ref|
+    assert_close(o, _attention64(q, kc, vc, L, H, hd, scale), 1e-5, 64)
+
+
+@pytest.mark.parametrize("splits", [1, 3, 5])
+def test_combine_twin_is_merge_plus_matvec_residual_bitwise(splits):
+    r = rng()
+    H, hd = 3, 6
+    D = H * hd
+    part_o = f32(r, H, splits, hd)
+    part_ml = np.stack([f32(r, H, splits), np.abs(f32(r, H, splits)) + 0.5], axis=-1)
+    if splits > 1:
+        part_ml[:, -1] = (-np.inf, 0.0)  # an empty slice
+        part_o[:, -1] = 0.0
+    Wo, x0 = f32(r, D, D), f32(r, D)
+    x_one = x0.copy()
+    attn_combine_twin(((D + 3) // 4,), (128,), part_o, part_ml, Wo, x_one)
+    o, x_two = np.zeros(D, np.float32), x0.copy()
+    attn_merge_twin((H,), (hd,), part_o, part_ml, o)
+    matvec_residual_twin(((D + 3) // 4,), (128,), Wo, o, x_two)
+    assert np.array_equal(x_one.view(np.uint32), x_two.view(np.uint32))
+
+
+def test_argmax_next_twin_rules():
+    S, V = 8, 6
+
+    def step(logits, pos, n_prompt):
+        tokens = np.arange(S, dtype=np.int32) + 100  # recognisable "untouched" values
+        argmax_next_twin((1,), (256,), np.asarray(logits, np.float32), np.array([pos], np.int32),
+                         np.array([n_prompt], np.int32), tokens)
+        return tokens
+
+    base = [0.1, 3.0, -1.0, 3.0, 2.0, 0.0]
+    assert step(base, 2, 1)[3] == 1                              # tie -> lowest index
+    assert step([np.nan, 1, 5, np.nan, 5, 0], 2, 1)[3] == 2      # NaN never wins
+    assert step([np.nan, -np.inf, np.nan, -np.inf, np.nan, np.nan], 2, 1)[3] == 1
+    assert step([np.nan] * V, 2, 1)[3] == 0                      # all NaN -> 0
+    assert step(base, 2, 3)[3] == 1                              # nxt == n_prompt: generated
+    assert np.array_equal(step(base, 2, 4), np.arange(S) + 100)  # nxt < n_prompt: prompt kept
+    t = step(base, S - 2, 1)
+    assert t[S - 1] == 1 and np.array_equal(t[:S - 1], np.arange(S - 1) + 100)
+    assert np.array_equal(step(base, S - 1, 1), np.arange(S) + 100)  # past the end: untouched
+
+
+def test_advance_twin():
+    pos = np.array([41], np.int32)
+    advance_twin((1,), (1,), pos)
+    assert pos[0] == 42 and pos.dtype == np.int32
+
+
+# ------------------------------------------------------------------ the kernels, simulated
+
+
+def test_kernels_under_cudasim():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "_cudasim_kernels.py")], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    elapsed = time.perf_counter() - t
+    assert proc.returncode == 0, f"cudasim kernels failed (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    print(proc.stdout.strip(), f"(subprocess {elapsed:.1f}s)")
