@@ -109,7 +109,10 @@ class CudaBackend(Backend):
     def __init__(self):
         super().__init__()
         import cupy as cp
-        from numba import cuda
+        from numba import config as nb_config, cuda
+        # decode grids are small on purpose (a few blocks per kernel): numba's low-occupancy
+        # warning would fire on nearly every launch and say nothing new
+        nb_config.CUDA_LOW_OCCUPANCY_WARNINGS = False
         self.cp, self.nbcuda = cp, cuda
         self.stream = cp.cuda.Stream(non_blocking=True)
         self._nbstream = cuda.external_stream(self.stream.ptr)

@@ -1,0 +1,14 @@
+"""decode-lab: an instrumented engine for graph-resident LLM decode, and the tools around it.
+
+  config      LabConfig + from_env(): every LAB_* toggle, the only reader of the environment
+  model       weights (validated), shapes, the character tokenizer
+  reference   float64 NumPy forward pass: the oracle
+  plan        decode_plan(position): splits, grids, kernel choice, the capture key
+  engine      DecodeEngine: buffers, the step as launches, eager / graph / fallback, ledger
+  backend/    cuda (numba.cuda + CuPy) and sim (CPU simulator) behind one interface
+  instrument  the launch log and the launch bill
+  verify      replay_check: graph replays byte-compared with eager steps
+  bench       paired, interleaved A/B with standard errors
+  plots       timelines and charts
+"""
+__version__ = "0.1.0"

@@ -1,0 +1,101 @@
+"""Replay verification: is the captured step really the eager step, replay after replay?
+
+`replay_check(engine, prompts, replays=8)` runs each prompt twice on the SAME engine -- once
+eagerly, once with the decode steps as graph replays (capturing on a plan-key miss) -- and
+byte-compares every generated token id and every step's logits. Graphs stay cached across
+prompts, so the second prompt checks replays after a request reset. Prompt ingestion runs
+eagerly in both arms, so replay k is the k-th generated token.
+
+A bug that freezes a host value at capture is right on replay 1 and wrong from replay 2: a
+check with one replay passes, a check with three fails. `first_mismatch` says where.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Arm:
+    tokens: np.ndarray          # generated ids [replays]
+    logits: np.ndarray          # [replays, vocab], float32 as the device wrote them
+
+
+@dataclass
+class PromptCheck:
+    prompt_ids: np.ndarray
+    eager: Arm
+    graph: Arm
+    ledger: list = field(default_factory=list)   # the graph arm's ledger entries
+
+    @property
+    def first_mismatch(self) -> int | None:
+        """1-based replay index of the first differing token or logits row; None if identical."""
+        for k in range(len(self.eager.tokens)):
+            if (self.eager.tokens[k] != self.graph.tokens[k]
+                    or self.eager.logits[k].tobytes() != self.graph.logits[k].tobytes()):
+                return k + 1
+        return None
+
+    @property
+    def ok(self) -> bool:
+        return self.first_mismatch is None
+
+
+@dataclass
+class ReplayReport:
+    replays: int
+    checks: list[PromptCheck]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def captures(self) -> int:
+        return sum(e.outcome == "capture" for c in self.checks for e in c.ledger)
+
+    def summary(self) -> str:
+        lines = [f"replay_check: {len(self.checks)} prompt(s) x {self.replays} replays: "
+                 f"{'IDENTICAL' if self.ok else 'MISMATCH'}"]
+        for i, c in enumerate(self.checks):
+            outcomes: dict[str, int] = {}
+            for e in c.ledger:
+                outcomes[e.outcome] = outcomes.get(e.outcome, 0) + 1
+            where = "" if c.ok else f", first mismatch at replay {c.first_mismatch}"
+            lines.append(f"  prompt {i}: {len(c.prompt_ids)} ids, ledger {outcomes}{where}")
+        return "\n".join(lines)
+
+
+def run_arm(engine, prompt_ids, steps: int, graph: bool) -> tuple[Arm, list]:
+    """Ingest the prompt eagerly, then decode `steps` tokens (as graph replays if `graph`)."""
+    cfg = engine.cfg
+    try:
+        engine.cfg = cfg.replace(graph=False)
+        engine.reset(prompt_ids, steps)
+        for _ in range(len(prompt_ids) - 1):
+            engine.step()
+        engine.cfg = cfg.replace(graph=graph)
+        start = len(engine.ledger)
+        logits = []
+        for _ in range(steps):
+            engine.step()
+            logits.append(engine.logits())
+        tokens = engine.tokens(len(prompt_ids) + steps)[len(prompt_ids):]
+        return Arm(tokens, np.array(logits)), engine.ledger[start:]
+    finally:
+        engine.cfg = cfg
+
+
+def replay_check(engine, prompts, replays: int = 8) -> ReplayReport:
+    """Byte-compare graph replays with eager steps for each prompt (token-id arrays or text)."""
+    if replays < 1:
+        raise ValueError("replays must be >= 1")
+    checks = []
+    for p in prompts:
+        ids = engine.encode(p) if isinstance(p, str) else np.asarray(p, np.int32)
+        eager, _ = run_arm(engine, ids, replays, graph=False)
+        graph, ledger = run_arm(engine, ids, replays, graph=True)
+        checks.append(PromptCheck(ids, eager, graph, ledger))
+    return ReplayReport(replays, checks)

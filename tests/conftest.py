@@ -1,0 +1,41 @@
+"""Shared fixtures. Device-free by default; tests marked `gpu` are skipped without a usable GPU."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from lab.config import LabConfig
+from lab.model import load_model
+
+
+@functools.lru_cache(maxsize=1)
+def _gpu():
+    from lab.backend import gpu_status
+    return gpu_status()
+
+
+def pytest_collection_modifyitems(config, items):
+    usable, reason = _gpu()
+    if usable:
+        return
+    skip = pytest.mark.skip(reason=f"no usable GPU: {reason}")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def model():
+    """The shipped tiny model (data/tiny_model.npz), validated."""
+    return load_model()
+
+
+@pytest.fixture
+def sim_cfg():
+    return LabConfig(backend="sim")
+
+
+@pytest.fixture
+def cuda_cfg():
+    return LabConfig(backend="cuda")

@@ -1,0 +1,48 @@
+"""The CLI: output on success; one-line errors and exit 2 on bad input, never a traceback."""
+import subprocess
+import sys
+
+import pytest
+
+from lab.__main__ import main
+from lab.backend import gpu_status
+
+
+def test_generate_on_the_simulator(capsys):
+    assert main(["generate", "--prompt", "ROMEO:\n", "--tokens", "20", "--backend", "sim",
+                 "--ledger"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ROMEO:\n") and "ms/token" in out and "simulated" in out
+    assert "capture" in out and "summary:" in out
+
+
+def test_demo_prints_text_and_both_launch_bills(capsys):
+    assert main(["demo", "--backend", "sim", "--tokens", "24"]) == 0
+    out = capsys.readouterr().out
+    assert "launch bill" in out and "eager" in out and "graph" in out and "simulated" in out
+    assert "37" in out  # launches per token with the one-kernel combine
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["generate", "--prompt", "caf\u00e9", "--tokens", "3", "--backend", "sim"], "outside the model's vocabulary"),
+    (["generate", "--prompt", "ROMEO:", "--tokens", "5000", "--backend", "sim"], "exceeds the model's max_seq"),
+    (["generate", "--prompt", "ROMEO:", "--tokens", "3", "--backend", "sim", "--weights", "missing.npz"], "not found"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("decode-lab: error:") and needle in err and "Traceback" not in err
+
+
+def test_unknown_lab_value_from_the_environment(monkeypatch, capsys):
+    monkeypatch.setenv("LAB_GRAPH", "maybe")
+    assert main(["generate", "--prompt", "ROMEO:", "--tokens", "2", "--backend", "sim"]) == 2
+    assert "LAB_GRAPH='maybe' is not allowed" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(gpu_status()[0], reason="this machine has a GPU")
+def test_backend_cuda_without_a_gpu_is_a_clear_error():
+    proc = subprocess.run([sys.executable, "-m", "lab", "generate", "--prompt", "ROMEO:",
+                           "--tokens", "2", "--backend", "cuda"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "needs a GPU" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,39 @@
+import pytest
+
+from lab.config import TOGGLES, LabConfig, from_env
+from lab.errors import LabError
+
+
+def test_defaults_match_the_table():
+    cfg = from_env({})
+    for var, fld, allowed, default, _ in TOGGLES:
+        assert cfg.toggles()[var] == default
+
+
+def test_from_env_parses_every_toggle():
+    cfg = from_env({"LAB_GRAPH": "0", "LAB_SPLIT_COMBINE": "1", "LAB_KV_DTYPE": "float16",
+                    "LAB_BACKEND": "sim", "PATH": "/ignored"})
+    assert (cfg.graph, cfg.split_combine, cfg.kv_dtype, cfg.backend) == (False, True, "float16", "sim")
+
+
+@pytest.mark.parametrize("env, needle", [
+    ({"LAB_GRAPH": "yes"}, "LAB_GRAPH='yes' is not allowed; use one of 0, 1"),
+    ({"LAB_BACKEND": "tpu"}, "LAB_BACKEND='tpu' is not allowed; use one of auto, cuda, sim"),
+    ({"LAB_KV_DTYPE": "int8"}, "LAB_KV_DTYPE"),
+    ({"LAB_GRAPHS": "1"}, "unknown variable LAB_GRAPHS"),
+])
+def test_bad_values_name_the_variable(env, needle):
+    with pytest.raises(LabError, match=needle.replace("(", r"\(").replace("'", ".")):
+        from_env(env)
+
+
+def test_direct_construction_is_validated_too():
+    with pytest.raises(LabError, match="LAB_KV_DTYPE"):
+        LabConfig(kv_dtype="bfloat16")
+    with pytest.raises(LabError, match="must be a bool"):
+        LabConfig(graph="1")
+
+
+def test_with_toggles_round_trips():
+    cfg = LabConfig().with_toggles({"LAB_GRAPH": "0"})
+    assert cfg.graph is False and cfg.toggles()["LAB_GRAPH"] == "0"
