@@ -7,8 +7,8 @@ from kernels._spec import REGISTRY, KernelSpec  # the registry and its entry typ
 from kernels import embed       # embed
 from kernels import rmsnorm     # rmsnorm
 from kernels import matvec      # matvec, matvec_residual (+ device fn row_dot)
-from kernels import rope        # rope_kv_append
-from kernels import attention   # attn_partial, attn_merge, attn_combine (+ device fn merge_elem)
+from kernels import rope        # rope_kv_append (+ bug variant rope_kv_append_row)
+from kernels import attention   # attn_partial, attn_merge, attn_combine (+ device fn merge_elem; bug variant attn_partial_len)
 from kernels import mlp         # swiglu_up
 from kernels import sample      # argmax_next
 from kernels import position    # advance

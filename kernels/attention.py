@@ -54,10 +54,9 @@ def slice_bounds(L: int, splits: int, s: int) -> tuple[int, int]:
 
 # ---------------------------------------------------------------- attn_partial
 
-def attn_partial_twin(grid, block, q, k_cache, v_cache, pos, part_o, part_ml, scale):
+def _partial_twin(grid, block, q, k_cache, v_cache, L, part_o, part_ml, scale):
     n_head, splits = grid[0], grid[1]
     hd = block[0]
-    L = int(pos[0]) + 1
     scale = np.float32(scale)
     for h in range(n_head):
         qh = q[h * hd:(h + 1) * hd]                                          # [hd]
@@ -76,28 +75,19 @@ def attn_partial_twin(grid, block, q, k_cache, v_cache, pos, part_o, part_ml, sc
             part_o[h, s] = p @ v
 
 
-_PARTIAL_SIG = ("void(float32[::1], {kv}[:, ::1], {kv}[:, ::1], int32[::1], "
-                "float32[:, :, ::1], float32[:, :, ::1], float32)")
+def attn_partial_twin(grid, block, q, k_cache, v_cache, pos, part_o, part_ml, scale):
+    _partial_twin(grid, block, q, k_cache, v_cache, int(pos[0]) + 1, part_o, part_ml, scale)
 
 
-@kernel(_PARTIAL_SIG.format(kv="float32"), _PARTIAL_SIG.format(kv="float16"),
-        twin=attn_partial_twin, reads=(0, 1, 2, 3), writes=(4, 5))
-def attn_partial(q, k_cache, v_cache, pos, part_o, part_ml, scale):
-    """Online softmax of head h over slice s; grid (n_head, splits), block (head_dim,).
-
-    q [D], k_cache/v_cache [max_seq, D], pos [1], part_o [n_head, splits, hd],
-    part_ml [n_head, splits, 2] = (running max m, sum l of exp(score - m)).
-    """
-    pdl_wait()
-    q_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)  # [hd] this head's query
-    sc = cuda.shared.array(ATTN_TILE, numba.float32)       # [tile] scores, then exp weights
+@cuda.jit(device=True)
+def partial_slice(q, k_cache, v_cache, L, part_o, part_ml, scale, q_sh, sc):
+    """Block (h, s): online softmax over its slice of a context of L timesteps."""
     tid = cuda.threadIdx.x
     hd = cuda.blockDim.x
     h = cuda.blockIdx.x
     s = cuda.blockIdx.y
     splits = cuda.gridDim.y
     base = h * hd
-    L = pos[0] + 1
     chunk = (L + splits - 1) // splits
     t0 = min(s * chunk, L)
     t1 = min(t0 + chunk, L)
@@ -135,6 +125,47 @@ def attn_partial(q, k_cache, v_cache, pos, part_o, part_ml, scale):
     if tid == 0:
         part_ml[h, s, 0] = m
         part_ml[h, s, 1] = l
+
+
+_PARTIAL_SIG = ("void(float32[::1], {kv}[:, ::1], {kv}[:, ::1], int32[::1], "
+                "float32[:, :, ::1], float32[:, :, ::1], float32)")
+
+
+@kernel(_PARTIAL_SIG.format(kv="float32"), _PARTIAL_SIG.format(kv="float16"),
+        twin=attn_partial_twin, reads=(0, 1, 2, 3), writes=(4, 5))
+def attn_partial(q, k_cache, v_cache, pos, part_o, part_ml, scale):
+    """Online softmax of head h over slice s; grid (n_head, splits), block (head_dim,).
+
+    q [D], k_cache/v_cache [max_seq, D], pos [1], part_o [n_head, splits, hd],
+    part_ml [n_head, splits, 2] = (running max m, sum l of exp(score - m)).
+    The context length L = pos[0] + 1 is read from device memory at run time.
+    """
+    pdl_wait()
+    q_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)  # [hd] this head's query
+    sc = cuda.shared.array(ATTN_TILE, numba.float32)       # [tile] scores, then exp weights
+    partial_slice(q, k_cache, v_cache, pos[0] + 1, part_o, part_ml, scale, q_sh, sc)
+
+
+# ---- deliberate-bug variant (lab/bugs.py, LAB_BUG_CTX_BY_VALUE) --------------------------------
+# The context length arrives BY VALUE from the host: a captured graph freezes it, so every
+# replay attends over the capture-time context and ignores the newest keys.
+
+def attn_partial_len_twin(grid, block, q, k_cache, v_cache, ctx_len, part_o, part_ml, scale):
+    _partial_twin(grid, block, q, k_cache, v_cache, int(ctx_len), part_o, part_ml, scale)
+
+
+_PARTIAL_LEN_SIG = ("void(float32[::1], {kv}[:, ::1], {kv}[:, ::1], int32, "
+                    "float32[:, :, ::1], float32[:, :, ::1], float32)")
+
+
+@kernel(_PARTIAL_LEN_SIG.format(kv="float32"), _PARTIAL_LEN_SIG.format(kv="float16"),
+        twin=attn_partial_len_twin, reads=(0, 1, 2), writes=(4, 5))
+def attn_partial_len(q, k_cache, v_cache, ctx_len, part_o, part_ml, scale):
+    """attn_partial with the context length passed by value (a loop bound a graph freezes)."""
+    pdl_wait()
+    q_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)
+    sc = cuda.shared.array(ATTN_TILE, numba.float32)
+    partial_slice(q, k_cache, v_cache, ctx_len, part_o, part_ml, scale, q_sh, sc)
 
 
 # ---------------------------------------------------------------- merge

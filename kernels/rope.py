@@ -40,6 +40,14 @@ def rope_kv_append_twin(grid, block, qkv, pos, cos, sin, q, k_cache, v_cache):
 _SIG = "void(float32[::1], int32[::1], float32[:, ::1], float32[:, ::1], float32[::1], {kv}[:, ::1], {kv}[:, ::1])"
 
 
+@cuda.jit(device=True)
+def rope_elem(x, i, j, half, c, s):
+    """Element i of rope(x) for a head starting at i - j: the rotate-half pair of j < hd."""
+    if j < half:  # out[j] = x[j] cos - x[j + half] sin
+        return x[i] * c - x[i + half] * s
+    return x[i] * c + x[i - half] * s  # out[j] = x[j] cos + x[j - half] sin
+
+
 @kernel(_SIG.format(kv="float32"), _SIG.format(kv="float16"),
         twin=rope_kv_append_twin, reads=(0, 1, 2, 3), writes=(4, 5, 6))
 def rope_kv_append(qkv, pos, cos, sin, q, k_cache, v_cache):
@@ -54,14 +62,43 @@ def rope_kv_append(qkv, pos, cos, sin, q, k_cache, v_cache):
     D = q.shape[0]
     i = cuda.blockIdx.x * hd + j  # this thread's element of q, k and v
     p = pos[0]
-    if j < half:  # out[j] = x[j] cos - x[j + half] sin
-        c = cos[p, j]
-        s = sin[p, j]
-        q[i] = qkv[i] * c - qkv[i + half] * s
-        k_cache[p, i] = qkv[D + i] * c - qkv[D + i + half] * s  # setitem casts to the cache dtype
-    else:  # out[j] = x[j] cos + x[j - half] sin
-        c = cos[p, j - half]
-        s = sin[p, j - half]
-        q[i] = qkv[i] * c + qkv[i - half] * s
-        k_cache[p, i] = qkv[D + i] * c + qkv[D + i - half] * s
+    c = cos[p, j % half]
+    s = sin[p, j % half]
+    q[i] = rope_elem(qkv, i, j, half, c, s)
+    k_cache[p, i] = rope_elem(qkv, D + i, j, half, c, s)  # setitem casts to the cache dtype
     v_cache[p, i] = qkv[2 * D + i]
+
+
+# ---- deliberate-bug variant (lab/bugs.py, LAB_BUG_FROZEN_KV_ROW) -------------------------------
+# The host computes the destination row itself and passes a row VIEW of the cache: a pointer
+# that a captured graph freezes, so every replay writes the row of the capture's position.
+
+def rope_kv_append_row_twin(grid, block, qkv, pos, cos, sin, q, k_row, v_row):
+    n_head, hd = grid[0], block[0]
+    D = n_head * hd
+    p = int(pos[0])
+    c, s = cos[p], sin[p]
+    q[:] = _rope_rows(qkv[0:D].reshape(n_head, hd), c, s).reshape(D)
+    k_row[:] = _rope_rows(qkv[D:2 * D].reshape(n_head, hd), c, s).reshape(D)
+    v_row[:] = qkv[2 * D:3 * D]
+
+
+_ROW_SIG = "void(float32[::1], int32[::1], float32[:, ::1], float32[:, ::1], float32[::1], {kv}[::1], {kv}[::1])"
+
+
+@kernel(_ROW_SIG.format(kv="float32"), _ROW_SIG.format(kv="float16"),
+        twin=rope_kv_append_row_twin, reads=(0, 1, 2, 3), writes=(4, 5, 6))
+def rope_kv_append_row(qkv, pos, cos, sin, q, k_row, v_row):
+    """Like rope_kv_append, but k and v go to the row views k_row/v_row [D] the host chose."""
+    pdl_wait()
+    j = cuda.threadIdx.x
+    hd = cuda.blockDim.x
+    half = hd // 2
+    D = q.shape[0]
+    i = cuda.blockIdx.x * hd + j
+    p = pos[0]
+    c = cos[p, j % half]
+    s = sin[p, j % half]
+    q[i] = rope_elem(qkv, i, j, half, c, s)
+    k_row[i] = rope_elem(qkv, D + i, j, half, c, s)
+    v_row[i] = qkv[2 * D + i]

@@ -173,6 +173,11 @@ def main() -> int:
                     run_case("rope_kv_append", (H,), (hd,),
                              [f32(rng, 3 * D), np.array([p], np.int32), cos, sin,
                               np.zeros(D, np.float32), kc, vc], (1e-6, 4), dt, label=f"{tag} pos={p}")
+                    # the bug variant writes row views the host chose: same values, row p
+                    run_case("rope_kv_append_row", (H,), (hd,),
+                             [f32(rng, 3 * D), np.array([p], np.int32), cos, sin,
+                              np.zeros(D, np.float32), kc[p].copy(), vc[p].copy()], (1e-6, 4), dt,
+                             label=f"{tag} pos={p}")
         timed("rope_kv_append", t_rope)
 
         # ---- attention: partial (scores: hd-term dots; exp; sums of <= L terms, online rescale)
@@ -198,6 +203,10 @@ def main() -> int:
                     "attn_partial", g, b,
                     [q, kc, vc, pos, np.zeros((H, splits, hd), np.float32),
                      np.zeros((H, splits, 2), np.float32), scale], (1e-5, 64), dt, label=label)[4:6]
+                # the bug variant takes the context length by value: same results for L = p + 1
+                run_case("attn_partial_len", g, b,
+                         [q, kc, vc, np.int32(p + 1), np.zeros((H, splits, hd), np.float32),
+                          np.zeros((H, splits, 2), np.float32), scale], (1e-5, 64), dt, label=label)
                 # merge and combine run on the KERNEL's partials (the twin's differ in the last bits)
                 g, b = merge_grid(H, hd)
                 o = run_case("attn_merge", g, b, [part_o, part_ml, np.zeros(D, np.float32)],
