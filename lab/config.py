@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
+from .bugs import BUGS
 from .errors import LabError
 
 # (environment variable, LabConfig field, allowed values, default, meaning)
@@ -23,6 +24,7 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
     ("LAB_KV_DTYPE", "kv_dtype", ("float32", "float16"), "float32", "element type of the KV cache"),
 )
 _BOOL_FIELDS = {"graph", "split_combine"}
+_BUG_VARS = {b.env: name for name, b in BUGS.items()}  # LAB_BUG_<NAME> -> bug name (lab/bugs.py)
 
 
 @dataclass(frozen=True)
@@ -31,8 +33,13 @@ class LabConfig:
     graph: bool = True
     split_combine: bool = False
     kv_dtype: str = "float32"
+    bugs: frozenset = frozenset()   # deliberate bugs switched on (names from lab/bugs.py)
 
     def __post_init__(self):
+        object.__setattr__(self, "bugs", frozenset(self.bugs))
+        unknown = sorted(set(self.bugs) - set(BUGS))
+        if unknown:
+            raise LabError(f"unknown bug(s) {unknown}; known: {', '.join(BUGS)}")
         for var, fld, allowed, _, _ in TOGGLES:
             value = getattr(self, fld)
             shown = ("1" if value else "0") if fld in _BOOL_FIELDS else value
@@ -54,22 +61,34 @@ class LabConfig:
         for var, fld, _, _, _ in TOGGLES:
             value = getattr(self, fld)
             out[var] = ("1" if value else "0") if fld in _BOOL_FIELDS else value
+        for name in sorted(self.bugs):
+            out[BUGS[name].env] = "1"
         return out
 
 
 def _parse(env: Mapping[str, str]) -> dict:
     known = {row[0]: row for row in TOGGLES}
     values = {}
+    bugs = set()
     for var, raw in env.items():
         if not var.startswith("LAB_"):
             continue
+        if var in _BUG_VARS:
+            text = str(raw).strip()
+            if text not in ("0", "1"):
+                raise LabError(f"{var}={raw!r} is not allowed; use one of 0, 1")
+            if text == "1":
+                bugs.add(_BUG_VARS[var])
+            continue
         if var not in known:
-            raise LabError(f"unknown variable {var}; known: {', '.join(sorted(known))}")
+            raise LabError(f"unknown variable {var}; known: {', '.join(sorted([*known, *_BUG_VARS]))}")
         _, fld, allowed, _, _ = known[var]
         text = str(raw).strip()
         if text not in allowed:
             raise LabError(f"{var}={raw!r} is not allowed; use one of {', '.join(allowed)}")
         values[fld] = (text == "1") if fld in _BOOL_FIELDS else text
+    if bugs:
+        values["bugs"] = frozenset(bugs)
     return values
 
 
@@ -80,6 +99,8 @@ def from_env(env: Mapping[str, str] | None = None) -> LabConfig:
 
 def describe() -> str:
     """A table of every toggle, its values and its default (for `decode-lab --help`)."""
-    rows = [f"  {var:<20} {'|'.join(allowed):<18} default {default}: {meaning}"
+    rows = [f"  {var:<26} {'|'.join(allowed):<16} default {default}: {meaning}"
             for var, _, allowed, default, meaning in TOGGLES]
+    rows += [f"  {b.env:<26} {'0|1':<16} default 0: deliberate bug ({b.kind}): {b.what}"
+             for b in BUGS.values()]
     return "\n".join(rows)

@@ -19,6 +19,7 @@ import numpy as np
 
 import kernels
 from kernels import attention, embed, matvec, mlp, position, rmsnorm, rope, sample
+from . import bugs
 from .backend import Launch, make_backend
 from .config import LabConfig
 from .errors import CaptureError, LabError
@@ -78,7 +79,7 @@ class _Buffers:
 
 class DecodeEngine:
     def __init__(self, model: Model, cfg: LabConfig | None = None, backend=None,
-                 kv_init: str = "zeros"):
+                 kv_init: str = "zeros", warm_up: bool = True):
         self.model = model
         self.cfg = cfg or LabConfig()
         self.backend = backend or make_backend(self.cfg)
@@ -90,8 +91,14 @@ class DecodeEngine:
         self.position = 0
         self.n_prompt = 0
         self._steps = 0
+        # host-side state that lazy initialisation changes (only the deliberate bugs use it);
+        # a failed capture restores it, since the captured operations never ran
+        self._lazy: dict = {}
+        self._retired: list = []  # buffers replaced by a lazy re-allocation; graphs may point at them
+        self.warnings: list[str] = []
         self._alloc(kv_init)
-        self.backend.warm_up(kernels.REGISTRY.values())
+        if warm_up:
+            self.backend.warm_up(kernels.REGISTRY.values())
 
     # ---- allocation (once) -------------------------------------------------------------------
     def _alloc(self, kv_init: str) -> None:
@@ -108,13 +115,20 @@ class DecodeEngine:
         for name, n in (("x", D), ("h", D), ("qkv", 3 * D), ("q", D), ("o", D), ("act", F),
                         ("logits", V)):
             setattr(b, name, be.alloc(name, (n,), np.float32))
-        b.part_o = be.alloc("part_o", (H * MAX_SPLITS * hd,), np.float32)
-        b.part_ml = be.alloc("part_ml", (H * MAX_SPLITS * 2,), np.float32)
+        # scratch for the largest plan, once (the lazy_scratch bug starts with one split instead)
+        cap = 1 if bugs.has(self.cfg, "lazy_scratch") else MAX_SPLITS
+        self._lazy["scratch_splits"] = cap
+        b.part_o = be.alloc("part_o", (H * cap * hd,), np.float32)
+        b.part_ml = be.alloc("part_ml", (H * cap * 2,), np.float32)
         cos, sin = rope_tables(hd, c.max_seq, c.rope_theta, np.float32)
         b.cos = be.alloc("rope_cos", cos.shape, np.float32)
         b.sin = be.alloc("rope_sin", sin.shape, np.float32)
-        be.upload(b.cos, cos)
-        be.upload(b.sin, sin)
+        self._rope_host = (cos, sin)
+        if bugs.has(self.cfg, "lazy_table"):
+            self._lazy["rope_uploaded"] = False       # BUG: uploaded on first use instead
+        else:
+            be.upload(b.cos, cos)
+            be.upload(b.sin, sin)
         kv = np.dtype(self.cfg.kv_dtype)
         for i in range(c.n_layer):
             b.k_cache.append(be.alloc(f"k_cache.{i}", (c.max_seq, D), kv, init=kv_init))
@@ -122,9 +136,43 @@ class DecodeEngine:
         # views of the partials for each plan, made here so no step ever creates one
         self._partials = {}
         s = 1
-        while s <= MAX_SPLITS:
+        while s <= cap:
             self._partials[s] = (be.reshape(b.part_o, (H, s, hd)), be.reshape(b.part_ml, (H, s, 2)))
             s *= 2
+
+    # ---- lazy initialisation: only the deliberate bugs (lab/bugs.py) take these paths ---------
+    def _ensure_rope_tables(self) -> None:
+        """BUG lazy_table: upload the RoPE tables on first use, "best effort": a failed upload
+        is only noted (an all too common pattern), so inside a capture the failure does not
+        show here; the sticky capture error shows later, at end_capture."""
+        if not self._lazy.get("rope_uploaded", True):
+            self._lazy["rope_uploaded"] = True        # marked first, as such code usually is
+            try:
+                self.backend.upload(self.buf.cos, self._rope_host[0])
+                self.backend.upload(self.buf.sin, self._rope_host[1])
+            except CaptureError as exc:
+                self.warnings.append(f"rope table upload failed: {exc}")
+
+    def _partials_for(self, splits: int):
+        """The partial buffers viewed for `splits`; BUG lazy_scratch grows them on demand."""
+        if splits > self._lazy["scratch_splits"]:
+            c, be, b = self.model.cfg, self.backend, self.buf
+            self._lazy["scratch_splits"] = splits     # capacity recorded, then allocated
+            self._retired += [b.part_o, b.part_ml]
+            b.part_o = be.alloc("part_o", (c.n_head * splits * c.head_dim,), np.float32)
+            b.part_ml = be.alloc("part_ml", (c.n_head * splits * 2,), np.float32)
+            self._partials = {}
+        if splits not in self._partials:
+            c, be, b = self.model.cfg, self.backend, self.buf
+            self._partials[splits] = (be.reshape(b.part_o, (c.n_head, splits, c.head_dim)),
+                                      be.reshape(b.part_ml, (c.n_head, splits, 2)))
+        return self._partials[splits]
+
+    def _host_prelude(self, plan: Plan) -> None:
+        """Host work before a step's launches. Clean engine: none. BUG pos_outside_graph: the
+        host uploads the position -- at capture time only, so replays never see it again."""
+        if bugs.has(self.cfg, "pos_outside_graph"):
+            self.backend.upload(self.buf.pos, np.array([plan.position], np.int32))
 
     # ---- one step as launches ----------------------------------------------------------------
     def plan(self, position: int | None = None) -> Plan:
@@ -132,43 +180,61 @@ class DecodeEngine:
 
     def step_launches(self, plan: Plan) -> list[Launch]:
         """The decode step for `plan`, in issue order (the data path of one token)."""
+        return list(self.build_step(plan))
+
+    def build_step(self, plan: Plan):
+        """Yield the step's launches one at a time. The engine issues each as it is yielded, so
+        any host work done while building (only the deliberate bugs do some) happens right
+        before the launch that needs it -- where a capture would see it."""
         c, b, w = self.model.cfg, self.buf, self.w
         D, F, V, H, hd = c.d_model, c.d_ff, c.vocab_size, c.n_head, c.head_dim
         eps, scale = np.float32(c.norm_eps), np.float32(1.0 / np.sqrt(hd))
         rows = matvec.MATVEC_ROWS_PER_BLOCK                 # one warp per output row
         mv = (matvec.MATVEC_THREADS,)
         norm = (rmsnorm.RMSNORM_GRID, rmsnorm.RMSNORM_BLOCK)
-        part_o, part_ml = self._partials[plan.splits]        # [H, splits, hd], [H, splits, 2]
-        out: list[Launch] = []
+        bug = lambda name: bugs.has(self.cfg, name)  # noqa: E731  (deliberate bugs, lab/bugs.py)
 
-        def add(kern, grid, block, args, layer=None):
-            out.append(Launch(kern, tuple(grid), tuple(block), tuple(args), layer))
+        def L(kern, grid, block, args, layer=None) -> Launch:
+            return Launch(kern, tuple(grid), tuple(block), tuple(args), layer)
 
-        add(embed.embed, (_cdiv(D, embed.EMBED_THREADS),), (embed.EMBED_THREADS,),
-            (b.tokens, b.pos, w["tok_emb"], b.x))
+        yield L(embed.embed, (_cdiv(D, embed.EMBED_THREADS),), (embed.EMBED_THREADS,),
+                (b.tokens, b.pos, w["tok_emb"], b.x))
         for i in range(c.n_layer):
-            L = f"layers.{i}."
-            add(rmsnorm.rmsnorm, *norm, (b.x, w[L + "attn_norm"], b.h, eps), i)
-            add(matvec.matvec, (_cdiv(3 * D, rows),), mv, (w[L + "wqkv"], b.h, b.qkv), i)
-            add(rope.rope_kv_append, (H,), (hd,),
-                (b.qkv, b.pos, b.cos, b.sin, b.q, b.k_cache[i], b.v_cache[i]), i)
-            add(attention.attn_partial, plan.attn_grid, (hd,),
-                (b.q, b.k_cache[i], b.v_cache[i], b.pos, part_o, part_ml, scale), i)
-            if plan.split_combine:  # fission: merge, then project (bit-identical to the fused form)
-                add(attention.attn_merge, (H,), (hd,), (part_o, part_ml, b.o), i)
-                add(matvec.matvec_residual, (_cdiv(D, rows),), mv, (w[L + "wo"], b.o, b.x), i)
+            p = f"layers.{i}."
+            x_in = self.backend.raw(b.x) if bug("raw_array") and i == 0 else b.x
+            yield L(rmsnorm.rmsnorm, *norm, (x_in, w[p + "attn_norm"], b.h, eps), i)
+            yield L(matvec.matvec, (_cdiv(3 * D, rows),), mv, (w[p + "wqkv"], b.h, b.qkv), i)
+            self._ensure_rope_tables()
+            if bug("frozen_kv_row"):  # the host picks the row: a pointer the graph freezes
+                row = plan.position
+                yield L(rope.rope_kv_append_row, (H,), (hd,), (b.qkv, b.pos, b.cos, b.sin, b.q,
+                        self.backend.row(b.k_cache[i], row), self.backend.row(b.v_cache[i], row)), i)
             else:
-                add(attention.attn_combine, (_cdiv(D, rows),), mv,
-                    (part_o, part_ml, w[L + "wo"], b.x), i)
-            add(rmsnorm.rmsnorm, *norm, (b.x, w[L + "mlp_norm"], b.h, eps), i)
-            add(mlp.swiglu_up, (_cdiv(F, rows),), mv, (w[L + "w_gate"], w[L + "w_up"], b.h, b.act), i)
-            add(matvec.matvec_residual, (_cdiv(D, rows),), mv, (w[L + "w_down"], b.act, b.x), i)
-        add(rmsnorm.rmsnorm, *norm, (b.x, w["final_norm"], b.h, eps))
-        add(matvec.matvec, (_cdiv(V, rows),), mv, (w["lm_head"], b.h, b.logits))
-        add(sample.argmax_next, sample.ARGMAX_GRID, sample.ARGMAX_BLOCK,
-            (b.logits, b.pos, b.n_prompt, b.tokens))
-        add(position.advance, position.ADVANCE_GRID, position.ADVANCE_BLOCK, (b.pos,))
-        return out
+                yield L(rope.rope_kv_append, (H,), (hd,),
+                        (b.qkv, b.pos, b.cos, b.sin, b.q, b.k_cache[i], b.v_cache[i]), i)
+            part_o, part_ml = self._partials_for(plan.splits)  # [H, splits, hd], [H, splits, 2]
+            if bug("ctx_by_value"):   # a loop bound by value: the graph freezes it
+                yield L(attention.attn_partial_len, plan.attn_grid, (hd,), (b.q, b.k_cache[i],
+                        b.v_cache[i], np.int32(plan.position + 1), part_o, part_ml, scale), i)
+            else:
+                yield L(attention.attn_partial, plan.attn_grid, (hd,),
+                        (b.q, b.k_cache[i], b.v_cache[i], b.pos, part_o, part_ml, scale), i)
+            if plan.split_combine:  # fission: merge, then project (bit-identical to the fused form)
+                yield L(attention.attn_merge, (H,), (hd,), (part_o, part_ml, b.o), i)
+                yield L(matvec.matvec_residual, (_cdiv(D, rows),), mv, (w[p + "wo"], b.o, b.x), i)
+            else:
+                yield L(attention.attn_combine, (_cdiv(D, rows),), mv,
+                        (part_o, part_ml, w[p + "wo"], b.x), i)
+            yield L(rmsnorm.rmsnorm, *norm, (b.x, w[p + "mlp_norm"], b.h, eps), i)
+            yield L(mlp.swiglu_up, (_cdiv(F, rows),), mv,
+                    (w[p + "w_gate"], w[p + "w_up"], b.h, b.act), i)
+            yield L(matvec.matvec_residual, (_cdiv(D, rows),), mv, (w[p + "w_down"], b.act, b.x), i)
+        yield L(rmsnorm.rmsnorm, *norm, (b.x, w["final_norm"], b.h, eps))
+        yield L(matvec.matvec, (_cdiv(V, rows),), mv, (w["lm_head"], b.h, b.logits))
+        yield L(sample.argmax_next, sample.ARGMAX_GRID, sample.ARGMAX_BLOCK,
+                (b.logits, b.pos, b.n_prompt, b.tokens))
+        if not bug("pos_outside_graph"):  # (the bug uploads the position in _host_prelude)
+            yield L(position.advance, position.ADVANCE_GRID, position.ADVANCE_BLOCK, (b.pos,))
 
     # ---- requests ----------------------------------------------------------------------------
     def reset(self, prompt_ids, max_new_tokens: int = 0) -> None:
@@ -191,6 +257,25 @@ class DecodeEngine:
         self.backend.upload(self.buf.n_prompt, np.array([ids.size], np.int32))
         self.position, self.n_prompt = 0, int(ids.size)
 
+    def seek(self, position: int) -> None:
+        """Jump the current request to `position` (device `pos` and host mirror) WITHOUT
+        computing the positions before it: the KV rows in between are never written.
+
+        Valid for timing: a step at `position` does the work of a step at that context length
+        (same plan, same bytes read). INVALID for byte-compares: attention reads the unwritten
+        rows, i.e. whatever the cache held -- zeros with `kv_init="zeros"` (reproducible), stale
+        garbage with `kv_init="empty"` (two runs differ). Needs `reset(prompt)` first; the token
+        read at `position` is the prompt's or the id 0 that reset wrote there, a valid id.
+        """
+        limit = self.model.cfg.max_seq - 1      # one step at `position` writes position + 1
+        if self.n_prompt == 0:
+            raise LabError("seek needs a request: call reset(prompt_ids) first")
+        if not 0 <= position < limit:
+            raise LabError(f"seek to position {position} is outside [0, {limit}): a decode step "
+                           f"there would pass max_seq {self.model.cfg.max_seq}")
+        self.backend.upload(self.buf.pos, np.array([position], np.int32))
+        self.position = int(position)
+
     def step(self) -> LedgerEntry:
         """Decode one position: replay the plan's graph (capturing it on a miss) or run eagerly."""
         if self.position + 1 >= self.model.cfg.max_seq:
@@ -207,7 +292,8 @@ class DecodeEngine:
         return entry
 
     def _eager(self, plan: Plan, outcome: str, reason: str = "") -> LedgerEntry:
-        for launch in self.step_launches(plan):
+        self._host_prelude(plan)
+        for launch in self.build_step(plan):
             self.backend.launch(launch)
         return LedgerEntry(self._steps, self.position, plan.key, outcome, reason)
 
@@ -230,9 +316,11 @@ class DecodeEngine:
         """Capture the step for `plan` into a graph: (graph, None), or (None, reason) after
         ending the failed capture cleanly so that the caller can re-issue the step eagerly."""
         be = self.backend
+        saved = dict(self._lazy)
+        self._host_prelude(plan)
         try:
             be.begin_capture()
-            for launch in self.step_launches(plan):
+            for launch in self.build_step(plan):
                 be.launch(launch)
             graph = be.end_capture()
         except CaptureError as exc:
@@ -242,6 +330,7 @@ class DecodeEngine:
                     be.end_capture()
                 except CaptureError as sticky:
                     reason = sticky.reason
+            self._lazy = saved  # the captured operations never ran: undo what lazy code recorded
             return None, reason
         self._graphs[plan.key] = graph
         return graph, None

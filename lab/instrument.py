@@ -11,7 +11,7 @@ import inspect
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .backend.base import Buffer, Launch
+from .backend.base import Buffer, Launch, RawArray
 
 
 def arg_names(kernel) -> list[str]:
@@ -19,7 +19,7 @@ def arg_names(kernel) -> list[str]:
 
 
 def provenance(value) -> str:
-    if isinstance(value, Buffer):
+    if isinstance(value, (Buffer, RawArray)):
         return value.label
     return f"value {value!r}"
 

@@ -13,8 +13,10 @@ Vocabulary:
 """
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,6 +42,16 @@ class Buffer:
 
 
 @dataclass(frozen=True)
+class RawArray:
+    """`buf` passed as its raw framework array (LAB_BUG_RAW_ARRAY): numba synchronises on it."""
+    buf: Buffer
+
+    @property
+    def label(self) -> str:
+        return f"{self.buf.label} (raw array)"
+
+
+@dataclass(frozen=True)
 class Launch:
     kernel: Any                # kernels.KernelSpec
     grid: tuple[int, ...]
@@ -51,6 +63,30 @@ class Launch:
     @property
     def name(self) -> str:
         return self.kernel.name
+
+
+@dataclass(frozen=True)
+class Op:
+    """A host-side device operation, as the lazy-init detector sees it."""
+    kind: str          # allocation | upload | download | synchronize | compilation | array-interface sync
+    detail: str
+    capturing: bool    # issued while a capture was open
+    issued: int        # launches already issued into the open capture when it happened
+    site: str          # the first caller outside lab/backend: "engine.py:123 in _partials_for"
+
+
+_BACKEND_DIR = Path(__file__).resolve().parent
+
+
+def caller_site() -> str:
+    """file:line in function of the innermost caller outside lab/backend (and outside numba/cupy)."""
+    f = sys._getframe(1)
+    while f is not None:
+        path = Path(f.f_code.co_filename)
+        if _BACKEND_DIR not in path.parents and path.parent.name in ("lab", "tests", "notebooks"):
+            return f"{path.name}:{f.f_lineno} in {f.f_code.co_name}"
+        f = f.f_back
+    return "?"
 
 
 class Graph(ABC):
@@ -77,6 +113,16 @@ class Backend(ABC):
 
     def __init__(self):
         self.log = None  # an instrument.LaunchLog, attached by the engine
+        self.ops: list[Op] = []          # host-side device operations, newest last
+        self._issued = 0                 # launches issued into the open capture
+
+    def _op(self, kind: str, detail: str) -> None:
+        self.ops.append(Op(kind, detail, self.is_capturing(), self._issued, caller_site()))
+
+    def raw(self, buf: Buffer) -> RawArray:
+        """The buffer as its raw framework array (a CuPy array on cuda): passing it to a numba
+        launch makes numba synchronise through the array interface (LAB_BUG_RAW_ARRAY)."""
+        return RawArray(buf)
 
     # ---- provenance ------------------------------------------------------------------------
     @abstractmethod

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from ..errors import CaptureError
-from .base import Backend, Buffer, Graph, Launch
+from .base import Backend, Buffer, Graph, Launch, RawArray
 
 
 def _cudart():
@@ -164,6 +164,7 @@ class CudaBackend(Backend):
                 return cp.zeros(shape, dtype) if init == "zeros" else cp.empty(shape, dtype)
         if init not in ("zeros", "empty"):
             raise ValueError(f"init must be 'zeros' or 'empty', not {init!r}")
+        self._op("allocation", name)
         arr = self._capture_guard(f"allocation of {name!r}", make)
         return self._wrap(arr, name)
 
@@ -172,6 +173,7 @@ class CudaBackend(Backend):
         if host.shape != buf.shape:
             raise ValueError(f"upload to {buf.label}: shape {host.shape} != {buf.shape}")
         arr = buf.handle[0]
+        self._op("upload", buf.label)
 
         def copy():
             arr.set(host, stream=self.stream)
@@ -180,6 +182,7 @@ class CudaBackend(Backend):
 
     def download(self, buf) -> np.ndarray:
         arr = buf.handle[0]
+        self._op("download", buf.label)
 
         def copy():
             out = arr.get(stream=self.stream)
@@ -200,23 +203,42 @@ class CudaBackend(Backend):
         return int(self.cp.get_default_memory_pool().used_bytes())
 
     # ---- execution ---------------------------------------------------------------------------
+    def _compile(self, spec):
+        disp = self.nbcuda.jit(list(spec.signatures))(spec.py_func)
+        for overload in disp.overloads.values():
+            overload._codelibrary.get_cufunc()  # load the module now, not at first launch
+        self._compiled[spec.name] = disp
+        return disp
+
     def warm_up(self, kernels) -> None:
         for spec in kernels:
-            if spec.name in self._compiled:
-                continue
-            disp = self.nbcuda.jit(list(spec.signatures))(spec.py_func)
-            for overload in disp.overloads.values():
-                overload._codelibrary.get_cufunc()  # load the module now, not at first launch
-            self._compiled[spec.name] = disp
+            if spec.name not in self._compiled:
+                self._compile(spec)
+
+    def _arg(self, a):
+        if isinstance(a, Buffer):
+            return a.handle[1]
+        if isinstance(a, RawArray):  # the CuPy array itself: numba syncs through its interface
+            self._op("array-interface sync", a.label)
+            return a.buf.handle[0]
+        return a
 
     def launch(self, launch: Launch) -> None:
+        disp = self._compiled.get(launch.name)
+        if disp is None:  # lazy compile + module load: legal during a capture, slow anywhere
+            self._op("compilation", launch.name)
+            disp = self._compile(launch.kernel)
         if self.log is not None:
             self.log.record(launch, "capture" if self.is_capturing() else "eager")
-        args = [a.handle[1] if isinstance(a, Buffer) else a for a in launch.args]
-        kern = self._compiled[launch.name][launch.grid, launch.block, self._nbstream]
+        args = [self._arg(a) for a in launch.args]
+        kern = disp[launch.grid, launch.block, self._nbstream]
         self._capture_guard(f"launch of {launch.name}", kern, *args)
+        if self.is_capturing():
+            self._issued += 1
 
     def synchronize(self) -> None:
+        if self.is_capturing():
+            self._op("synchronize", "stream")
         self._capture_guard("stream synchronize", self.stream.synchronize)
 
     def clock(self) -> float:
@@ -231,6 +253,7 @@ class CudaBackend(Backend):
         if self.is_capturing():
             raise CaptureError("a capture is already open")
         self._offence = None
+        self._issued = 0
         self.stream.begin_capture(mode=self.cp.cuda.runtime.streamCaptureModeGlobal)
 
     def end_capture(self, stream: str = "main") -> CudaGraph:

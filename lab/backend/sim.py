@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import CaptureError
-from .base import Backend, Buffer, Graph, Launch
+from .base import Backend, Buffer, Graph, Launch, RawArray
 from .costmodel import CostModel
 
 _BASE_ADDR = 0x7F00_0000_0000
@@ -86,6 +86,8 @@ class SimBackend(Backend):
         self._stream_ready: dict[str, float] = {}
         self.timeline: list[TimelineEvent] = []
         self.record_timeline = True
+        self._compiled: set[str] = set()
+        self._speed, self._speed_until = 1.0, 0.0     # host drift (CostModel.host_speed)
 
     def describe(self) -> str:
         return "simulated (CPU simulator, cost model calibrated from H200 measurements)"
@@ -107,6 +109,7 @@ class SimBackend(Backend):
         if self._captures:
             raise CaptureError("a capture is already open")
         self._captures[stream] = _Capture(stream)
+        self._issued = 0
 
     def end_capture(self, stream: str = "main") -> SimGraph:
         cap = self._captures.pop(stream, None)
@@ -119,6 +122,7 @@ class SimBackend(Backend):
 
     # ---- memory ------------------------------------------------------------------------------
     def alloc(self, name, shape, dtype, init="zeros") -> Buffer:
+        self._op("allocation", name)
         self._offend(f"allocation of {name!r} during capture")
         shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
         dtype = np.dtype(dtype)
@@ -127,7 +131,10 @@ class SimBackend(Backend):
         if init == "zeros":
             seg = np.zeros(size, np.uint8)
         elif init == "empty":  # unseeded on purpose: uninitialised memory is not reproducible
-            seg = np.random.default_rng().integers(0, 256, size, dtype=np.uint8)
+            rng = np.random.default_rng()
+            seg = rng.integers(0, 256, size, dtype=np.uint8)
+            if dtype.kind == "f":  # a recycled pool block holds an earlier tensor: finite values
+                seg.view(dtype)[:] = rng.standard_normal(size // dtype.itemsize)
         else:
             raise ValueError(f"init must be 'zeros' or 'empty', not {init!r}")
         base = self._next
@@ -150,6 +157,7 @@ class SimBackend(Backend):
         return np.ndarray(buf.shape, buf.dtype, buffer=seg, offset=off)
 
     def upload(self, buf, host) -> None:
+        self._op("upload", buf.label)
         self._offend(f"synchronous host-to-device copy into {buf.label}")
         host = np.asarray(host)
         if host.shape != buf.shape:
@@ -157,6 +165,7 @@ class SimBackend(Backend):
         self._resolve(buf)[...] = host.astype(buf.dtype, copy=False)
 
     def download(self, buf) -> np.ndarray:
+        self._op("download", buf.label)
         self._offend(f"synchronous device-to-host copy from {buf.label}")
         return self._resolve(buf).copy()
 
@@ -179,12 +188,15 @@ class SimBackend(Backend):
 
     # ---- execution ---------------------------------------------------------------------------
     def warm_up(self, kernels) -> None:
-        pass  # twins need no compilation
+        # twins need no compilation; remember what a GPU would have compiled and loaded here
+        self._compiled.update(spec.name for spec in kernels)
 
     def _run(self, launch: Launch) -> float:
         """Execute a launch's twin now; return the bytes it touched (for the cost model)."""
         arrays = []
         for a in launch.args:
+            if isinstance(a, RawArray):
+                a = a.buf
             if isinstance(a, Buffer):
                 arrays.append(self._resolve(a))
             elif isinstance(a, np.ndarray):
@@ -195,6 +207,14 @@ class SimBackend(Backend):
         return _bytes_touched(launch, arrays)
 
     def launch(self, launch: Launch) -> None:
+        if launch.name not in self._compiled:  # lazy compile + module load: legal in a capture
+            self._op("compilation", launch.name)
+            self._compiled.add(launch.name)
+        for a in launch.args:
+            if isinstance(a, RawArray):  # numba synchronises the array's stream before launching
+                self._op("array-interface sync", a.label)
+                self._offend(f"array-interface synchronisation of raw argument {a.buf.label} "
+                             f"for {launch.name} (cudaErrorStreamCaptureIsolation)")
         cap = self._captures.get(launch.stream)
         if cap is None and self._captures:
             self._offend(f"launch of {launch.name} on stream {launch.stream!r}, which is not "
@@ -202,12 +222,13 @@ class SimBackend(Backend):
         if self.log is not None:
             self.log.record(launch, "capture" if cap else "eager")
         if cap is not None:
+            self._issued += 1
             if cap.offence is None:
                 cap.nodes.append(launch)
             return
         nbytes = self._run(launch)
         host0 = self.host_us
-        self.host_us += self.cost.eager_submit(self._rng)
+        self.host_us += self.cost.eager_submit(self._rng) * self._host_speed()
         ready = self._stream_ready.get(launch.stream, 0.0)
         dev0 = max(self.host_us, ready + self.cost.eager_gap_us)
         dev1 = dev0 + self.cost.kernel_us(nbytes)
@@ -218,7 +239,7 @@ class SimBackend(Backend):
         if self._captures:
             self._offend("graph launch during capture")
         host0 = self.host_us
-        self.host_us += self.cost.graph_submit(self._rng)
+        self.host_us += self.cost.graph_submit(self._rng) * self._host_speed()
         t = max(self.host_us, self._stream_ready.get(stream, 0.0))
         for node in graph.nodes:
             nbytes = self._run(node)
@@ -227,12 +248,21 @@ class SimBackend(Backend):
             self._event(node, "graph", host0, self.host_us, dev0, t)
         self._stream_ready[stream] = t
 
+    def _host_speed(self) -> float:
+        """The host-speed factor now: redrawn every cost.host_drift_us of model time."""
+        if self.host_us >= self._speed_until:
+            self._speed = self.cost.host_speed(self._rng)
+            self._speed_until = self.host_us + self.cost.host_drift_us
+        return self._speed
+
     def _event(self, launch, kind, h0, h1, d0, d1) -> None:
         if self.record_timeline:
             self.timeline.append(TimelineEvent(launch.name, launch.layer, launch.stream, kind,
                                                h0, h1, d0, d1))
 
     def synchronize(self) -> None:
+        if self._captures:
+            self._op("synchronize", "device")
         self._offend("device synchronize during capture")
         self.host_us = max([self.host_us, *self._stream_ready.values()])
 
