@@ -232,7 +232,10 @@ class CudaBackend(Backend):
             self.log.record(launch, "capture" if self.is_capturing() else "eager")
         args = [self._arg(a) for a in launch.args]
         kern = disp[launch.grid, launch.block, self._nbstream]
-        self._capture_guard(f"launch of {launch.name}", kern, *args)
+        raw = [a.label for a in launch.args if isinstance(a, RawArray)]
+        what = f"launch of {launch.name}" + (
+            f" with raw argument {raw[0]}: array-interface synchronisation" if raw else "")
+        self._capture_guard(what, kern, *args)
         if self.is_capturing():
             self._issued += 1
 

@@ -1,0 +1,263 @@
+"""Capture audit and lazy-initialisation detector: what a capture would freeze, and which
+first-use initialisation would fire inside one.
+
+`audit(engine)` runs eager steps at different positions and tokens and records every
+host-computed value that reaches a launch: kernel identity, grid and block, each pointer
+(buffer + offset) and each value passed by value -- plus host writes into device memory made
+between steps. Every value that differs between steps is what a capture would freeze:
+  - pointers, by-value sizes and loop bounds, host writes  -> "promote to device memory"
+  - grid / block dims, kernel identity                      -> "capture key" (decode_plan)
+A capture-key value is HANDLED when it is constant within every plan key (the engine captures
+one graph per key); a value to promote is never handled. The clean engine has none unhandled.
+
+`detect_lazy_init(model, cfg)` captures from a fresh engine whose warm-up is skipped, once per
+plan key, in global mode, and reports each initialisation that fired inside a capture (table
+upload, scratch allocation, compilation, array-interface sync): where it fired (caller site,
+which launch needed it) and where its error showed -- which can be a later launch or
+end_capture, since CUDA's capture errors are sticky.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .backend.base import Buffer, RawArray
+from .config import LabConfig
+from .errors import CaptureError
+from .instrument import arg_names
+from .plan import plan_boundaries
+
+AUDIT_PROMPT = "ROMEO:\n"
+_KINDS = {"upload": "table upload", "allocation": "scratch allocation",
+          "compilation": "compilation", "array-interface sync": "array-interface synchronisation",
+          "synchronize": "synchronisation", "download": "device-to-host copy"}
+_LEGAL_IN_CAPTURE = {"compilation"}   # module load is not a stream operation (it still costs)
+
+
+@dataclass(frozen=True)
+class Varying:
+    """One host-computed value that differs between steps."""
+    index: int                 # launch index within the step (-1: host write before the step)
+    kernel: str
+    layer: int | None
+    what: str                  # "grid", "block", "kernel", an argument name, or "host write"
+    kind: str                  # "pointer", "by value", "grid", "block", "kernel", "host write"
+    values: dict               # {step position: value}
+    verdict: str               # "promote to device memory" or "capture key"
+    handled: bool
+
+    def row(self) -> dict:
+        shown = list(self.values.items())
+        sample = ", ".join(f"@{p}: {v}" for p, v in (shown[:2] + shown[-1:]))
+        return {"launch": self.index, "kernel": self.kernel, "layer": self.layer, "value": self.what,
+                "kind": self.kind, "distinct": len(set(map(str, self.values.values()))),
+                "verdict": self.verdict, "handled": self.handled, "sample": sample}
+
+
+@dataclass
+class AuditReport:
+    positions: list[int]
+    varying: list[Varying]
+    source: str
+
+    @property
+    def unhandled(self) -> list[Varying]:
+        return [v for v in self.varying if not v.handled]
+
+    def summary(self) -> str:
+        lines = [f"capture audit over {len(self.positions)} eager steps (positions "
+                 f"{self.positions[0]}..{self.positions[-1]}), {self.source}:",
+                 f"  {len(self.varying)} values differ between steps, "
+                 f"{len(self.unhandled)} unhandled"]
+        for v in self.varying:
+            r = v.row()
+            flag = "ok " if v.handled else "BUG"
+            lines.append(f"  [{flag}] #{r['launch']:>2} {r['kernel']:<20} {r['value']:<10} "
+                         f"{r['kind']:<10} {r['distinct']:>4} values -> {r['verdict']}")
+        return "\n".join(lines)
+
+
+def _arg_value(a):
+    if isinstance(a, (Buffer, RawArray)):
+        return ("pointer", a.label)
+    return ("by value", repr(a.item() if hasattr(a, "item") else a))
+
+
+def audit(engine, prompt: str = AUDIT_PROMPT, tokens: int | None = None) -> AuditReport:
+    """Run eager steps across at least two plan changes and list what differs between them."""
+    c = engine.model.cfg
+    bounds = plan_boundaries(c.max_seq)
+    if tokens is None:  # cross the first two plan boundaries
+        tokens = max(bounds[1] + 4 - len(prompt) + 1, 8)
+    saved = engine.cfg
+    engine.cfg = saved.replace(graph=False)
+    be = engine.backend
+    try:
+        engine.reset(engine.encode(prompt), tokens)
+        steps: dict[int, list] = {}
+        keys: dict[int, tuple] = {}
+        writes: dict[int, list] = {}
+        for _ in range(len(prompt) - 1 + tokens):
+            pos = engine.position
+            keys[pos] = engine.plan().key
+            n_ops = len(be.ops)
+            engine._host_prelude(engine.plan())          # what the step does on the host ...
+            writes[pos] = [(o.kind, o.detail) for o in be.ops[n_ops:] if o.kind == "upload"]
+            steps[pos] = engine.step_launches(engine.plan())
+            for launch in steps[pos]:                    # ... then its launches
+                be.launch(launch)
+            engine.position += 1
+    finally:
+        engine.cfg = saved
+    positions = sorted(steps)
+    # align by launch index (a changed launch count is a kernel-identity change by itself)
+    observed: dict[tuple, dict] = defaultdict(dict)   # (index, what, kind) -> {pos: value}
+    meta: dict[tuple, tuple] = {}
+    for pos in positions:
+        for i, launch in enumerate(steps[pos]):
+            names = arg_names(launch.kernel)
+            for what, kind, value in ([("kernel", "kernel", launch.name), ("grid", "grid", launch.grid),
+                                       ("block", "block", launch.block)]
+                                      + [(n, *_arg_value(a)) for n, a in zip(names, launch.args)]):
+                observed[(i, what, kind)][pos] = value
+                meta.setdefault((i, what, kind), (launch.name, launch.layer))
+        for j, (kind, detail) in enumerate(writes[pos]):
+            observed[(-1, f"host write {j}", "host write")][pos] = f"{detail} (upload)"
+            meta.setdefault((-1, f"host write {j}", "host write"), ("(host)", None))
+    varying = []
+    for (i, what, kind), values in observed.items():
+        if kind == "host write" or len(set(map(str, values.values()))) > 1 or len(values) < len(positions):
+            key_like = kind in ("grid", "block", "kernel")
+            if key_like:
+                per_key = defaultdict(set)
+                for pos, v in values.items():
+                    per_key[keys[pos]].add(str(v))
+                handled = len(values) == len(positions) and all(len(s) == 1 for s in per_key.values())
+            else:
+                handled = False
+            name, layer = meta[(i, what, kind)]
+            varying.append(Varying(i, name, layer, what, kind, values,
+                                   "capture key" if key_like else "promote to device memory", handled))
+    varying.sort(key=lambda v: (v.index, v.what))
+    return AuditReport(positions, varying, be.describe())
+
+
+# ---- lazy initialisation -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class LazyInit:
+    kind: str                  # table upload | scratch allocation | compilation | ...
+    detail: str                # which buffer or kernel
+    site: str                  # caller site, e.g. "engine.py:160 in _ensure_rope_tables"
+    plan_key: tuple
+    launch_index: int          # the launch that needed it (the next one issued)
+    kernel: str
+    legal: bool                # compilation is legal inside a capture (but warm up anyway)
+    surfaced_at: str           # where the capture error showed: "launch 4 (attn_partial)", "end_capture", "-"
+
+    @property
+    def shows_later(self) -> bool:
+        return self.surfaced_at not in ("-", f"launch {self.launch_index} ({self.kernel})")
+
+
+@dataclass
+class LazyInitReport:
+    findings: list[LazyInit]
+    captures: dict             # plan key -> "ok" or the capture error
+    source: str
+
+    @property
+    def illegal(self) -> list[LazyInit]:
+        return [f for f in self.findings if not f.legal]
+
+    def kinds(self) -> set[str]:
+        return {f.kind for f in self.findings}
+
+    def summary(self) -> str:
+        lines = [f"lazy-init detector: {len(self.findings)} first-use initialisations inside "
+                 f"captures ({len(self.illegal)} illegal), {self.source}"]
+        for f in self.findings:
+            lines.append(f"  {'illegal' if not f.legal else 'legal  '} {f.kind:<32} {f.detail:<18} "
+                         f"for launch {f.launch_index} ({f.kernel}) at {f.site}; "
+                         f"error shown at: {f.surfaced_at}")
+        for key, outcome in self.captures.items():
+            lines.append(f"  capture {key}: {outcome}")
+        return "\n".join(lines)
+
+
+def detect_lazy_init(model, cfg: LabConfig, prompt: str = AUDIT_PROMPT, backend=None) -> LazyInitReport:
+    """Capture one step per plan key from a fresh engine with warm-up skipped (global mode)."""
+    from .engine import DecodeEngine
+
+    eng = DecodeEngine(model, cfg.replace(graph=True), backend=backend, warm_up=False)
+    eng.reset(eng.encode(prompt), 0)
+    be = eng.backend
+    findings, captures = [], {}
+    for position in [0] + plan_boundaries(model.cfg.max_seq):
+        plan = eng.plan(position)
+        n_ops = len(be.ops)
+        issued: list = []
+        surfaced: list[str] = []
+        eng._host_prelude(plan)
+        be.begin_capture()
+        builder = eng.build_step(plan)
+        while True:
+            try:
+                launch = next(builder)
+            except StopIteration:
+                break
+            except CaptureError as exc:   # raised while building: shows before its launch
+                surfaced.append(f"building launch {len(issued)}: {exc.reason}")
+                continue
+            try:
+                be.launch(launch)
+            except CaptureError:
+                surfaced.append(f"launch {len(issued)} ({launch.name})")
+            issued.append(launch)
+        try:
+            be.end_capture()
+            captures[plan.key] = "ok"
+        except CaptureError as exc:
+            surfaced.append("end_capture")
+            captures[plan.key] = f"failed: {exc.reason}"
+        for op in be.ops[n_ops:]:
+            if not op.capturing or op.kind not in _KINDS:
+                continue
+            legal = op.kind in _LEGAL_IN_CAPTURE
+            shown = "-" if legal else (surfaced[0] if surfaced else "-")
+            kernel = (issued[op.issued].name if op.issued < len(issued)
+                      else "never issued: the step's build failed")
+            findings.append(LazyInit(_KINDS[op.kind], op.detail, op.site, plan.key, op.issued,
+                                     kernel, legal, shown))
+    return LazyInitReport(findings, captures, be.describe())
+
+
+# ---- the bug table: every deliberate bug, audited, replay-checked and captured -----------------
+def bug_row(model, cfg: LabConfig, name: str | None, prompt: str = AUDIT_PROMPT) -> dict:
+    """One row of the bug table for bug `name` (None: the clean engine) on cfg's backend."""
+    from .engine import DecodeEngine
+    from .verify import replay_check
+
+    bcfg = cfg.replace(bugs=frozenset({name}) if name else frozenset())
+    rep = audit(DecodeEngine(model, bcfg))
+    lazy = detect_lazy_init(model, bcfg)
+    one = replay_check(DecodeEngine(model, bcfg), [prompt], replays=1)
+    three = replay_check(DecodeEngine(model, bcfg), [prompt], replays=3)
+    eng = DecodeEngine(model, bcfg)
+    gen = eng.generate(prompt, 40)
+    fallbacks = [e.reason for e in eng.ledger if e.outcome == "fallback"]
+    return {
+        "bug": name or "(clean)",
+        "audit_flags": sorted({f"{v.kernel}.{v.what}" for v in rep.unhandled}),
+        "lazy_init_flags": sorted({f"{f.kind}: {f.detail}" for f in lazy.illegal}),
+        "replay_1": "pass" if one.ok else "FAIL",
+        "replay_3": "pass" if three.ok else f"FAIL at replay {three.checks[0].first_mismatch}",
+        "capture": "fallback: " + fallbacks[0] if fallbacks else "ok",
+        "graph_text": gen.text,
+        "source": eng.backend.describe(),
+    }
+
+
+def bug_table(model, cfg: LabConfig, prompt: str = AUDIT_PROMPT) -> list[dict]:
+    """Rows for the clean engine and every deliberate bug (lab/bugs.py), on cfg's backend."""
+    from .bugs import BUGS
+    return [bug_row(model, cfg, name, prompt) for name in (None, *BUGS)]
