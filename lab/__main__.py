@@ -2,6 +2,9 @@
 
   decode-lab generate --prompt TEXT --tokens N [--backend auto|cuda|sim] [--eager] [--ledger]
   decode-lab demo [--backend ...] [--tokens N]
+  decode-lab bench ab --a LAB_GRAPH=0 --b LAB_GRAPH=1 [--reps 5] [--json PATH] [--plot PATH]
+  decode-lab bench loo --factors GRAPH,SPLIT_COMBINE
+  decode-lab bench sweep --contexts 64,256,1000 --arms LAB_GRAPH=0 LAB_GRAPH=1 [--kv-init empty]
 
 Bad input (unknown characters, too many tokens, a corrupt weight file, an unknown LAB_* value,
 --backend cuda without a GPU) prints one line `decode-lab: error: ...` and exits with status 2.
@@ -80,6 +83,49 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from .bench import main_bench
+    from .model import DEFAULT_WEIGHTS, load_model
+
+    cfg = from_env()
+    if args.backend:
+        cfg = cfg.replace(backend=args.backend)
+    return main_bench(args, cfg, load_model(args.weights or DEFAULT_WEIGHTS))
+
+
+def _bench_parsers(sub, common) -> None:
+    """`bench ab|loo|sweep`: paired, interleaved measurement (see lab/bench.py)."""
+    bp = sub.add_parser("bench", help="paired interleaved A/B (behind an A/A gate), "
+                        "leave-one-out, context sweep")
+    bsub = bp.add_subparsers(dest="bench", required=True)
+
+    def shared(sp, reps, tokens):
+        sp.add_argument("--reps", type=int, default=reps, help="paired reps per arm")
+        sp.add_argument("--tokens", type=int, default=tokens, help="decoded tokens per rep")
+        sp.add_argument("--kv-init", choices=("zeros", "empty"), default="zeros",
+                        help="KV cache zero-initialised or uninitialised")
+        sp.add_argument("--json", default=None, metavar="PATH", help="write the result as JSON")
+        sp.add_argument("--plot", default=None, metavar="PATH", help="save a plot (matplotlib)")
+        common(sp)
+        sp.set_defaults(fn=cmd_bench)
+
+    ab = bsub.add_parser("ab", help="A vs B, interleaved and paired, after an A/A gate")
+    ab.add_argument("--a", required=True, help="arm A, e.g. LAB_GRAPH=0 (comma-separate several)")
+    ab.add_argument("--b", required=True, help="arm B, e.g. LAB_GRAPH=1")
+    ab.add_argument("--per-token", type=int, default=1000,
+                    help="tokens per arm for the per-token p50/p99 pass (0: skip)")
+    ab.add_argument("--aa-threshold", type=float, default=3.0,
+                    help="A/A fails when its paired |t| exceeds this")
+    shared(ab, 5, 128)
+    lo = bsub.add_parser("loo", help="leave-one-out: what each factor is worth given the others")
+    lo.add_argument("--factors", required=True, help="boolean toggles, e.g. GRAPH,SPLIT_COMBINE")
+    shared(lo, 5, 64)
+    sw = bsub.add_parser("sweep", help="ms/token and tok/s per context length per arm")
+    sw.add_argument("--contexts", required=True, help="e.g. 64,256,1000 (reached with seek)")
+    sw.add_argument("--arms", nargs="+", required=True, help="e.g. LAB_GRAPH=0 LAB_GRAPH=1")
+    shared(sw, 3, 16)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="decode-lab", description=__doc__.split("\n")[0],
                                 epilog="toggles (environment):\n" + describe(),
@@ -104,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--tokens", type=int, default=200)
     common(d)
     d.set_defaults(fn=cmd_demo)
+    _bench_parsers(sub, common)
     return p
 
 

@@ -1,100 +1,513 @@
-"""Paired, interleaved A/B measurement of decode speed.
+"""Measurement you can trust: paired interleaved A/B behind an A/A gate, context sweeps and
+leave-one-out, each with its noise shown. The statistics live in `lab/stats.py`.
 
-Both arms live in one process (one engine each, same weights), run interleaved with the order
-alternated per rep (A B, B A, A B, ...), each after an untimed warm-up that compiles and captures.
-Reported per arm: mean ms/token and its standard error over reps; and the paired difference
-B - A with its standard error and t statistic (paired over reps).
+Rules every function here follows:
+- Arms are `LabConfig`s of ONE build (one engine each, same weights, one process), run
+  interleaved with the order alternated per rep (A B, B A, ...), after an untimed warm-up run per
+  arm that compiles and captures every plan it meets.
+- ms/token of a run = backend.clock() around its steps (model time on the simulator; wall time
+  after a synchronize on a GPU). Standard errors are over reps; differences are paired by rep.
+- `run_ab` first runs A against a second copy of A (the A/A gate: paired |t| <= 3 and
+  byte-identical token ids + final logits); if A/A fails, the A/B is marked not meaningful.
+- Per-token p50/p99 come from a separate pass with a clock() around EACH step (on a GPU that
+  synchronizes per token, so it would distort the throughput pass).
+- `run_sweep` reaches long contexts with `DecodeEngine.seek` (timing only: the skipped KV rows
+  are never written, so outputs there are not comparable).
+- Every result carries `source` (backend.describe(): measured on which GPU, or simulated).
 """
 from __future__ import annotations
 
+import datetime as dt
+import json
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
-from .config import LabConfig
+from .config import TOGGLES, LabConfig
 from .engine import DecodeEngine
+from .errors import LabError
+from .stats import (AA_T_THRESHOLD, aa_verdict, loo_rows, mean_sem, outputs_differ,  # noqa: F401
+                    paired_t, paired_test, percentiles, welch)
 
 BENCH_PROMPT = "ROMEO:\n"
+PER_TOKEN_SAMPLES = 1000   # p99 then rests on the 10 slowest tokens of each arm
 
 
-def mean_sem(values) -> tuple[float, float]:
-    """Mean and standard error of the mean (sample sd / sqrt(n)); sem is nan for n < 2."""
-    v = np.asarray(values, dtype=np.float64)
-    if v.size == 0:
-        raise ValueError("no values")
-    if v.size < 2:
-        return float(v.mean()), float("nan")
-    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size))
-
-
-def paired_t(a, b) -> tuple[float, float, float]:
-    """Paired difference b - a: (mean, sem, t). t is inf when every difference is identical."""
-    d = np.asarray(b, np.float64) - np.asarray(a, np.float64)
-    mean, sem = mean_sem(d)
-    if sem == 0:
-        return mean, sem, (0.0 if mean == 0 else math.copysign(math.inf, mean))
-    return mean, sem, mean / sem
-
-
+# ---- arms --------------------------------------------------------------------------------------
 @dataclass
-class ArmResult:
+class Arm:
     name: str
-    toggles: dict
-    ms_per_token: list[float] = field(default_factory=list)   # one value per rep
-    launches_per_token: int = 0
-    nodes_per_graph: int = 0
+    cfg: LabConfig
+    engine: DecodeEngine
+    ms: list[float] = field(default_factory=list)      # ms/token, one per rep
+    runs: list[tuple] = field(default_factory=list)    # (token ids, final logits), one per rep
 
-    def stats(self) -> tuple[float, float]:
-        return mean_sem(self.ms_per_token)
+    def clear(self) -> None:
+        self.ms, self.runs = [], []
+
+    def summary(self) -> dict:
+        m, s = mean_sem(self.ms)
+        eng = self.engine
+        return {"name": self.name, "toggles": self.cfg.toggles(), "ms_per_token": list(self.ms),
+                "mean_ms": m, "sem_ms": s, "tok_per_s": 1000.0 / m if m else float("nan"),
+                "launches_per_token": len(eng.step_launches(eng.plan(eng.position))),
+                "nodes_per_graph": max((g.node_count for g in eng.graphs.values()), default=0)}
 
 
-def _launches_per_token(engine) -> int:
-    return len(engine.step_launches(engine.plan(0)))
+_SHARED_KERNELS: dict = {}
 
 
-def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
-           prompt: str = BENCH_PROMPT, progress: bool = False, names=("A", "B")) -> dict:
-    """Interleaved paired A/B: returns a JSON-ready dict (per-rep values included)."""
+def default_backend(cfg: LabConfig, index: int):
+    """A backend per arm. Simulated arms get their own seed (independent noise, so an A/A shows
+    real scatter); GPU arms share compiled kernels (numba dispatchers are per process)."""
+    from .backend import make_backend
+    be = make_backend(cfg)
+    if be.name == "sim":
+        from .backend.sim import SimBackend
+        return SimBackend(be.cost, seed=1000 + index)
+    compiled = getattr(be, "_compiled", None)
+    if isinstance(compiled, dict):
+        compiled.update(_SHARED_KERNELS)
+    return be
+
+
+def make_arm(model, name: str, cfg: LabConfig, index: int, kv_init: str = "zeros",
+             backend_factory: Callable | None = None) -> Arm:
+    be = (backend_factory or default_backend)(cfg, index)
+    eng = DecodeEngine(model, cfg, backend=be, kv_init=kv_init)
+    compiled = getattr(be, "_compiled", None)
+    if isinstance(compiled, dict) and be.name != "sim":
+        _SHARED_KERNELS.update(compiled)
+    return Arm(name, cfg, eng)
+
+
+# ---- one timed run -----------------------------------------------------------------------------
+def _timed_steps(engine: DecodeEngine, steps: int) -> float:
+    be = engine.backend
+    t0 = be.clock()
+    for _ in range(steps):
+        engine.step()
+    return 1000.0 * (be.clock() - t0) / steps
+
+
+def decode_run(prompt: str, tokens: int) -> Callable:
+    """A run: reset with the prompt, decode prompt + `tokens` steps; (ms/token, (ids, logits))."""
+    def run(engine):
+        ids = engine.encode(prompt)
+        engine.reset(ids, tokens)
+        ms = _timed_steps(engine, ids.size - 1 + tokens)
+        return ms, (engine.tokens(ids.size + tokens), engine.logits())
+    return run
+
+
+def context_run(prompt: str, context: int, tokens: int) -> Callable:
+    """A run at context length `context`: reset, seek(context), time `tokens` steps."""
+    def run(engine):
+        engine.reset(engine.encode(prompt), 0)
+        engine.seek(context)
+        ms = _timed_steps(engine, tokens)
+        return ms, (engine.tokens(context + tokens + 1), engine.logits())
+    return run
+
+
+def _bar(total: int, desc: str, progress):
+    if progress is False:
+        return None
+    from tqdm.auto import tqdm
+    return tqdm(total=total, desc=desc, unit="run", disable=None if progress is None else False,
+                leave=False)
+
+
+def interleave(arms: list[Arm], reps: int, run: Callable, progress=False, desc: str = "reps",
+               warm_up: bool = True) -> list[str]:
+    """Warm up each arm (one untimed run), then `reps` rounds over the arms, the order reversed
+    every other round (A B, B A, ...). Appends to each arm's ms/runs; returns the run order."""
     if reps < 2:
-        raise ValueError("reps must be >= 2 for a standard error")
-    engines = [DecodeEngine(model, a), DecodeEngine(model, b)]
-    arms = [ArmResult(n, c.toggles()) for n, c in zip(names, (a, b))]
-    for eng, arm in zip(engines, arms):
-        eng.generate(prompt, tokens)            # warm-up: compile, capture every plan met
-        arm.launches_per_token = _launches_per_token(eng)
-        arm.nodes_per_graph = max((g.node_count for g in eng.graphs.values()), default=0)
-    order = range(reps)
-    if progress:
-        from tqdm.auto import tqdm
-        order = tqdm(order, desc="A/B reps", unit="rep")
-    for rep in order:
-        for i in ((0, 1) if rep % 2 == 0 else (1, 0)):
-            arms[i].ms_per_token.append(engines[i].generate(prompt, tokens).ms_per_token)
-    d_mean, d_sem, t = paired_t(arms[0].ms_per_token, arms[1].ms_per_token)
-    ma, sa = arms[0].stats()
-    mb, sb = arms[1].stats()
-    return {
-        "source": engines[0].backend.describe(), "reps": reps, "tokens": tokens, "prompt": prompt,
-        "order": "alternating per rep (A B, B A, ...), warm-up excluded",
-        "arms": [{"name": r.name, "toggles": r.toggles, "ms_per_token": r.ms_per_token,
-                  "mean_ms": m, "sem_ms": s, "launches_per_token": r.launches_per_token,
-                  "nodes_per_graph": r.nodes_per_graph}
-                 for r, m, s in ((arms[0], ma, sa), (arms[1], mb, sb))],
-        "diff_b_minus_a_ms": d_mean, "diff_sem_ms": d_sem, "t": t,
-        "speedup_a_over_b": ma / mb if mb else float("nan"),
-    }
+        raise LabError(f"reps must be >= 2 for a standard error, got {reps}")
+    if warm_up:
+        for arm in arms:
+            run(arm.engine)
+    bar = _bar(reps * len(arms), desc, progress)
+    order = []
+    for rep in range(reps):
+        for arm in (arms if rep % 2 == 0 else arms[::-1]):
+            ms, out = run(arm.engine)
+            arm.ms.append(ms)
+            arm.runs.append(out)
+            order.append(arm.name)
+            if bar is not None:
+                bar.update()
+    if bar is not None:
+        bar.close()
+    return order
+
+
+def per_token_pass(arms: list[Arm], prompt: str, samples: int, tokens: int,
+                   progress=False) -> dict[str, list[float]]:
+    """Per-step ms (clock() around each step) for each arm, `samples` steps each, in requests of
+    at most `tokens` decoded tokens, the arm order alternating per request."""
+    out = {a.name: [] for a in arms}
+    if samples <= 0:
+        return out
+    bar = _bar(samples * len(arms), "per-token", progress)
+    k = 0
+    while min(len(v) for v in out.values()) < samples:
+        for arm in (arms if k % 2 == 0 else arms[::-1]):
+            eng, times = arm.engine, out[arm.name]
+            ids = eng.encode(prompt)
+            n = min(tokens, eng.model.cfg.max_seq - ids.size)
+            eng.reset(ids, n)
+            t = eng.backend.clock()
+            for _ in range(ids.size - 1 + n):
+                eng.step()
+                t1 = eng.backend.clock()
+                times.append(1000.0 * (t1 - t))
+                t = t1
+            if bar is not None:
+                bar.update(ids.size - 1 + n)
+        k += 1
+    if bar is not None:
+        bar.close()
+    return {name: v[:samples] for name, v in out.items()}
+
+
+def _meta(source: str, what: str, **kw) -> dict:
+    return {"what": what, "source": source, "date": dt.datetime.now().isoformat(timespec="seconds"),
+            **kw}
+
+
+# ---- A/B behind an A/A gate ---------------------------------------------------------------------
+def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
+           prompt: str = BENCH_PROMPT, progress=False, names=("A", "B"), aa: bool = True,
+           aa_threshold: float = AA_T_THRESHOLD, per_token: int = PER_TOKEN_SAMPLES,
+           kv_init: str = "zeros", backend_factory: Callable | None = None) -> dict:
+    """A/A (A vs a second copy of A), then the interleaved paired A/B, then per-token p50/p99.
+    Returns a JSON-ready dict; `meaningful` is False (with `reason`) when the A/A gate fails."""
+    run = decode_run(prompt, tokens)
+    arm_a = make_arm(model, names[0], a, 0, kv_init, backend_factory)
+    out = {}
+    if aa:
+        arm_a2 = make_arm(model, names[0] + "'", a, 1, kv_init, backend_factory)
+        order_aa = interleave([arm_a, arm_a2], reps, run, progress, "A/A reps")
+        verdict = aa_verdict(arm_a.ms, arm_a2.ms, arm_a.runs, arm_a2.runs, aa_threshold)
+        out["aa"] = {**verdict.to_dict(), "arms": [arm_a.summary(), arm_a2.summary()],
+                     "run_order": order_aa}
+        arm_a.clear()
+    arm_b = make_arm(model, names[1], b, 2, kv_init, backend_factory)
+    order_ab = interleave([arm_a, arm_b], reps, run, progress, "A/B reps", warm_up=True)
+    test = paired_test(arm_a.ms, arm_b.ms)
+    sa, sb = arm_a.summary(), arm_b.summary()
+    pt = per_token_pass([arm_a, arm_b], prompt, per_token, tokens, progress)
+    for s in (sa, sb):
+        s["per_token"] = percentiles(pt[s["name"]]) if pt[s["name"]] else None
+    ok = out["aa"]["ok"] if aa else None
+    out.update(_meta(arm_a.engine.backend.describe(), "paired interleaved A/B behind an A/A gate",
+                     reps=reps, tokens=tokens, prompt=prompt, kv_init=kv_init,
+                     order="alternating per rep (A B, B A, ...), warm-up excluded"))
+    out.update({
+        "arms": [sa, sb], "run_order": order_ab,
+        "diff_b_minus_a_ms": test["diff"], "diff_sem_ms": test["sem"], "t": test["t"],
+        "p": test["p"], "t_method": test["method"],
+        "speedup_a_over_b": sa["mean_ms"] / sb["mean_ms"] if sb["mean_ms"] else float("nan"),
+        "sem_ratio_a_over_b": sa["sem_ms"] / sb["sem_ms"] if sb["sem_ms"] else float("inf"),
+        "outputs_identical_ab": not outputs_differ(arm_a.runs, arm_b.runs),
+        "per_token_samples": per_token,
+        "meaningful": ok, "reason": "" if ok or ok is None else f"A/A gate failed: "
+                                                                 f"{out['aa']['reason']}",
+    })
+    return out
+
+
+def _toggle_text(toggles: dict) -> str:
+    return " ".join(f"{k[4:]}={v}" for k, v in toggles.items() if k != "LAB_BACKEND")
+
+
+def _tw(arms) -> int:
+    """Width of the toggles column: the widest toggle text of these arms."""
+    return max([7] + [len(_toggle_text(a["toggles"])) for a in arms])
+
+
+def _f(x, fmt=".4f") -> str:
+    return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def _ab_rows(result: dict) -> list[tuple[str, dict]]:
+    """(label, arm) for the A/A pair (when present) and the A/B pair."""
+    aa = [(f"{a['name']} (A/A)", a) for a in result["aa"]["arms"]] if result.get("aa") else []
+    return aa + [(a["name"], a) for a in result["arms"]]
 
 
 def format_ab(result: dict) -> str:
-    lines = [f"{'arm':<6} {'toggles':<34} {'ms/token':>9} {'± sem':>9} {'launches/tok':>12} "
-             f"{'nodes/graph':>11}"]
-    for arm in result["arms"]:
-        tg = " ".join(f"{k[4:]}={v}" for k, v in arm["toggles"].items() if k != "LAB_BACKEND")
-        lines.append(f"{arm['name']:<6} {tg:<34} {arm['mean_ms']:>9.4f} {arm['sem_ms']:>9.4f} "
+    lines = []
+    aa = result.get("aa")
+    if aa:
+        lines.append(f"A/A gate ({aa['arms'][0]['name']} vs {aa['arms'][1]['name']}): "
+                     f"{'PASS' if aa['ok'] else 'FAIL'}  paired t = {aa['t']:.2f} "
+                     f"(threshold {aa['threshold']:g}), outputs "
+                     f"{'byte-identical' if aa['outputs_identical'] else 'DIFFER'}")
+    tw = _tw([a for _, a in _ab_rows(result)])
+    lines.append(f"{'arm':<13} {'toggles':<{tw}} {'ms/token':>9} {'± sem us':>9} {'p50 ms':>8} "
+                 f"{'p99 ms':>8} {'launches/tok':>12} {'nodes/graph':>11}")
+    for label, arm in _ab_rows(result):
+        pt = arm.get("per_token") or {}
+        lines.append(f"{label:<13} {_toggle_text(arm['toggles']):<{tw}} "
+                     f"{arm['mean_ms']:>9.4f} {_f(arm['sem_ms'] * 1000, '.2f'):>9} "
+                     f"{_f(pt.get('p50')):>8} {_f(pt.get('p99')):>8} "
                      f"{arm['launches_per_token']:>12} {arm['nodes_per_graph']:>11}")
-    lines.append(f"B - A = {result['diff_b_minus_a_ms']:+.4f} ms/token ± {result['diff_sem_ms']:.4f} "
-                 f"(paired t = {result['t']:.1f}); A/B ratio {result['speedup_a_over_b']:.2f}x; "
+    p = result.get("p")
+    a, b = (arm["name"] for arm in result["arms"])
+    lines.append(f"{b} - {a} = {result['diff_b_minus_a_ms']:+.4f} ms/token ± {result['diff_sem_ms']:.4f} "
+                 f"(paired t = {result['t']:.1f}{'' if p is None else f', p = {p:.2g}'}); "
+                 f"{a}/{b} ratio {result['speedup_a_over_b']:.2f}x; "
                  f"{result['reps']} reps x {result['tokens']} tokens")
+    if "sem_ratio_a_over_b" in result:
+        lines.append(f"sem ratio {a}/{b} {result['sem_ratio_a_over_b']:.1f}x" + (
+            f"; per-token p50/p99 over {result['per_token_samples']} tokens per arm (separate "
+            f"pass, clock per step)" if result.get("per_token_samples") else ""))
+    if result.get("meaningful") is False:
+        lines.append(f"NOT MEANINGFUL: {result['reason']}")
     lines.append(f"source: {result['source']}")
     return "\n".join(lines)
+
+
+# ---- context sweep -----------------------------------------------------------------------------
+def parse_contexts(text) -> list[int]:
+    try:
+        vals = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise LabError(f"contexts must be comma-separated integers, got {text!r}") from None
+    if not vals:
+        raise LabError("give at least one context length")
+    return vals
+
+
+def run_sweep(model, arms: dict[str, LabConfig], contexts, reps: int = 3, tokens: int = 16,
+              prompt: str = BENCH_PROMPT, progress=False, kv_init: str = "zeros",
+              backend_factory: Callable | None = None) -> dict:
+    """ms/token and tok/s per context per arm. Context c = tokens already in the cache: the
+    timed steps run at positions c .. c + tokens - 1, reached with seek (timing only)."""
+    max_seq = model.cfg.max_seq
+    n_prompt = len(model.tokenizer.encode(prompt))
+    for c in contexts:
+        if c < n_prompt - 1:
+            raise LabError(f"context {c} is inside the {n_prompt}-token prompt; use >= {n_prompt - 1}")
+        if c + tokens >= max_seq:
+            raise LabError(f"context {c} + {tokens} tokens = {c + tokens} passes max_seq {max_seq}"
+                           f" (one position is the next token); the largest context for "
+                           f"{tokens} tokens is {max_seq - 1 - tokens}")
+    bench = [make_arm(model, n, cfg, i, kv_init, backend_factory)
+             for i, (n, cfg) in enumerate(arms.items())]
+    rows = []
+    for c in contexts:
+        for arm in bench:
+            arm.clear()
+        interleave(bench, reps, context_run(prompt, c, tokens), progress, f"context {c}")
+        for arm in bench:
+            s = arm.summary()
+            rows.append({"context": c, "arm": arm.name, "toggles": s["toggles"],
+                         "mean_ms": s["mean_ms"], "sem_ms": s["sem_ms"], "tok_per_s": s["tok_per_s"],
+                         "ms_per_token": s["ms_per_token"], "splits": arm.engine.plan(c).splits,
+                         "launches_per_token": s["launches_per_token"]})
+    return {**_meta(bench[0].engine.backend.describe(), "decode speed per context length "
+                    "(seek: timing only)", reps=reps, tokens=tokens, kv_init=kv_init),
+            "contexts": list(contexts), "arms": list(arms), "rows": rows}
+
+
+def format_sweep(result: dict) -> str:
+    lines = [f"{'context':>7} {'splits':>6} {'arm':<22} {'ms/token':>9} {'± sem us':>9} {'tok/s':>9}"]
+    for r in result["rows"]:
+        lines.append(f"{r['context']:>7} {r['splits']:>6} {r['arm']:<22} {r['mean_ms']:>9.4f} "
+                     f"{_f(r['sem_ms'] * 1000, '.2f'):>9} {r['tok_per_s']:>9.0f}")
+    lines.append(f"{result['reps']} reps x {result['tokens']} tokens per context, kv_init "
+                 f"{result['kv_init']}; source: {result['source']}")
+    return "\n".join(lines)
+
+
+# ---- leave-one-out -----------------------------------------------------------------------------
+def known_factors() -> list[str]:
+    """Boolean LAB_* toggles (without the prefix): the factors leave-one-out can switch."""
+    return [var[4:] for var, _, allowed, _, _ in TOGGLES if sorted(allowed) == ["0", "1"]]
+
+
+def parse_factors(factors) -> list[str]:
+    items = factors.split(",") if isinstance(factors, str) else list(factors)
+    names = [f.strip().upper().removeprefix("LAB_") for f in items if f.strip()]
+    known = known_factors()
+    for f in names:
+        if f not in known:
+            raise LabError(f"unknown factor {f}; known: {', '.join(known)}")
+    if not names or len(set(names)) != len(names):
+        raise LabError(f"give distinct factors, e.g. {','.join(known)}")
+    return names
+
+
+def loo_configs(base: LabConfig, factors) -> dict[str, LabConfig]:
+    """all-on, all-off, and -F (F off, the others on) for each factor F."""
+    def cfg(off):
+        return base.with_toggles({f"LAB_{f}": "0" if f in off else "1" for f in factors})
+    return {"all-on": cfg(()), "all-off": cfg(factors), **{f"-{f}": cfg((f,)) for f in factors}}
+
+
+def run_loo(model, factors, base: LabConfig | None = None, reps: int = 5, tokens: int = 64,
+            prompt: str = BENCH_PROMPT, progress=False, kv_init: str = "zeros",
+            backend_factory: Callable | None = None) -> dict:
+    """Leave-one-out: the arms of `loo_configs`, interleaved; then the all-off arm checked
+    against a plain baseline (a fresh engine, same config, its reps run back to back)."""
+    factors = parse_factors(factors)
+    cfgs = loo_configs(base or LabConfig(), factors)
+    run = decode_run(prompt, tokens)
+    arms = [make_arm(model, n, c, i, kv_init, backend_factory) for i, (n, c) in enumerate(cfgs.items())]
+    order = interleave(arms, reps, run, progress, "leave-one-out reps")
+    ms = {a.name: a.ms for a in arms}
+    plain = make_arm(model, "baseline", cfgs["all-off"], len(arms), kv_init, backend_factory)
+    run(plain.engine)                                  # warm-up
+    for _ in range(reps):
+        t, o = run(plain.engine)
+        plain.ms.append(t)
+        plain.runs.append(o)
+    off = next(a for a in arms if a.name == "all-off")
+    gap = welch(off.ms, plain.ms)
+    why = outputs_differ(off.runs, plain.runs)
+    flags = []
+    if not abs(gap["z"]) <= AA_T_THRESHOLD:
+        flags.append(f"baseline - all-off = {gap['diff']:+.4f} ± {gap['sem']:.4f} ms/token "
+                     f"(|z| = {abs(gap['z']):.1f} > {AA_T_THRESHOLD:g}): interleaving changes the "
+                     f"all-off arm")
+    if why:
+        flags.append(f"outputs differ from the baseline: {why}")
+    return {**_meta(arms[0].engine.backend.describe(), "leave-one-out", reps=reps, tokens=tokens,
+                    prompt=prompt, kv_init=kv_init),
+            "factors": factors, "arms": [a.summary() for a in arms], "run_order": order,
+            "rows": loo_rows(ms, factors),
+            "baseline": {**plain.summary(), "gap_ms": gap["diff"], "gap_sem_ms": gap["sem"],
+                         "z": gap["z"], "ok": not flags, "reason": "; ".join(flags)}}
+
+
+def format_loo(result: dict) -> str:
+    tw = _tw(result["arms"])
+    lines = [f"{'arm':<20} {'toggles':<{tw}} {'ms/token':>9} {'± sem us':>9}"]
+    for a in result["arms"]:
+        lines.append(f"{a['name']:<20} {_toggle_text(a['toggles']):<{tw}} {a['mean_ms']:>9.4f} "
+                     f"{_f(a['sem_ms'] * 1000, '.2f'):>9}")
+    lines.append("")
+    lines.append(f"{'factor':<20} {'worth = off - all-on (ms/token)':>32} {'± sem us':>9} {'t':>8}")
+    for r in result["rows"]:
+        lines.append(f"{r['factor']:<20} {r['worth_ms']:>+32.4f} {_f(r['sem_ms'] * 1000, '.2f'):>9} "
+                     f"{_f(r['t'], '.1f'):>8}")
+    b = result["baseline"]
+    lines.append(f"baseline (all-off, un-interleaved): {b['mean_ms']:.4f} ± {_f(b['sem_ms'])} "
+                 f"ms/token; gap {b['gap_ms']:+.4f} ± {b['gap_sem_ms']:.4f} -> "
+                 f"{'ok' if b['ok'] else 'FLAGGED: ' + b['reason']}")
+    lines.append(f"{result['reps']} reps x {result['tokens']} tokens; source: {result['source']}")
+    return "\n".join(lines)
+
+
+# ---- output ------------------------------------------------------------------------------------
+def source_label(source: str) -> str:
+    return "simulated" if source.startswith("simulated") else source.split(",")[0]
+
+
+def plot(result: dict, ax=None):
+    """One figure per result kind (A/B, sweep, leave-one-out); the title names the source."""
+    import matplotlib
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    label = source_label(result["source"])
+    if "rows" in result and "contexts" in result:                       # sweep
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 3.5))
+        for name in result["arms"]:
+            rs = [r for r in result["rows"] if r["arm"] == name]
+            ax.errorbar([r["context"] for r in rs], [r["mean_ms"] for r in rs],
+                        yerr=[r["sem_ms"] for r in rs], marker="o", capsize=3, label=name)
+        ax.set_xlabel("context length")
+        ax.set_ylabel("ms / token")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+        ax.set_title(f"decode speed vs context [{label}]", fontsize=9)
+    elif "factors" in result:                                           # leave-one-out
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 3))
+        rows = result["rows"]
+        ax.barh([r["factor"] for r in rows], [r["worth_ms"] for r in rows],
+                xerr=[r["sem_ms"] for r in rows], capsize=3, color="#1f77b4")
+        ax.axvline(0, color="black", linewidth=0.5)
+        ax.set_xlabel("ms/token added when switched off (± sem)")
+        ax.set_title(f"leave-one-out [{label}]", fontsize=9)
+    else:                                                               # A/B
+        rows = _ab_rows(result)
+        arms = [a for _, a in rows]
+        if ax is None:
+            _, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+        else:
+            axes = ax
+        names = [label for label, _ in rows]
+        axes[0].bar(names, [a["mean_ms"] for a in arms], yerr=[a["sem_ms"] for a in arms],
+                    capsize=4, color="#1f77b4")
+        axes[0].set_ylabel("ms / token (± sem)")
+        axes[0].set_title(f"A/A and A/B [{label}]", fontsize=9)
+        axes[1].bar(names, [a["sem_ms"] * 1000 for a in arms], color="#d62728")
+        axes[1].set_yscale("log")
+        axes[1].set_ylabel("standard error (us / token)")
+        axes[1].set_title(f"noise per arm, {result['reps']} reps [{label}]", fontsize=9)
+        ax = axes
+    return ax
+
+
+def save(result: dict, json_path=None, plot_path=None) -> None:
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=2, default=_jsonable)
+    if plot_path:
+        import matplotlib.pyplot as plt
+        ax = plot(result)
+        fig = (ax[0] if isinstance(ax, (list, tuple, np.ndarray)) else ax).figure
+        fig.tight_layout()
+        fig.savefig(plot_path, dpi=120)
+        plt.close(fig)
+
+
+def _jsonable(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+# ---- command line (`decode-lab bench ab|loo|sweep`) --------------------------------------------
+def parse_arm(text: str, base: LabConfig) -> LabConfig:
+    """`LAB_GRAPH=0` or `LAB_GRAPH=0,LAB_SPLIT_COMBINE=1` (the LAB_ prefix may be left out)."""
+    assignments = {}
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        if "=" not in item:
+            raise LabError(f"arm {text!r}: expected LAB_NAME=VALUE[,LAB_NAME=VALUE ...]")
+        k, v = (s.strip() for s in item.split("=", 1))
+        k = k.upper()
+        assignments[k if k.startswith("LAB_") else f"LAB_{k}"] = v
+    return base.with_toggles(assignments)
+
+
+def main_bench(args, base: LabConfig, model) -> int:
+    """Run one `decode-lab bench` subcommand; print its table; save --json / --plot."""
+    progress = True if args.progress else None          # None: a bar only on a terminal
+    common = dict(progress=progress, kv_init=args.kv_init)
+    if args.bench == "ab":
+        a, b = parse_arm(args.a, base), parse_arm(args.b, base)
+        res = run_ab(model, a, b, reps=args.reps, tokens=args.tokens, per_token=args.per_token,
+                     aa_threshold=args.aa_threshold, names=("A", "B"), **common)
+        print(format_ab(res))
+    elif args.bench == "loo":
+        res = run_loo(model, args.factors, base=base, reps=args.reps, tokens=args.tokens, **common)
+        print(format_loo(res))
+    else:
+        arms = {text: parse_arm(text, base) for text in args.arms}
+        res = run_sweep(model, arms, parse_contexts(args.contexts), reps=args.reps,
+                        tokens=args.tokens, **common)
+        print(format_sweep(res))
+    save(res, args.json, args.plot)
+    return 0

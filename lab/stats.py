@@ -1,0 +1,139 @@
+"""The statistics of a benchmark, as pure functions of numbers (no engine, no device).
+
+  mean_sem        mean and standard error of the mean
+  paired_t        paired difference b - a over reps: mean, sem, t (NumPy only)
+  paired_test     the same with a p-value (scipy.stats.ttest_rel when scipy is installed)
+  percentiles     p50 / p99 of per-token times, with the sample count that makes p99 meaningful
+  welch           unpaired difference of two means with its standard error (baseline checks)
+  AAVerdict       the A/A gate: is A already different from A beyond its noise?
+  loo_rows        leave-one-out arithmetic: what each factor is worth in presence of the others
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+# An A/A pair whose paired |t| exceeds this is "different beyond its noise". With 5 reps (4 degrees
+# of freedom) two truly identical arms exceed |t| = 3 about 4% of the time: a failed gate means
+# "re-run, then look", never "B is faster".
+AA_T_THRESHOLD = 3.0
+
+
+def mean_sem(values) -> tuple[float, float]:
+    """Mean and standard error of the mean (sample sd / sqrt(n)); sem is nan for n < 2."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        raise ValueError("no values")
+    if v.size < 2:
+        return float(v.mean()), float("nan")
+    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size))
+
+
+def paired_t(a, b) -> tuple[float, float, float]:
+    """Paired difference b - a: (mean, sem, t). t is inf when every difference is identical."""
+    d = np.asarray(b, np.float64) - np.asarray(a, np.float64)
+    mean, sem = mean_sem(d)
+    if sem == 0:
+        return mean, sem, (0.0 if mean == 0 else math.copysign(math.inf, mean))
+    return mean, sem, mean / sem
+
+
+def paired_test(a, b) -> dict:
+    """Paired difference b - a with t and a two-sided p-value (scipy's ttest_rel when scipy is
+    importable; else NumPy's paired_t and p = None). Keys: diff, sem, t, p, df, method."""
+    if len(a) != len(b):
+        raise ValueError(f"paired samples need equal lengths, got {len(a)} and {len(b)}")
+    diff, sem, t = paired_t(a, b)
+    out = {"diff": diff, "sem": sem, "t": t, "p": None, "df": len(a) - 1, "method": "paired_t"}
+    if sem > 0:
+        try:
+            from scipy import stats  # lazily: scipy is a dev extra
+        except ImportError:
+            return out
+        res = stats.ttest_rel(np.asarray(b, np.float64), np.asarray(a, np.float64))
+        out.update(t=float(res.statistic), p=float(res.pvalue), method="scipy.stats.ttest_rel")
+    return out
+
+
+def welch(a, b) -> dict:
+    """Unpaired difference mean(b) - mean(a) with sem = sqrt(sem_a^2 + sem_b^2) and z = diff/sem."""
+    ma, sa = mean_sem(a)
+    mb, sb = mean_sem(b)
+    diff, sem = mb - ma, math.hypot(sa, sb)
+    z = diff / sem if sem > 0 else (0.0 if diff == 0 else math.copysign(math.inf, diff))
+    return {"diff": diff, "sem": sem, "z": z}
+
+
+def percentiles(samples, qs=(50, 99)) -> dict:
+    """{"n": count, "p50": ..., "p99": ...}. p99 over n samples rests on the n/100 largest:
+    with n = 1000 that is 10 samples, enough to be more than one outlier."""
+    v = np.asarray(samples, np.float64)
+    if v.size == 0:
+        raise ValueError("no samples")
+    return {"n": int(v.size), **{f"p{q:g}": float(np.percentile(v, q)) for q in qs}}
+
+
+@dataclass
+class AAVerdict:
+    ok: bool
+    t: float
+    diff_ms: float
+    sem_ms: float
+    threshold: float
+    outputs_identical: bool
+    reason: str          # "" when ok
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def outputs_differ(runs_a, runs_b) -> str:
+    """Byte-compare two lists of (token ids, final logits) runs; "" when identical, else why.
+    Non-finite logits count as a failure: two NaN runs agreeing proves nothing."""
+    if len(runs_a) != len(runs_b):
+        return f"{len(runs_a)} runs against {len(runs_b)}"
+    for i, ((ta, la), (tb, lb)) in enumerate(zip(runs_a, runs_b)):
+        if np.asarray(ta).tobytes() != np.asarray(tb).tobytes():
+            return f"token ids differ in run {i + 1}"
+        if np.asarray(la).tobytes() != np.asarray(lb).tobytes():
+            return f"final logits differ in run {i + 1}"
+        if not (np.isfinite(la).all() and np.isfinite(lb).all()):
+            return f"final logits hold NaN or inf in run {i + 1}"
+    return ""
+
+
+def aa_verdict(ms_a, ms_a2, runs_a=(), runs_a2=(), threshold: float = AA_T_THRESHOLD) -> AAVerdict:
+    """The A/A gate: A and its copy A' must not differ beyond their noise (paired |t| <=
+    threshold) and must produce byte-identical outputs. Otherwise an A/B is not meaningful."""
+    diff, sem, t = paired_t(ms_a, ms_a2)
+    why = outputs_differ(list(runs_a), list(runs_a2))
+    reasons = []
+    if why:
+        reasons.append(f"outputs differ: {why}")
+    if not abs(t) <= threshold:   # also catches nan
+        reasons.append(f"A/A paired |t| = {abs(t):.1f} > {threshold:g} "
+                       f"(A' - A = {diff * 1000:+.2f} ± {sem * 1000:.2f} us/token)")
+    return AAVerdict(not reasons, t, diff, sem, threshold, not why, "; ".join(reasons))
+
+
+def loo_rows(ms: dict, factors) -> list[dict]:
+    """Leave-one-out arithmetic on per-rep ms/token of the arms "all-on", "all-off" and "-F" for
+    each factor F: what F is worth in the presence of the others = (-F) - (all-on), paired over
+    reps. A last row "all" gives all-off - all-on, and "interaction" that total minus the sum of
+    the single worths (0 when the factors add)."""
+    on = ms["all-on"]
+    rows = []
+    for f in factors:
+        r = paired_test(on, ms[f"-{f}"])
+        rows.append({"factor": f, "worth_ms": r["diff"], "sem_ms": r["sem"], "t": r["t"]})
+    total = paired_test(on, ms["all-off"])
+    rows.append({"factor": "all", "worth_ms": total["diff"], "sem_ms": total["sem"],
+                 "t": total["t"]})
+    singles = sum(np.asarray(ms[f"-{f}"], np.float64) - np.asarray(on, np.float64) for f in factors)
+    inter = np.asarray(ms["all-off"], np.float64) - np.asarray(on, np.float64) - singles
+    m, s = mean_sem(inter)
+    rows.append({"factor": "interaction", "worth_ms": m, "sem_ms": s,
+                 "t": (m / s if s and s > 0 else float("nan"))})
+    return rows

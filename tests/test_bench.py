@@ -1,0 +1,238 @@
+"""Measurement: statistics on known inputs, the A/A gate (passes for identical arms, fails for a
+noisy one), interleaving order, leave-one-out arithmetic, factor errors, and the bench CLI."""
+import dataclasses
+import json
+import math
+import string
+
+import numpy as np
+import pytest
+
+from lab import bench, stats
+from lab.__main__ import main
+from lab.backend.costmodel import CostModel
+from lab.backend.sim import SimBackend
+from lab.config import LabConfig
+from lab.errors import LabError
+from lab.model import ModelConfig, random_model, sha256_of
+
+VOCAB = "\n !$&',-.3:;?" + string.ascii_letters
+SMALL = ModelConfig(vocab=VOCAB, d_model=32, n_layer=1, n_head=2, d_ff=64, max_seq=128,
+                    rope_theta=10000.0, norm_eps=1e-5)
+
+
+@pytest.fixture(scope="module")
+def small():
+    """A one-layer random model: the bench's logic does not depend on the weights, and it
+    keeps each simulated step around a millisecond."""
+    return random_model(SMALL)
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory, small):
+    """The small model as a weights file + description, for the CLI."""
+    d = tmp_path_factory.mktemp("weights")
+    npz = d / "small.npz"
+    np.savez(npz, **small.weights)
+    meta = {**dataclasses.asdict(SMALL), "sha256": sha256_of(npz)}
+    (d / "small.json").write_text(json.dumps(meta))
+    return str(npz)
+
+
+SIM = LabConfig(backend="sim")
+
+
+# ---- statistics on known inputs ---------------------------------------------------------------
+def test_mean_sem_exact():
+    m, s = stats.mean_sem([1.0, 2.0, 3.0, 4.0])
+    assert m == 2.5 and s == pytest.approx(math.sqrt(5 / 3) / 2, rel=1e-12)  # sd = sqrt(5/3)
+    assert math.isnan(stats.mean_sem([7.0])[1])
+
+
+def test_paired_t_exact():
+    diff, sem, t = stats.paired_t([1.0, 2.0, 3.0], [2.0, 4.0, 6.0])   # d = 1, 2, 3
+    assert diff == 2.0 and sem == pytest.approx(1 / math.sqrt(3)) and t == pytest.approx(2 * math.sqrt(3))
+    assert stats.paired_t([1, 2], [2, 3])[2] == math.inf                 # identical differences
+    assert stats.paired_t([1, 2], [1, 2])[2] == 0.0
+
+
+def test_paired_test_matches_scipy():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    a, b = [1.0, 2.0, 3.0, 5.0], [2.0, 4.1, 6.0, 5.5]
+    r = stats.paired_test(a, b)
+    ref = scipy_stats.ttest_rel(b, a)
+    assert r["t"] == pytest.approx(ref.statistic) and r["p"] == pytest.approx(ref.pvalue)
+    assert r["t"] == pytest.approx(stats.paired_t(a, b)[2]) and r["df"] == 3
+    with pytest.raises(ValueError):
+        stats.paired_test([1, 2], [1, 2, 3])
+
+
+def test_percentiles_and_welch():
+    p = stats.percentiles(np.arange(1, 1001))
+    assert p == {"n": 1000, "p50": 500.5, "p99": pytest.approx(990.01)}
+    w = stats.welch([1.0, 2.0, 3.0], [2.0, 3.0, 4.0])
+    assert w["diff"] == 1.0 and w["sem"] == pytest.approx(math.sqrt(2 / 3))
+
+
+# ---- the A/A gate ------------------------------------------------------------------------------
+def _runs(n, logits=None):
+    return [(np.arange(5, dtype=np.int32), np.ones(4, np.float32) if logits is None else logits)
+            for _ in range(n)]
+
+
+def test_aa_verdict_on_synthetic_timings():
+    a = [2.40, 2.42, 2.39, 2.41, 2.43]
+    noise = [0.004, -0.003, 0.002, -0.001, 0.001]
+    ok = stats.aa_verdict(a, np.add(a, noise), _runs(5), _runs(5))
+    assert ok.ok and ok.outputs_identical and ok.reason == ""
+    shifted = stats.aa_verdict(a, np.add(a, 0.05) + noise, _runs(5), _runs(5))
+    assert not shifted.ok and "paired |t|" in shifted.reason
+    bad = _runs(5)
+    bad[3] = (bad[3][0], np.full(4, 2, np.float32))
+    differ = stats.aa_verdict(a, np.add(a, noise), _runs(5), bad)
+    assert not differ.ok and "final logits differ in run 4" in differ.reason
+    nan = _runs(5, np.full(4, np.nan, np.float32))
+    assert "NaN" in stats.aa_verdict(a, a, nan, nan).reason      # NaN == NaN bytewise proves nothing
+
+
+def test_aa_gate_passes_for_identical_arms(small):
+    res = bench.run_ab(small, SIM.replace(graph=False), SIM, reps=3, tokens=8, per_token=0)
+    assert res["aa"]["ok"] and res["meaningful"] is True and res["aa"]["outputs_identical"]
+    assert res["outputs_identical_ab"]           # graph vs eager: byte-identical by definition
+    assert res["t"] < -3                         # graph is faster, far beyond the noise
+
+
+def test_aa_gate_fails_for_a_noisy_copy_of_a(small):
+    noisy = CostModel(eager_jitter=1.0, eager_spike_p=0.3, eager_spike_us=2000.0)
+
+    def factory(cfg, index):   # index 1 is the second copy of A in the A/A
+        return SimBackend(noisy if index == 1 else CostModel(), seed=index)
+
+    res = bench.run_ab(small, SIM.replace(graph=False), SIM, reps=3, tokens=8, per_token=0,
+                       backend_factory=factory)
+    assert not res["aa"]["ok"] and res["meaningful"] is False
+    assert "A/A gate failed" in res["reason"] and "paired |t|" in res["reason"]
+    assert "NOT MEANINGFUL" in bench.format_ab(res)
+
+
+def test_interleaving_alternates_and_excludes_warm_up():
+    calls = []
+
+    class FakeEngine:
+        def __init__(self, name):
+            self.name = name
+
+    arms = [bench.Arm(n, SIM, FakeEngine(n)) for n in ("A", "B", "C")]
+
+    def run(engine):
+        calls.append(engine.name)
+        return float(len(calls)), (np.zeros(1), np.zeros(1))
+
+    order = bench.interleave(arms, 4, run)
+    assert calls[:3] == ["A", "B", "C"]                         # warm-up, one untimed run each
+    assert order == calls[3:] == ["A", "B", "C", "C", "B", "A", "A", "B", "C", "C", "B", "A"]
+    assert [len(a.ms) for a in arms] == [4, 4, 4] and 1.0 not in arms[0].ms
+    with pytest.raises(LabError, match="reps must be >= 2"):
+        bench.interleave(arms, 1, run)
+
+
+def test_ab_records_the_run_order_and_per_token_percentiles(small):
+    res = bench.run_ab(small, SIM.replace(graph=False), SIM, reps=4, tokens=6, per_token=50)
+    assert res["aa"]["run_order"] == ["A", "A'", "A'", "A", "A", "A'", "A'", "A"]
+    assert res["run_order"] == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    for arm in res["arms"]:
+        assert arm["per_token"]["n"] == 50 and arm["per_token"]["p50"] <= arm["per_token"]["p99"]
+        assert len(arm["ms_per_token"]) == 4
+    assert res["source"].startswith("simulated") and res["date"]
+
+
+# ---- leave-one-out -----------------------------------------------------------------------------
+def test_loo_arithmetic_on_synthetic_timings():
+    ms = {"all-on": [1.0, 1.1, 0.9], "-G": [3.0, 3.2, 2.9], "-S": [1.2, 1.3, 1.2],
+          "all-off": [3.0, 3.3, 2.8]}
+    rows = {r["factor"]: r for r in stats.loo_rows(ms, ["G", "S"])}
+    # G: paired differences 2.0, 2.1, 2.0 -> mean 6.1/3, sd 0.1/sqrt(3), sem 0.1/3
+    assert rows["G"]["worth_ms"] == pytest.approx(6.1 / 3)
+    assert rows["G"]["sem_ms"] == pytest.approx(0.1 / 3)
+    assert rows["G"]["t"] == pytest.approx(61.0)
+    assert rows["S"]["worth_ms"] == pytest.approx(0.7 / 3)            # 0.2, 0.2, 0.3
+    assert rows["all"]["worth_ms"] == pytest.approx(6.1 / 3)          # 2.0, 2.2, 1.9
+    assert rows["interaction"]["worth_ms"] == pytest.approx(-0.7 / 3)  # total - (G + S): -0.2, -0.1, -0.4
+    assert rows["interaction"]["sem_ms"] == pytest.approx(stats.mean_sem([-0.2, -0.1, -0.4])[1])
+
+
+def test_loo_configs_and_factor_errors():
+    cfgs = bench.loo_configs(SIM, ["GRAPH", "SPLIT_COMBINE"])
+    assert list(cfgs) == ["all-on", "all-off", "-GRAPH", "-SPLIT_COMBINE"]
+    assert cfgs["all-on"].graph and cfgs["all-on"].split_combine
+    assert not cfgs["all-off"].graph and not cfgs["all-off"].split_combine
+    assert not cfgs["-GRAPH"].graph and cfgs["-GRAPH"].split_combine
+    assert bench.parse_factors("graph, LAB_SPLIT_COMBINE") == ["GRAPH", "SPLIT_COMBINE"]
+    known = bench.known_factors()
+    assert {"GRAPH", "SPLIT_COMBINE"} <= set(known) and "BACKEND" not in known
+    with pytest.raises(LabError) as exc:
+        bench.parse_factors("GRAPH,NOPE")
+    assert str(exc.value) == f"unknown factor NOPE; known: {', '.join(known)}"
+    with pytest.raises(LabError, match="distinct"):
+        bench.parse_factors("GRAPH,GRAPH")
+
+
+def test_known_factors_follow_the_toggle_table(monkeypatch):
+    row = ("LAB_NEWFACTOR", "newfactor", ("0", "1"), "0", "a toggle added later")
+    monkeypatch.setattr(bench, "TOGGLES", bench.TOGGLES + (row,))
+    assert "NEWFACTOR" in bench.known_factors()
+
+
+def test_loo_runs_and_checks_the_baseline(small):
+    res = bench.run_loo(small, "GRAPH,SPLIT_COMBINE", base=SIM, reps=3, tokens=6)
+    assert [a["name"] for a in res["arms"]] == ["all-on", "all-off", "-GRAPH", "-SPLIT_COMBINE"]
+    assert res["baseline"]["ok"], res["baseline"]["reason"]
+    rows = {r["factor"]: r for r in res["rows"]}
+    assert rows["GRAPH"]["worth_ms"] > 0 and abs(rows["GRAPH"]["t"]) > 3
+
+    def factory(cfg, index):   # arms 0-2: all-on, all-off, -GRAPH; 3: the plain baseline
+        return SimBackend(CostModel(eager_submit_us=200.0) if index == 3 else CostModel(), seed=index)
+
+    res = bench.run_loo(small, ["GRAPH"], base=SIM, reps=3, tokens=6, backend_factory=factory)
+    assert not res["baseline"]["ok"] and "interleaving changes" in res["baseline"]["reason"]
+
+
+# ---- the CLI -----------------------------------------------------------------------------------
+def test_cli_bench_ab(weights, tmp_path, capsys):
+    js, png = tmp_path / "ab.json", tmp_path / "ab.png"
+    assert main(["bench", "ab", "--a", "LAB_GRAPH=0", "--b", "LAB_GRAPH=1", "--reps", "2",
+                 "--tokens", "4", "--per-token", "20", "--backend", "sim", "--weights", weights,
+                 "--json", str(js), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "A/A gate" in out and "B - A =" in out and "simulated" in out and "p99" in out
+    data = json.loads(js.read_text())
+    assert data["source"].startswith("simulated") and data["date"] and png.stat().st_size > 0
+
+
+def test_cli_bench_loo_and_sweep(weights, tmp_path, capsys):
+    assert main(["bench", "loo", "--factors", "GRAPH,SPLIT_COMBINE", "--reps", "2", "--tokens",
+                 "4", "--backend", "sim", "--weights", weights]) == 0
+    assert "interaction" in capsys.readouterr().out
+    js = tmp_path / "sweep.json"
+    assert main(["bench", "sweep", "--contexts", "16,100", "--arms", "LAB_GRAPH=0", "LAB_GRAPH=1",
+                 "--reps", "2", "--tokens", "4", "--kv-init", "empty", "--backend", "sim",
+                 "--weights", weights, "--json", str(js), "--plot", str(tmp_path / "s.png")]) == 0
+    out = capsys.readouterr().out
+    assert "context" in out and "tok/s" in out
+    rows = json.loads(js.read_text())["rows"]
+    assert [(r["context"], r["arm"]) for r in rows] == [
+        (16, "LAB_GRAPH=0"), (16, "LAB_GRAPH=1"), (100, "LAB_GRAPH=0"), (100, "LAB_GRAPH=1")]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["bench", "ab", "--a", "LAB_GRAPH=2", "--b", "LAB_GRAPH=1"], "LAB_GRAPH='2' is not allowed"),
+    (["bench", "ab", "--a", "LAB_NOPE=1", "--b", "LAB_GRAPH=1"], "unknown variable LAB_NOPE"),
+    (["bench", "ab", "--a", "GRAPH", "--b", "LAB_GRAPH=1"], "expected LAB_NAME=VALUE"),
+    (["bench", "loo", "--factors", "GRAPH,NOPE"], "unknown factor NOPE; known: GRAPH"),
+    (["bench", "sweep", "--contexts", "16,120", "--arms", "LAB_GRAPH=1"], "passes max_seq 128"),
+    (["bench", "sweep", "--contexts", "16,x", "--arms", "LAB_GRAPH=1"], "comma-separated integers"),
+])
+def test_cli_bench_errors_exit_2(argv, needle, weights, capsys):
+    assert main(argv + ["--backend", "sim", "--weights", weights]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("decode-lab: error:") and needle in err and "Traceback" not in err
