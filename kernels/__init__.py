@@ -5,7 +5,7 @@ contents: one line per file, with the kernels it defines.
 """
 from kernels._spec import REGISTRY, KernelSpec  # the registry and its entry type
 from kernels import embed       # embed
-from kernels import rmsnorm     # rmsnorm
+from kernels import rmsnorm     # rmsnorm (+ bug variant rmsnorm_late_wait)
 from kernels import matvec      # matvec, matvec_residual (+ device fn row_dot)
 from kernels import rope        # rope_kv_append (+ bug variant rope_kv_append_row)
 from kernels import attention   # attn_partial, attn_merge, attn_combine (+ device fn merge_elem; bug variant attn_partial_len)

@@ -22,7 +22,7 @@ from numba import cuda
 from kernels._spec import kernel
 from kernels.matvec import (MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS, WARP, matvec_residual_twin,
                             row_dot)
-from kernels.pdl import pdl_wait
+from kernels.pdl import pdl_launch_dependents, pdl_wait
 
 ATTN_TILE = 128   # shared score tile; a tile is blockDim.x = head_dim timesteps, so hd <= 128
 MAX_HEAD_DIM = 128
@@ -141,6 +141,7 @@ def attn_partial(q, k_cache, v_cache, pos, part_o, part_ml, scale):
     The context length L = pos[0] + 1 is read from device memory at run time.
     """
     pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     q_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)  # [hd] this head's query
     sc = cuda.shared.array(ATTN_TILE, numba.float32)       # [tile] scores, then exp weights
     partial_slice(q, k_cache, v_cache, pos[0] + 1, part_o, part_ml, scale, q_sh, sc)
@@ -163,6 +164,7 @@ _PARTIAL_LEN_SIG = ("void(float32[::1], {kv}[:, ::1], {kv}[:, ::1], int32, "
 def attn_partial_len(q, k_cache, v_cache, ctx_len, part_o, part_ml, scale):
     """attn_partial with the context length passed by value (a loop bound a graph freezes)."""
     pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     q_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)
     sc = cuda.shared.array(ATTN_TILE, numba.float32)
     partial_slice(q, k_cache, v_cache, ctx_len, part_o, part_ml, scale, q_sh, sc)
@@ -205,6 +207,7 @@ def attn_merge_twin(grid, block, part_o, part_ml, o):
 def attn_merge(part_o, part_ml, o):
     """o[h*hd + d] = merged slices of head h; grid (n_head,), block (head_dim,)."""
     pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     h = cuda.blockIdx.x
     d = cuda.threadIdx.x
     o[h * cuda.blockDim.x + d] = merge_elem(part_o, part_ml, h, d)
@@ -229,6 +232,7 @@ def attn_combine(part_o, part_ml, Wo, x):
     launch and a round trip of o through global memory), then does its 4 rows like matvec.
     """
     pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     o_sh = cuda.shared.array(MAX_D, numba.float32)            # [D] merged attention output
     red = cuda.shared.array(MATVEC_THREADS, numba.float32)    # [threads]
     tid = cuda.threadIdx.x

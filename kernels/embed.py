@@ -7,7 +7,7 @@ import numpy as np
 from numba import cuda
 
 from kernels._spec import kernel
-from kernels.pdl import pdl_wait
+from kernels.pdl import pdl_launch_dependents, pdl_wait
 
 EMBED_THREADS = 128
 
@@ -26,6 +26,7 @@ def embed_twin(grid, block, tokens, pos, wte, x):
 def embed(tokens, pos, wte, x):
     """x[i] = wte[tokens[pos[0]], i]; tokens [max_seq], pos [1], wte [V, D], x [D]."""
     pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     i = cuda.grid(1)
     if i < x.shape[0]:
         x[i] = wte[tokens[pos[0]], i]

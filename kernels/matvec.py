@@ -12,7 +12,7 @@ import numpy as np
 from numba import cuda
 
 from kernels._spec import kernel
-from kernels.pdl import pdl_wait
+from kernels.pdl import pdl_launch_dependents, pdl_wait
 
 WARP = 32
 MATVEC_THREADS = 128
@@ -64,6 +64,7 @@ def matvec_residual_twin(grid, block, W, x, out):
 def matvec(W, x, out):
     """out = W @ x; W [N, K], x [K], out [N]; grid ceil(N/4), block 128."""
     pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     red = cuda.shared.array(MATVEC_THREADS, numba.float32)  # [threads]
     tid = cuda.threadIdx.x
     r = cuda.blockIdx.x * MATVEC_ROWS_PER_BLOCK + tid // WARP
@@ -77,6 +78,7 @@ def matvec(W, x, out):
 def matvec_residual(W, x, out):
     """out[r] += W[r] . x (residual stream updated in place); x never aliases out."""
     pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     red = cuda.shared.array(MATVEC_THREADS, numba.float32)  # [threads]
     tid = cuda.threadIdx.x
     r = cuda.blockIdx.x * MATVEC_ROWS_PER_BLOCK + tid // WARP

@@ -12,7 +12,7 @@ from numba import cuda
 
 from kernels._spec import kernel
 from kernels.matvec import MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS, WARP, grid_for, row_dot
-from kernels.pdl import pdl_wait
+from kernels.pdl import pdl_launch_dependents, pdl_wait
 
 SWIGLU_THREADS = MATVEC_THREADS
 SWIGLU_ROWS_PER_BLOCK = MATVEC_ROWS_PER_BLOCK
@@ -31,6 +31,7 @@ def swiglu_up_twin(grid, block, W_gate, W_up, h, act):
 def swiglu_up(W_gate, W_up, h, act):
     """act[r] = silu(W_gate[r] . h) * (W_up[r] . h); W_* [F, D], h [D], act [F]; grid ceil(F/4)."""
     pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     red = cuda.shared.array(MATVEC_THREADS, numba.float32)  # [threads]
     tid = cuda.threadIdx.x
     r = cuda.blockIdx.x * MATVEC_ROWS_PER_BLOCK + tid // WARP

@@ -6,7 +6,7 @@ replay of the captured graph reads the new one.
 from numba import cuda
 
 from kernels._spec import kernel
-from kernels.pdl import pdl_wait
+from kernels.pdl import pdl_launch_dependents, pdl_wait
 
 ADVANCE_GRID = (1,)
 ADVANCE_BLOCK = (1,)
@@ -20,5 +20,6 @@ def advance_twin(grid, block, pos):
 def advance(pos):
     """pos[0] += 1; grid (1,), block (1,)."""
     pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:  # robust to a wider launch
         pos[0] += 1

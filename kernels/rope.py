@@ -11,7 +11,7 @@ import numpy as np
 from numba import cuda
 
 from kernels._spec import kernel
-from kernels.pdl import pdl_wait
+from kernels.pdl import pdl_launch_dependents, pdl_wait
 
 
 def grid_for(n_head: int, head_dim: int) -> tuple[tuple[int], tuple[int]]:
@@ -56,6 +56,7 @@ def rope_kv_append(qkv, pos, cos, sin, q, k_cache, v_cache):
     qkv [3D], pos [1], cos/sin [max_seq, hd/2], q [D], k_cache/v_cache [max_seq, D] (f32 or f16).
     """
     pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     j = cuda.threadIdx.x
     hd = cuda.blockDim.x
     half = hd // 2
@@ -91,6 +92,7 @@ _ROW_SIG = "void(float32[::1], int32[::1], float32[:, ::1], float32[:, ::1], flo
 def rope_kv_append_row(qkv, pos, cos, sin, q, k_row, v_row):
     """Like rope_kv_append, but k and v go to the row views k_row/v_row [D] the host chose."""
     pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     j = cuda.threadIdx.x
     hd = cuda.blockDim.x
     half = hd // 2

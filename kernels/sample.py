@@ -12,7 +12,7 @@ import numpy as np
 from numba import cuda
 
 from kernels._spec import kernel
-from kernels.pdl import pdl_wait
+from kernels.pdl import pdl_launch_dependents, pdl_wait
 
 ARGMAX_THREADS = 256  # power of two: the tree halves it
 ARGMAX_GRID = (1,)
@@ -41,6 +41,7 @@ def argmax_next(logits, pos, n_prompt, tokens):
     logits [V], pos [1], n_prompt [1], tokens [max_seq].
     """
     pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     best_v = cuda.shared.array(ARGMAX_THREADS, numba.float32)  # [threads]
     best_i = cuda.shared.array(ARGMAX_THREADS, numba.int32)    # [threads]
     nxt = pos[0] + 1

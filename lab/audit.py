@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .backend.base import Buffer, RawArray
+from .backend.base import Buffer, Launch, RawArray
 from .config import LabConfig
 from .errors import CaptureError
 from .instrument import arg_names
@@ -103,9 +103,10 @@ def audit(engine, prompt: str = AUDIT_PROMPT, tokens: int | None = None) -> Audi
             n_ops = len(be.ops)
             engine._host_prelude(engine.plan())          # what the step does on the host ...
             writes[pos] = [(o.kind, o.detail) for o in be.ops[n_ops:] if o.kind == "upload"]
-            steps[pos] = engine.step_launches(engine.plan())
-            for launch in steps[pos]:                    # ... then its launches
-                be.launch(launch)
+            items = list(engine.build_step(engine.plan()))
+            steps[pos] = [x for x in items if isinstance(x, Launch)]
+            for item in items:                           # ... then its launches
+                engine._issue(item)
             engine.position += 1
     finally:
         engine.cfg = saved
@@ -209,10 +210,11 @@ def detect_lazy_init(model, cfg: LabConfig, prompt: str = AUDIT_PROMPT, backend=
                 surfaced.append(f"building launch {len(issued)}: {exc.reason}")
                 continue
             try:
-                be.launch(launch)
+                eng._issue(launch)
             except CaptureError:
-                surfaced.append(f"launch {len(issued)} ({launch.name})")
-            issued.append(launch)
+                surfaced.append(f"launch {len(issued)} ({getattr(launch, 'name', 'event')})")
+            if isinstance(launch, Launch):
+                issued.append(launch)
         try:
             be.end_capture()
             captures[plan.key] = "ok"

@@ -21,9 +21,13 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
     ("LAB_GRAPH", "graph", ("0", "1"), "1", "capture the decode step as a CUDA graph and replay it"),
     ("LAB_SPLIT_COMBINE", "split_combine", ("0", "1"), "0",
      "attention combine as two kernels (merge, project) instead of one"),
+    ("LAB_PDL", "pdl", ("0", "1"), "0",
+     "programmatic dependent launch (sm_90+; refused with a message elsewhere)"),
+    ("LAB_OVERLAP", "overlap", ("0", "1"), "0",
+     "q and kv projections on two streams, forked and joined with events"),
     ("LAB_KV_DTYPE", "kv_dtype", ("float32", "float16"), "float32", "element type of the KV cache"),
 )
-_BOOL_FIELDS = {"graph", "split_combine"}
+_BOOL_FIELDS = {"graph", "split_combine", "pdl", "overlap"}
 _BUG_VARS = {b.env: name for name, b in BUGS.items()}  # LAB_BUG_<NAME> -> bug name (lab/bugs.py)
 
 
@@ -32,6 +36,8 @@ class LabConfig:
     backend: str = "auto"
     graph: bool = True
     split_combine: bool = False
+    pdl: bool = False
+    overlap: bool = False
     kv_dtype: str = "float32"
     bugs: frozenset = frozenset()   # deliberate bugs switched on (names from lab/bugs.py)
 

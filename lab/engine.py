@@ -20,7 +20,7 @@ import numpy as np
 import kernels
 from kernels import attention, embed, matvec, mlp, position, rmsnorm, rope, sample
 from . import bugs
-from .backend import Launch, make_backend
+from .backend import Launch, StreamWait, make_backend
 from .config import LabConfig
 from .errors import CaptureError, LabError
 from .instrument import LaunchLog
@@ -99,6 +99,21 @@ class DecodeEngine:
         self._alloc(kv_init)
         if warm_up:
             self.backend.warm_up(kernels.REGISTRY.values())
+        self.backend.pdl = self._pdl_usable()
+
+    def _pdl_usable(self) -> bool:
+        """LAB_PDL needs sm_90+: elsewhere it is refused with a message and the run goes on."""
+        if not self.cfg.pdl:
+            return False
+        cc = getattr(self.backend, "compute_capability", lambda: (9, 0))()
+        if cc < (9, 0):
+            msg = (f"LAB_PDL=1 refused: programmatic dependent launch needs sm_90 or newer, this "
+                   f"GPU is sm_{cc[0]}{cc[1]}; running without PDL")
+            self.warnings.append(msg)
+            import warnings
+            warnings.warn(msg, stacklevel=3)
+            return False
+        return True
 
     # ---- allocation (once) -------------------------------------------------------------------
     def _alloc(self, kv_init: str) -> None:
@@ -133,6 +148,10 @@ class DecodeEngine:
         for i in range(c.n_layer):
             b.k_cache.append(be.alloc(f"k_cache.{i}", (c.max_seq, D), kv, init=kv_init))
             b.v_cache.append(be.alloc(f"v_cache.{i}", (c.max_seq, D), kv, init=kv_init))
+        # row views for LAB_OVERLAP: wqkv rows [0, D) -> q, [D, 3D) -> k and v
+        self._wqkv_views = [(be.rows(self.w[f"layers.{i}.wqkv"], 0, D),
+                             be.rows(self.w[f"layers.{i}.wqkv"], D, 3 * D)) for i in range(c.n_layer)]
+        self._qkv_views = (be.rows(b.qkv, 0, D), be.rows(b.qkv, D, 3 * D))
         # views of the partials for each plan, made here so no step ever creates one
         self._partials = {}
         s = 1
@@ -179,8 +198,14 @@ class DecodeEngine:
         return decode_plan(self.position if position is None else position, self.model.cfg, self.cfg)
 
     def step_launches(self, plan: Plan) -> list[Launch]:
-        """The decode step for `plan`, in issue order (the data path of one token)."""
-        return list(self.build_step(plan))
+        """The decode step's kernel launches for `plan`, in issue order."""
+        return [x for x in self.build_step(plan) if isinstance(x, Launch)]
+
+    def _issue(self, item) -> None:
+        if isinstance(item, StreamWait):
+            self.backend.record_wait(item.src, item.dst)
+        else:
+            self.backend.launch(item)
 
     def build_step(self, plan: Plan):
         """Yield the step's launches one at a time. The engine issues each as it is yielded, so
@@ -194,8 +219,8 @@ class DecodeEngine:
         norm = (rmsnorm.RMSNORM_GRID, rmsnorm.RMSNORM_BLOCK)
         bug = lambda name: bugs.has(self.cfg, name)  # noqa: E731  (deliberate bugs, lab/bugs.py)
 
-        def L(kern, grid, block, args, layer=None) -> Launch:
-            return Launch(kern, tuple(grid), tuple(block), tuple(args), layer)
+        def L(kern, grid, block, args, layer=None, stream="main") -> Launch:
+            return Launch(kern, tuple(grid), tuple(block), tuple(args), layer, stream)
 
         yield L(embed.embed, (_cdiv(D, embed.EMBED_THREADS),), (embed.EMBED_THREADS,),
                 (b.tokens, b.pos, w["tok_emb"], b.x))
@@ -203,7 +228,15 @@ class DecodeEngine:
             p = f"layers.{i}."
             x_in = self.backend.raw(b.x) if bug("raw_array") and i == 0 else b.x
             yield L(rmsnorm.rmsnorm, *norm, (x_in, w[p + "attn_norm"], b.h, eps), i)
-            yield L(matvec.matvec, (_cdiv(3 * D, rows),), mv, (w[p + "wqkv"], b.h, b.qkv), i)
+            if self.cfg.overlap:  # q on the main stream, k and v on a side stream, in parallel
+                wq, wkv = self._wqkv_views[i]
+                q_out, kv_out = self._qkv_views
+                yield StreamWait("main", "side")                      # fork: side waits for h
+                yield L(matvec.matvec, (_cdiv(2 * D, rows),), mv, (wkv, b.h, kv_out), i, "side")
+                yield L(matvec.matvec, (_cdiv(D, rows),), mv, (wq, b.h, q_out), i)
+                yield StreamWait("side", "main")                      # join before rope
+            else:
+                yield L(matvec.matvec, (_cdiv(3 * D, rows),), mv, (w[p + "wqkv"], b.h, b.qkv), i)
             self._ensure_rope_tables()
             if bug("frozen_kv_row"):  # the host picks the row: a pointer the graph freezes
                 row = plan.position
@@ -293,8 +326,8 @@ class DecodeEngine:
 
     def _eager(self, plan: Plan, outcome: str, reason: str = "") -> LedgerEntry:
         self._host_prelude(plan)
-        for launch in self.build_step(plan):
-            self.backend.launch(launch)
+        for item in self.build_step(plan):
+            self._issue(item)
         return LedgerEntry(self._steps, self.position, plan.key, outcome, reason)
 
     def _graph_step(self, plan: Plan) -> LedgerEntry:
@@ -320,8 +353,8 @@ class DecodeEngine:
         self._host_prelude(plan)
         try:
             be.begin_capture()
-            for launch in self.build_step(plan):
-                be.launch(launch)
+            for item in self.build_step(plan):
+                self._issue(item)
             graph = be.end_capture()
         except CaptureError as exc:
             reason = exc.reason

@@ -63,8 +63,10 @@ def test_kernel_rules(name):
     if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]  # the docstring
     first = body[0]
-    assert (isinstance(first, ast.Expr) and isinstance(first.value, ast.Call)
-            and getattr(first.value.func, "id", None) == "pdl_wait"), f"{name}: first statement must be pdl_wait()"
+    waits_first = (isinstance(first, ast.Expr) and isinstance(first.value, ast.Call)
+                   and getattr(first.value.func, "id", None) == "pdl_wait")
+    # the one deliberate exception is the LAB_BUG_LATE_WAIT kernel (see tests/test_pdl.py)
+    assert waits_first == (name != "rmsnorm_late_wait"), f"{name}: first statement must be pdl_wait()"
     assert "atomic" not in src, f"{name}: no atomics (results must be bit-reproducible)"
     n_args = len(fn.args.args)
     for sig in spec.signatures:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import LabError
-from .base import Backend, Buffer, Graph, Launch  # noqa: F401
+from .base import Backend, Buffer, Graph, Launch, StreamWait  # noqa: F401
 
 
 def gpu_status() -> tuple[bool, str]:

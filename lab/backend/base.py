@@ -89,6 +89,13 @@ def caller_site() -> str:
     return "?"
 
 
+@dataclass(frozen=True)
+class StreamWait:
+    """A step item that is not a launch: stream `dst` waits for the work issued on `src`."""
+    src: str
+    dst: str
+
+
 class Graph(ABC):
     """An instantiated, uploaded graph."""
 
@@ -113,6 +120,7 @@ class Backend(ABC):
 
     def __init__(self):
         self.log = None  # an instrument.LaunchLog, attached by the engine
+        self.pdl = False                 # programmatic dependent launches (set by the engine)
         self.ops: list[Op] = []          # host-side device operations, newest last
         self._issued = 0                 # launches issued into the open capture
 
@@ -147,6 +155,10 @@ class Backend(ABC):
         """A view of row `index` of a 2-D buffer: a new pointer into the same allocation."""
 
     @abstractmethod
+    def rows(self, buf: Buffer, start: int, stop: int) -> Buffer:
+        """A view of rows [start, stop) of a buffer: a pointer into the same allocation."""
+
+    @abstractmethod
     def reshape(self, buf: Buffer, shape) -> Buffer:
         """A contiguous view of the first prod(shape) elements of `buf`, with that shape."""
 
@@ -161,6 +173,12 @@ class Backend(ABC):
 
     @abstractmethod
     def launch(self, launch: Launch) -> None: ...
+
+    @abstractmethod
+    def record_wait(self, src: str, dst: str) -> None:
+        """Record an event on stream `src` and make stream `dst` wait for it: a fork when dst
+        is idle, a join when dst is the capture's origin. Inside a capture the two streams'
+        work becomes parallel branches of the graph."""
 
     @abstractmethod
     def synchronize(self) -> None: ...

@@ -115,7 +115,13 @@ class CudaBackend(Backend):
         nb_config.CUDA_LOW_OCCUPANCY_WARNINGS = False
         self.cp, self.nbcuda = cp, cuda
         self.stream = cp.cuda.Stream(non_blocking=True)
-        self._nbstream = cuda.external_stream(self.stream.ptr)
+        self.streams = {"main": self.stream, "side": cp.cuda.Stream(non_blocking=True)}
+        self._nbstreams = {k: cuda.external_stream(v.ptr) for k, v in self.streams.items()}
+        self._nbstream = self._nbstreams["main"]
+        # events for fork/join, created up front (no creation inside a capture), used round-robin
+        self._events = [cp.cuda.Event(disable_timing=True) for _ in range(64)]
+        self._next_event = 0
+        self._overloads: dict = {}
         self._compiled: dict[str, object] = {}
         self._offence: str | None = None
 
@@ -194,6 +200,10 @@ class CudaBackend(Backend):
         arr = buf.handle[0][int(index)]
         return self._wrap(arr, buf.name, int(arr.data.ptr) - buf.ptr + buf.offset)
 
+    def rows(self, buf, start, stop) -> Buffer:
+        arr = buf.handle[0][int(start):int(stop)]
+        return self._wrap(arr, buf.name, int(arr.data.ptr) - buf.ptr + buf.offset)
+
     def reshape(self, buf, shape) -> Buffer:
         n = int(np.prod(shape))
         arr = buf.handle[0].ravel()[:n].reshape(shape)
@@ -231,13 +241,43 @@ class CudaBackend(Backend):
         if self.log is not None:
             self.log.record(launch, "capture" if self.is_capturing() else "eager")
         args = [self._arg(a) for a in launch.args]
-        kern = disp[launch.grid, launch.block, self._nbstream]
+        nbstream = self._nbstreams[launch.stream]
         raw = [a.label for a in launch.args if isinstance(a, RawArray)]
         what = f"launch of {launch.name}" + (
             f" with raw argument {raw[0]}: array-interface synchronisation" if raw else "")
-        self._capture_guard(what, kern, *args)
+        if self.pdl:
+            self._capture_guard(what, self._launch_pdl, launch, disp, args, nbstream)
+        else:
+            self._capture_guard(what, disp[launch.grid, launch.block, nbstream], *args)
         if self.is_capturing():
             self._issued += 1
+
+    def _launch_pdl(self, launch: Launch, disp, args, nbstream) -> None:
+        """Launch through cuda.core with programmatic stream serialisation: the kernel may
+        start before its predecessor on the stream finishes; it waits in its pdl_wait()."""
+        from cuda.core import LaunchConfig
+        from cuda.core import launch as core_launch
+        from numba import typeof
+
+        key = (launch.name, tuple(typeof(a) for a in args))
+        overload = self._overloads.get(key)
+        if overload is None:
+            overload = self._overloads[key] = disp.overloads[key[1]]
+        kernelargs, retr = [], []
+        for ty, val in zip(overload.argument_types, args):   # numba's own argument flattening
+            overload._prepare_args(ty, val, nbstream, retr, kernelargs)
+        config = LaunchConfig(grid=launch.grid, block=launch.block,
+                              programmatic_stream_serialization=True)
+        core_launch(nbstream, config, overload._codelibrary.get_cufunc().kernel, *kernelargs)
+
+    def record_wait(self, src: str, dst: str) -> None:
+        ev = self._events[self._next_event]
+        self._next_event = (self._next_event + 1) % len(self._events)
+
+        def fork_join():
+            ev.record(self.streams[src])
+            self.streams[dst].wait_event(ev)
+        self._capture_guard(f"event {src} -> {dst}", fork_join)
 
     def synchronize(self) -> None:
         if self.is_capturing():
@@ -246,6 +286,7 @@ class CudaBackend(Backend):
 
     def clock(self) -> float:
         self.synchronize()
+        self.streams["side"].synchronize()
         return time.perf_counter()
 
     # ---- capture ----------------------------------------------------------------------------

@@ -8,6 +8,13 @@
 - Capture is GLOBAL mode: synchronize, synchronous copies and allocation while a capture is open
   fail at the call (as `cudaErrorStreamCaptureUnsupported`) and invalidate the capture; the error
   is sticky and surfaces again at `end_capture`, naming the first offence.
+- Streams and events: `record_wait(src, dst)` orders dst after src's work; during a capture it
+  pulls dst into the capture (fork) or joins it back; unjoined work fails `end_capture`. A graph
+  node depends on the previous node of its stream and on the events it waited for, and replays
+  run independent branches side by side on the timeline.
+- PDL (`self.pdl`): a programmatic launch may start before its predecessor ends, which hides
+  part of the launch gap; a kernel that touches, before its `pdl_wait`, memory its predecessor
+  wrote is reported in `self.races` (what compute-sanitizer's racecheck would say on a GPU).
 - Time comes from `CostModel`; every figure is labelled "simulated".
 - `init="empty"` memory is filled from an unseeded generator: really unpredictable, like a GPU's.
 """
@@ -20,6 +27,7 @@ import numpy as np
 
 from ..errors import CaptureError
 from .base import Backend, Buffer, Graph, Launch, RawArray
+from ..pdl_check import pre_wait_reads
 from .costmodel import CostModel
 
 _BASE_ADDR = 0x7F00_0000_0000
@@ -40,15 +48,22 @@ class TimelineEvent:
 
 @dataclass
 class _Capture:
-    stream: str
-    nodes: list = field(default_factory=list)
+    stream: str                                   # the origin stream
+    nodes: list = field(default_factory=list)     # launches, in issue order (a topological order)
+    deps: list = field(default_factory=list)      # per node: indices of the nodes it waits for
+    streams: set = field(default_factory=set)     # streams pulled into the capture
+    last: dict = field(default_factory=dict)      # stream -> its newest node
+    pending: dict = field(default_factory=dict)   # stream -> nodes its next node must wait for
+    joined: set = field(default_factory=set)      # (stream, node) pairs joined back
     offence: str | None = None
 
 
 class SimGraph(Graph):
-    def __init__(self, backend: "SimBackend", nodes: list[Launch]):
+    def __init__(self, backend: "SimBackend", nodes: list[Launch], deps=None):
         self._backend = backend
         self.nodes = list(nodes)
+        self.deps = [tuple(d) for d in deps] if deps is not None else [
+            (i - 1,) if i else () for i in range(len(self.nodes))]
 
     @property
     def node_count(self) -> int:
@@ -64,8 +79,7 @@ class SimGraph(Graph):
         lines = ["digraph decode_step {"]
         for i, n in enumerate(self.nodes):
             lines.append(f'  n{i} [label="{n.name}\\ngrid={n.grid} block={n.block}"];')
-            if i:
-                lines.append(f"  n{i - 1} -> n{i};")
+            lines += [f"  n{d} -> n{i};" for d in self.deps[i]]
         lines.append("}")
         return "\n".join(lines)
 
@@ -87,6 +101,9 @@ class SimBackend(Backend):
         self.timeline: list[TimelineEvent] = []
         self.record_timeline = True
         self._compiled: set[str] = set()
+        self.pdl = False                              # launches are programmatic (PDL)
+        self.races: list[str] = []                    # PDL races seen (pre-wait reads)
+        self._last_launch: dict[str, Launch] = {}     # per stream, for the PDL race check
         self._speed, self._speed_until = 1.0, 0.0     # host drift (CostModel.host_speed)
 
     def describe(self) -> str:
@@ -102,14 +119,36 @@ class SimBackend(Backend):
                 cap.offence = what
         raise CaptureError(f"operation not permitted when stream is capturing: {what}", what)
 
+    def _capture_of(self, stream: str) -> _Capture | None:
+        for cap in self._captures.values():
+            if stream in cap.streams:
+                return cap
+        return None
+
     def is_capturing(self, stream: str = "main") -> bool:
-        return stream in self._captures
+        return self._capture_of(stream) is not None
 
     def begin_capture(self, stream: str = "main") -> None:
         if self._captures:
             raise CaptureError("a capture is already open")
-        self._captures[stream] = _Capture(stream)
+        self._captures[stream] = _Capture(stream, streams={stream})
         self._issued = 0
+
+    def record_wait(self, src: str, dst: str) -> None:
+        """Record an event on `src` and make `dst` wait for it (fork or join)."""
+        cap = self._capture_of(src)
+        if cap is not None:
+            if src in cap.last:
+                cap.pending.setdefault(dst, set()).add(cap.last[src])
+                if dst in cap.streams:      # a join: src's newest work is ordered into dst
+                    cap.joined.add((src, cap.last[src]))
+            cap.streams.add(dst)            # waiting on a captured event pulls dst in
+            return
+        if self._capture_of(dst) is not None:
+            self._offend(f"capturing stream {dst!r} waits on an event of stream {src!r} "
+                         f"outside the capture (cudaErrorStreamCaptureIsolation)")
+        self._stream_ready[dst] = max(self._stream_ready.get(dst, 0.0),
+                                      self._stream_ready.get(src, 0.0))
 
     def end_capture(self, stream: str = "main") -> SimGraph:
         cap = self._captures.pop(stream, None)
@@ -118,7 +157,12 @@ class SimBackend(Backend):
         if cap.offence is not None:
             raise CaptureError(f"capture invalidated (cudaErrorStreamCaptureInvalidated); "
                                f"first offence: {cap.offence}", cap.offence)
-        return SimGraph(self, cap.nodes)
+        for st in sorted(cap.streams - {stream}):
+            if st in cap.last and (st, cap.last[st]) not in cap.joined:
+                raise CaptureError(f"stream {st!r} was not joined back into {stream!r} before "
+                                   f"end_capture (cudaErrorStreamCaptureUnjoined)",
+                                   f"unjoined work on stream {st!r}")
+        return SimGraph(self, cap.nodes, cap.deps)
 
     # ---- memory ------------------------------------------------------------------------------
     def alloc(self, name, shape, dtype, init="zeros") -> Buffer:
@@ -177,6 +221,13 @@ class SimBackend(Backend):
         return Buffer(buf.name, buf.ptr + index * stride, buf.shape[1:], buf.dtype,
                       buf.offset + index * stride)
 
+    def rows(self, buf, start: int, stop: int) -> Buffer:
+        if not 0 <= start < stop <= buf.shape[0]:
+            raise IndexError(f"rows [{start}, {stop}) of {buf.label} with shape {buf.shape}")
+        stride = int(np.prod(buf.shape[1:], dtype=np.int64)) * np.dtype(buf.dtype).itemsize
+        return Buffer(buf.name, buf.ptr + start * stride, (stop - start, *buf.shape[1:]),
+                      buf.dtype, buf.offset + start * stride)
+
     def reshape(self, buf, shape) -> Buffer:
         shape = tuple(int(s) for s in shape)
         if int(np.prod(shape)) * np.dtype(buf.dtype).itemsize > buf.nbytes:
@@ -215,7 +266,7 @@ class SimBackend(Backend):
                 self._op("array-interface sync", a.label)
                 self._offend(f"array-interface synchronisation of raw argument {a.buf.label} "
                              f"for {launch.name} (cudaErrorStreamCaptureIsolation)")
-        cap = self._captures.get(launch.stream)
+        cap = self._capture_of(launch.stream)
         if cap is None and self._captures:
             self._offend(f"launch of {launch.name} on stream {launch.stream!r}, which is not "
                          f"part of the open capture")
@@ -224,29 +275,58 @@ class SimBackend(Backend):
         if cap is not None:
             self._issued += 1
             if cap.offence is None:
+                st = launch.stream
+                deps = set(cap.pending.pop(st, set()))
+                if st in cap.last:
+                    deps.add(cap.last[st])
+                cap.last[st] = len(cap.nodes)
                 cap.nodes.append(launch)
+                cap.deps.append(tuple(sorted(deps)))
             return
+        self._check_pdl(launch, self._last_launch.get(launch.stream))
+        self._last_launch[launch.stream] = launch
         nbytes = self._run(launch)
         host0 = self.host_us
         self.host_us += self.cost.eager_submit(self._rng) * self._host_speed()
         ready = self._stream_ready.get(launch.stream, 0.0)
-        dev0 = max(self.host_us, ready + self.cost.eager_gap_us)
+        gap = self.cost.eager_gap_us * (self.cost.pdl_gap_factor if self.pdl else 1.0)
+        dev0 = max(self.host_us, ready + gap)
         dev1 = dev0 + self.cost.kernel_us(nbytes)
         self._stream_ready[launch.stream] = dev1
         self._event(launch, "eager", host0, self.host_us, dev0, dev1)
+
+    def _check_pdl(self, launch: Launch, prev: Launch | None) -> None:
+        """Under PDL, a kernel's pre-wait part overlaps its predecessor: report a race if it
+        touches there anything the predecessor writes."""
+        if not self.pdl or prev is None:
+            return
+        early = pre_wait_reads(launch.kernel)
+        if not early:
+            return
+        written = [prev.args[i] for i in prev.kernel.writes if isinstance(prev.args[i], Buffer)]
+        for i in sorted(early):
+            a = launch.args[i]
+            if isinstance(a, Buffer) and any(_overlap(a, w) for w in written):
+                self.races.append(f"PDL race: {launch.name} reads {a.label} before its pdl_wait, "
+                                  f"while {prev.name} (its predecessor) writes it")
 
     def _replay(self, graph: SimGraph, stream: str) -> None:
         if self._captures:
             self._offend("graph launch during capture")
         host0 = self.host_us
         self.host_us += self.cost.graph_submit(self._rng) * self._host_speed()
-        t = max(self.host_us, self._stream_ready.get(stream, 0.0))
-        for node in graph.nodes:
+        start = max(self.host_us, self._stream_ready.get(stream, 0.0))
+        factor = self.cost.pdl_gap_factor if self.pdl else 1.0
+        ends: list[float] = []
+        for i, node in enumerate(graph.nodes):
+            deps = graph.deps[i]
+            same = [d for d in deps if graph.nodes[d].stream == node.stream]
+            self._check_pdl(node, graph.nodes[same[-1]] if same else None)
             nbytes = self._run(node)
-            dev0 = t
-            t = dev0 + self.cost.node(self._rng) + self.cost.kernel_us(nbytes)
-            self._event(node, "graph", host0, self.host_us, dev0, t)
-        self._stream_ready[stream] = t
+            dev0 = max([start, *(ends[d] for d in deps)])
+            ends.append(dev0 + self.cost.node(self._rng) * factor + self.cost.kernel_us(nbytes))
+            self._event(node, "graph", host0, self.host_us, dev0, ends[-1])
+        self._stream_ready[stream] = max(ends, default=start)
 
     def _host_speed(self) -> float:
         """The host-speed factor now: redrawn every cost.host_drift_us of model time."""
@@ -269,6 +349,10 @@ class SimBackend(Backend):
     def clock(self) -> float:
         self.synchronize()
         return self.host_us * 1e-6
+
+
+def _overlap(a: Buffer, b: Buffer) -> bool:
+    return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
 
 
 def _bytes_touched(launch: Launch, arrays) -> int:
