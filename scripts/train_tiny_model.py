@@ -197,7 +197,7 @@ def check_and_sample(npz_path, json_path, prompts, n_new, torch_model=None):
         assert v.dtype == np.float32, (k, v.dtype)
 
     # 1) full-sequence float64 forward vs incremental float64 decoder
-    text = "ROMEO:\nWhat light through yonder window breaks? It is the east.\n"
+    text = "ROMEO.\nWhat light through yonder window breaks? It is the east.\n"
     toks = [stoi[c] for c in text]
     full = np_forward(W, cfg, toks)
     dec = NpDecoder(W, cfg)
@@ -463,9 +463,11 @@ def main():
     ap.add_argument("--eval-batches", type=int, default=8)
     ap.add_argument("--eval-every", type=int, default=0)
     ap.add_argument("--log-every", type=int, default=25)
-    ap.add_argument("--prompts", nargs="*", default=["ROMEO:\n", "Rom.\n", "The king "])
+    ap.add_argument("--prompts", nargs="*", default=["ROMEO.\n", "Rom.\n", "The king "])
     ap.add_argument("--n-new", type=int, default=200)
     args = ap.parse_args()
+    # allow "ROMEO.\n" on the command line
+    args.prompts = [p.encode("ascii").decode("unicode_escape") for p in args.prompts]
     if args.build_corpus:
         build_corpus(args.build_corpus, os.path.join(REPO, args.corpus))
     elif args.sample:
