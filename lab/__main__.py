@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .config import LabConfig, describe, from_env
+from .config import describe, from_env
 from .errors import LabError
 
-DEMO_PROMPT = "ROMEO:\n"
+DEMO_PROMPT = "ROMEO.\n"
 
 
 def _engine(args, **overrides):
@@ -48,12 +48,33 @@ def cmd_generate(args) -> int:
           f"{'graph' if eng.cfg.graph else 'eager'}; {gen.source}]")
     if args.ledger:
         _print_ledger(eng)
+    if args.save_dot:
+        if not eng.graphs:
+            raise LabError("--save-dot: no graph was captured (eager run, or every capture failed)")
+        from pathlib import Path
+        base = Path(args.save_dot)
+        for i, (key, graph) in enumerate(eng.graphs.items()):
+            path = base if len(eng.graphs) == 1 else base.with_name(f"{base.stem}.{i}{base.suffix}")
+            path.write_text(graph.dot())
+            print(f"graph for plan {key}: {graph.node_count} nodes -> {path}")
+    return 0
+
+
+def cmd_audit(args) -> int:
+    from .audit import audit, detect_lazy_init
+
+    eng = _engine(args)
+    print(audit(eng).summary())
+    print()
+    print(detect_lazy_init(eng.model, eng.cfg).summary())
     return 0
 
 
 def cmd_demo(args) -> int:
     from .instrument import launch_bill
 
+    if args.tokens < 1:
+        raise LabError("--tokens must be at least 1")
     eng = _engine(args, graph=False)
     print(f"backend: {eng.backend.describe()}")
     print(f"model: {eng.model.source}, {eng.model.cfg.n_layer} layers, d_model "
@@ -63,10 +84,8 @@ def cmd_demo(args) -> int:
         eng.cfg = eng.cfg.replace(graph=(mode == "graph"))
         eng.generate(DEMO_PROMPT, 8)                       # warm-up: compile, capture
         gen = eng.generate(DEMO_PROMPT, args.tokens, progress=args.progress)
-        last = eng.ledger[-1].step
-        first_decode = last - args.tokens + 1
-        step = next(r.step for r in eng.log.records if r.step is not None and r.step >= first_decode
-                    and r.kind in ("eager", "capture"))
+        # the newest step whose launches were issued one by one (eagerly, or into a capture)
+        step = max(r.step for r in eng.log.records if r.kind in ("eager", "capture"))
         bills.append(launch_bill(eng.log, step, mode, gen.ms_per_token, gen.source))
         if mode == "eager":
             print("\n--- greedy continuation ---")
@@ -143,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--tokens", type=int, default=200)
     g.add_argument("--eager", action="store_true", help="do not capture (same as LAB_GRAPH=0)")
     g.add_argument("--ledger", action="store_true", help="print the per-step graph ledger")
+    g.add_argument("--save-dot", metavar="PATH", help="write each captured graph as DOT text")
     common(g)
     g.set_defaults(fn=cmd_generate)
 
@@ -150,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--tokens", type=int, default=200)
     common(d)
     d.set_defaults(fn=cmd_demo)
+    a = sub.add_parser("audit", help="what a capture would freeze, and lazy initialisation "
+                       "inside a capture (set LAB_BUG_* to audit a deliberate bug)")
+    common(a)
+    a.set_defaults(fn=cmd_audit)
     _bench_parsers(sub, common)
     return p
 

@@ -27,7 +27,7 @@ from .errors import CaptureError
 from .instrument import arg_names
 from .plan import plan_boundaries
 
-AUDIT_PROMPT = "ROMEO:\n"
+AUDIT_PROMPT = "ROMEO.\n"
 _KINDS = {"upload": "table upload", "allocation": "scratch allocation",
           "compilation": "compilation", "array-interface sync": "array-interface synchronisation",
           "synchronize": "synchronisation", "download": "device-to-host copy"}
@@ -247,6 +247,11 @@ def bug_row(model, cfg: LabConfig, name: str | None, prompt: str = AUDIT_PROMPT)
     eng = DecodeEngine(model, bcfg)
     gen = eng.generate(prompt, 40)
     fallbacks = [e.reason for e in eng.ledger if e.outcome == "fallback"]
+    from .pdl_check import wait_first_violations
+    used = {launch.name for launch in eng.step_launches(eng.plan(0))}
+    pdl_eng = DecodeEngine(model, bcfg.replace(pdl=True))
+    pdl_eng.generate(prompt, 4)
+    races = getattr(pdl_eng.backend, "races", None)   # the simulator reports races; a GPU cannot
     return {
         "bug": name or "(clean)",
         "audit_flags": sorted({f"{v.kernel}.{v.what}" for v in rep.unhandled}),
@@ -254,6 +259,8 @@ def bug_row(model, cfg: LabConfig, name: str | None, prompt: str = AUDIT_PROMPT)
         "replay_1": "pass" if one.ok else "FAIL",
         "replay_3": "pass" if three.ok else f"FAIL at replay {three.checks[0].first_mismatch}",
         "capture": "fallback: " + fallbacks[0] if fallbacks else "ok",
+        "wait_first_violations": sorted(used & set(wait_first_violations())),
+        "pdl_races": None if races is None else len(races),
         "graph_text": gen.text,
         "source": eng.backend.describe(),
     }

@@ -31,7 +31,7 @@ from .errors import LabError
 from .stats import (AA_T_THRESHOLD, aa_verdict, loo_rows, mean_sem, outputs_differ,  # noqa: F401
                     paired_t, paired_test, percentiles, welch)
 
-BENCH_PROMPT = "ROMEO:\n"
+BENCH_PROMPT = "ROMEO.\n"
 PER_TOKEN_SAMPLES = 1000   # p99 then rests on the 10 slowest tokens of each arm
 
 
@@ -56,20 +56,14 @@ class Arm:
                 "nodes_per_graph": max((g.node_count for g in eng.graphs.values()), default=0)}
 
 
-_SHARED_KERNELS: dict = {}
-
-
 def default_backend(cfg: LabConfig, index: int):
     """A backend per arm. Simulated arms get their own seed (independent noise, so an A/A shows
-    real scatter); GPU arms share compiled kernels (numba dispatchers are per process)."""
+    real scatter); GPU arms share the process's compiled kernels (see backend/cuda.py)."""
     from .backend import make_backend
     be = make_backend(cfg)
     if be.name == "sim":
         from .backend.sim import SimBackend
         return SimBackend(be.cost, seed=1000 + index)
-    compiled = getattr(be, "_compiled", None)
-    if isinstance(compiled, dict):
-        compiled.update(_SHARED_KERNELS)
     return be
 
 
@@ -77,9 +71,6 @@ def make_arm(model, name: str, cfg: LabConfig, index: int, kv_init: str = "zeros
              backend_factory: Callable | None = None) -> Arm:
     be = (backend_factory or default_backend)(cfg, index)
     eng = DecodeEngine(model, cfg, backend=be, kv_init=kv_init)
-    compiled = getattr(be, "_compiled", None)
-    if isinstance(compiled, dict) and be.name != "sim":
-        _SHARED_KERNELS.update(compiled)
     return Arm(name, cfg, eng)
 
 

@@ -12,6 +12,8 @@ illegal (the capture fails; the eager fallback keeps the output right; the ledge
   lazy_scratch       the attention scratch is allocated when the plan needs more than it has
   raw_array          a kernel receives a raw CuPy array, which numba synchronises on
                      (array-interface sync), instead of the once-wrapped device array
+race (only under LAB_PDL=1: a programmatic launch starts before its predecessor ends):
+  late_wait          a kernel reads its input before its PDL wait (rmsnorm_late_wait)
 
 The engine asks `has(cfg, name)` at the few places a bug changes what it does; everything else
 about the bug (what it freezes, how it is caught, the fix) is described here for the notebooks.
@@ -24,9 +26,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Bug:
     name: str
-    kind: str          # "frozen" or "illegal"
+    kind: str          # "frozen", "illegal" or "race"
     what: str          # what a capture freezes, or which illegal operation fires
-    caught_by: str     # "audit" or "lazy-init detector"
+    caught_by: str     # "audit", "lazy-init detector" or "PDL check"
     fix: str
 
     @property
@@ -47,6 +49,8 @@ BUGS: dict[str, Bug] = {b.name: b for b in (
         "lazy-init detector", "allocate scratch for the largest plan once, at start-up"),
     Bug("raw_array", "illegal", "array-interface synchronisation of a raw CuPy argument",
         "lazy-init detector", "wrap each buffer once with cuda.as_cuda_array(x, sync=False)"),
+    Bug("late_wait", "race", "a read of the predecessor's output before the PDL wait",
+        "PDL check", "make pdl_wait() the first statement of every kernel"),
 )}
 
 

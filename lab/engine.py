@@ -13,6 +13,7 @@ The host keeps `self.position`, a mirror used only to choose the plan.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -110,7 +111,6 @@ class DecodeEngine:
             msg = (f"LAB_PDL=1 refused: programmatic dependent launch needs sm_90 or newer, this "
                    f"GPU is sm_{cc[0]}{cc[1]}; running without PDL")
             self.warnings.append(msg)
-            import warnings
             warnings.warn(msg, stacklevel=3)
             return False
         return True
@@ -227,7 +227,8 @@ class DecodeEngine:
         for i in range(c.n_layer):
             p = f"layers.{i}."
             x_in = self.backend.raw(b.x) if bug("raw_array") and i == 0 else b.x
-            yield L(rmsnorm.rmsnorm, *norm, (x_in, w[p + "attn_norm"], b.h, eps), i)
+            norm_k = rmsnorm.rmsnorm_late_wait if bug("late_wait") else rmsnorm.rmsnorm
+            yield L(norm_k, *norm, (x_in, w[p + "attn_norm"], b.h, eps), i)
             if self.cfg.overlap:  # q on the main stream, k and v on a side stream, in parallel
                 wq, wkv = self._wqkv_views[i]
                 q_out, kv_out = self._qkv_views

@@ -48,7 +48,7 @@ print(f"model: {c.n_layer} layers, d_model {c.d_model}, {c.n_head} heads, d_ff {
 # back into device memory. The host reads the ids only at the end.
 
 # %%
-gen = engine.generate("ROMEO:\n", 200)
+gen = engine.generate("ROMEO.\n", 200)
 print(gen.prompt + gen.text)
 print(f"\n{gen.steps} steps, {gen.ms_per_token:.3f} ms/token — {gen.source}")
 
@@ -82,7 +82,7 @@ print("launches per token:", sum(per_layer.values()))
 fig, axes = plt.subplots(2, 1, figsize=(11, 5.5))
 for ax, graph in zip(axes, (False, True)):
     sim = DecodeEngine(model, LabConfig(backend="sim", graph=graph), backend=SimBackend(seed=1))
-    sim.generate("ROMEO:\n", 12)
+    sim.generate("ROMEO.\n", 12)
     sim.backend.timeline.clear()
     sim.step()                                     # one more step, timed alone
     plots.timeline(sim.backend.timeline, ax=ax,

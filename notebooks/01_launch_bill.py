@@ -45,8 +45,8 @@ RANKS = 1   # this lab runs on one GPU; tensor parallelism would multiply the bi
 bills = []
 for graph in (False, True):
     eng = DecodeEngine(model, LabConfig(graph=graph))
-    eng.generate("ROMEO:\n", 16)                      # warm-up: compile, capture
-    gen = eng.generate("ROMEO:\n", 128)
+    eng.generate("ROMEO.\n", 16)                      # warm-up: compile, capture
+    gen = eng.generate("ROMEO.\n", 128)
     step = next(r.step for r in reversed(eng.log.records) if r.kind in ("eager", "capture"))
     bills.append(launch_bill(eng.log, step, "graph" if graph else "eager", gen.ms_per_token, gen.source))
     if not graph:

@@ -62,7 +62,7 @@ print(f"launches per step: {len(launches)}; graph nodes: {graph.node_count}; nod
 # fallback (with the reason).
 
 # %%
-gen = engine.generate("ROMEO:\n", 150)
+gen = engine.generate("ROMEO.\n", 150)
 print(gen.prompt + gen.text)
 print()
 print("ledger summary:", engine.ledger_summary())
@@ -78,7 +78,7 @@ for e in engine.ledger:
 # kernels on the same data: any difference is a bug, never "numerical drift".
 
 # %%
-report = replay_check(engine, ["ROMEO:\n", "To be, or not to be"], replays=72)
+report = replay_check(engine, ["ROMEO.\n", "To be, or not to be"], replays=72)
 print(report.summary())
 assert report.ok
 
@@ -92,7 +92,7 @@ fig, axes = plt.subplots(2, 1, figsize=(11, 5.5), sharex=True)
 sims = {}
 for ax, graph_on in zip(axes, (False, True)):
     sim = DecodeEngine(model, LabConfig(backend="sim", graph=graph_on), backend=SimBackend(seed=2))
-    sim.generate("ROMEO:\n", 20)
+    sim.generate("ROMEO.\n", 20)
     sim.backend.timeline.clear()
     t0 = sim.backend.clock() * 1e6
     for _ in range(3):

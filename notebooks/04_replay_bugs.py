@@ -32,7 +32,7 @@ from lab.verify import replay_check
 
 model = load_model()
 cfg = LabConfig()
-PROMPT = "ROMEO:\n"
+PROMPT = "ROMEO.\n"
 
 # %% [markdown]
 # ## One replay passes, three fail

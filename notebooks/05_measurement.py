@@ -116,7 +116,7 @@ bench.plot(sweep)
 # %%
 def sought(kv_init, position=900, steps=6):
     eng = DecodeEngine(model, EAGER, kv_init=kv_init)
-    eng.reset(eng.encode("ROMEO:\n"), 0)
+    eng.reset(eng.encode("ROMEO.\n"), 0)
     eng.seek(position)
     for _ in range(steps):
         eng.step()

@@ -36,7 +36,7 @@ def main() -> int:
     for arm in res["arms"]:
         arm["us_per_launch"] = 1000.0 * arm["mean_ms"] / arm["launches_per_token"]
     eng = DecodeEngine(model, cfg)
-    gen = eng.generate("ROMEO:\n", 200)
+    gen = eng.generate("ROMEO.\n", 200)
     res.update({"date": dt.date.today().isoformat(), "what": "eager vs graph decode, short context",
                 "sample": gen.prompt + gen.text, "ledger": eng.ledger_summary()})
     (out / "decode_eager_vs_graph.json").write_text(json.dumps(res, indent=2))

@@ -7,7 +7,7 @@ from lab.audit import audit, detect_lazy_init
 from lab.engine import DecodeEngine
 from lab.verify import replay_check
 
-PROMPT = "ROMEO:\n"
+PROMPT = "ROMEO.\n"
 
 
 def clean_tokens(model, cfg, n=40):

@@ -9,10 +9,10 @@ from lab.backend import gpu_status
 
 
 def test_generate_on_the_simulator(capsys):
-    assert main(["generate", "--prompt", "ROMEO:\n", "--tokens", "20", "--backend", "sim",
+    assert main(["generate", "--prompt", "ROMEO.\n", "--tokens", "20", "--backend", "sim",
                  "--ledger"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("ROMEO:\n") and "ms/token" in out and "simulated" in out
+    assert out.startswith("ROMEO.\n") and "ms/token" in out and "simulated" in out
     assert "capture" in out and "summary:" in out
 
 
@@ -46,3 +46,31 @@ def test_backend_cuda_without_a_gpu_is_a_clear_error():
                            "--tokens", "2", "--backend", "cuda"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "needs a GPU" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_audit_command_reports_clean_engine(capsys):
+    assert main(["audit", "--backend", "sim"]) == 0
+    out = capsys.readouterr().out
+    assert "0 unhandled" in out and "lazy-init detector" in out and "(0 illegal)" in out
+
+
+def test_audit_command_flags_a_bug(monkeypatch, capsys):
+    monkeypatch.setenv("LAB_BUG_CTX_BY_VALUE", "1")
+    assert main(["audit", "--backend", "sim"]) == 0
+    out = capsys.readouterr().out
+    assert "[BUG]" in out and "attn_partial_len" in out and "promote to device memory" in out
+
+
+def test_save_dot_writes_each_graph(tmp_path, capsys):
+    path = tmp_path / "step.dot"
+    assert main(["generate", "--prompt", "ROMEO.\n", "--tokens", "30", "--backend", "sim",
+                 "--save-dot", str(path)]) == 0
+    dots = sorted(tmp_path.glob("step*.dot"))
+    assert len(dots) == 2 and all(d.read_text().startswith("digraph") for d in dots)
+    assert "37 nodes" in capsys.readouterr().out
+
+
+def test_save_dot_without_a_graph_is_an_error(tmp_path, capsys):
+    assert main(["generate", "--prompt", "ROMEO:", "--tokens", "3", "--backend", "sim", "--eager",
+                 "--save-dot", str(tmp_path / "x.dot")]) == 2
+    assert "no graph was captured" in capsys.readouterr().err

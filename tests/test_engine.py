@@ -7,7 +7,7 @@ from lab.engine import DecodeEngine
 from lab.errors import LabError
 from lab.plan import plan_boundaries
 
-PROMPT = "ROMEO:\n"          # 7 characters: 64+ generated tokens cross the plans at 32 and 64
+PROMPT = "ROMEO.\n"          # 7 characters: 64+ generated tokens cross the plans at 32 and 64
 N_TOKENS = 72
 
 

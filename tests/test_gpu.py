@@ -10,7 +10,7 @@ from lab.engine import DecodeEngine
 from lab.verify import replay_check
 
 pytestmark = pytest.mark.gpu
-PROMPT = "ROMEO:\n"
+PROMPT = "ROMEO.\n"
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from lab.engine import DecodeEngine
 from lab.plan import decode_plan, plan_boundaries
 from lab.verify import replay_check
 
-PROMPTS = ["ROMEO:\n", "To be, or not to be"]
+PROMPTS = ["ROMEO.\n", "To be, or not to be"]
 
 
 def test_replays_byte_identical_to_eager_across_plans_and_requests(model, sim_cfg):
@@ -27,13 +27,13 @@ def test_replays_byte_identical_to_eager_across_plans_and_requests(model, sim_cf
 
 def test_recapture_happens_exactly_at_plan_changes(model, sim_cfg):
     eng = DecodeEngine(model, sim_cfg)
-    eng.generate("ROMEO:\n", 140)
+    eng.generate("ROMEO.\n", 140)
     captures = [e.position for e in eng.ledger if e.outcome == "capture"]
     expected = [0] + [b for b in plan_boundaries(model.cfg.max_seq) if b < eng.position]
     assert captures == expected
     assert eng.ledger_summary() == {"capture": len(expected), "replay": eng.position - len(expected)}
     # a second request meets only cached plans: no capture at all
-    eng.generate("ROMEO:\n", 140)
+    eng.generate("ROMEO.\n", 140)
     assert [e.outcome for e in eng.ledger[-eng.position:]].count("capture") == 0
 
 
@@ -50,7 +50,7 @@ def test_launcher_and_recapture_check_use_the_same_decode_plan(model, sim_cfg, m
     eng = DecodeEngine(model, sim_cfg)
     orig = eng.step_launches
     eng.step_launches = lambda plan: (launched.append(plan), orig(plan))[1]
-    eng.generate("ROMEO:\n", 40)
+    eng.generate("ROMEO.\n", 40)
     assert made and all(any(p is m for m in made) for p in launched)
     # every ledger key is the key of the plan decode_plan gave for that position
     for e in eng.ledger:
@@ -68,9 +68,9 @@ class _FailingCapture(SimBackend):
 
 
 def test_capture_failure_falls_back_to_eager_with_the_same_tokens(model, sim_cfg):
-    ref = DecodeEngine(model, sim_cfg.replace(graph=False)).generate("ROMEO:\n", 40)
+    ref = DecodeEngine(model, sim_cfg.replace(graph=False)).generate("ROMEO.\n", 40)
     eng = DecodeEngine(model, sim_cfg, backend=_FailingCapture())
-    gen = eng.generate("ROMEO:\n", 40)
+    gen = eng.generate("ROMEO.\n", 40)
     np.testing.assert_array_equal(gen.tokens, ref.tokens)
     outcomes = {e.outcome for e in eng.ledger}
     assert outcomes == {"fallback"}
@@ -95,7 +95,7 @@ def test_capture_error_is_sticky_and_names_the_first_offence(sim_cfg, model):
 @pytest.mark.parametrize("split", [False, True], ids=["one-kernel-combine", "split-combine"])
 def test_node_count_equals_the_launch_log(model, sim_cfg, split):
     eng = DecodeEngine(model, sim_cfg.replace(split_combine=split))
-    eng.generate("ROMEO:\n", 3)
+    eng.generate("ROMEO.\n", 3)
     (graph,) = eng.graphs.values()
     captured = [r for r in eng.log.records if r.kind == "capture"]
     assert graph.node_count == len(captured) == len(eng.step_launches(eng.plan(0)))
@@ -105,7 +105,7 @@ def test_node_count_equals_the_launch_log(model, sim_cfg, split):
 def test_graph_replays_do_no_host_work_between_tokens(model, sim_cfg):
     """N replays of one graph decode N tokens: the host only launches the graph."""
     eng = DecodeEngine(model, sim_cfg)
-    eng.generate("ROMEO:\n", 20)
+    eng.generate("ROMEO.\n", 20)
     replays = [r for r in eng.log.records if r.kind == "replay"]
     eager = [r for r in eng.log.records if r.kind == "eager"]
     assert len(replays) == eng.position and not eager
@@ -113,7 +113,7 @@ def test_graph_replays_do_no_host_work_between_tokens(model, sim_cfg):
 
 def test_pool_does_not_grow_over_replays(model, sim_cfg):
     eng = DecodeEngine(model, sim_cfg)
-    eng.generate("ROMEO:\n", 10)
+    eng.generate("ROMEO.\n", 10)
     before = eng.backend.pool_bytes()
-    eng.generate("ROMEO:\n", 200)
+    eng.generate("ROMEO.\n", 200)
     assert eng.backend.pool_bytes() == before

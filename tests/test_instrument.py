@@ -6,7 +6,7 @@ from lab.instrument import launch_bill
 def test_launches_per_layer_and_per_token(model, sim_cfg):
     for split, per_layer in ((False, 8), (True, 9)):
         eng = DecodeEngine(model, sim_cfg.replace(graph=False, split_combine=split))
-        eng.generate("ROMEO:\n", 4)
+        eng.generate("ROMEO.\n", 4)
         counts = eng.log.kernels_per_layer(0)
         assert all(counts[i] == per_layer for i in range(model.cfg.n_layer))
         assert counts[None] == 5  # embed; final norm, lm head, argmax, advance
@@ -17,7 +17,7 @@ def test_launches_per_layer_and_per_token(model, sim_cfg):
 
 def test_arguments_carry_provenance(model, sim_cfg):
     eng = DecodeEngine(model, sim_cfg.replace(graph=False))
-    eng.generate("ROMEO:\n", 2)
+    eng.generate("ROMEO.\n", 2)
     rows = eng.log.table(0)
     attn = next(r for r in rows if r["kernel"] == "attn_partial")
     assert attn["layer"] == 0 and attn["grid"] == (model.cfg.n_head, 1)

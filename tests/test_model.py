@@ -75,9 +75,9 @@ def test_non_finite_weights(tmp_path, model):
 
 def test_tokenizer_round_trip_and_refusal(model):
     tok = model.tokenizer
-    text = "ROMEO:\nO, she doth teach the torches to burn bright!"
+    text = "ROMEO.\nO, she doth teach the torches to burn bright!"
     assert tok.decode(tok.encode(text)) == text
-    with pytest.raises(LabError, match="'\\\\u2603'"):
+    with pytest.raises(LabError, match="outside the model's vocabulary: '\u2603'"):
         tok.encode("snow \u2603")
     with pytest.raises(LabError, match="empty"):
         tok.encode("")
@@ -103,7 +103,7 @@ def test_reference_kv_decode_equals_full_recompute(model):
 
 def test_reference_greedy_text_is_fluent(model):
     """A broken decode must be visible to a reader: the oracle writes words, not noise."""
-    ids = reference.generate(model, model.tokenizer.encode("ROMEO:\n"), 120)
+    ids = reference.generate(model, model.tokenizer.encode("ROMEO.\n"), 120)
     text = model.tokenizer.decode(ids)
     words = [w.strip(".,;:!?'\"") for w in text.split()]
     common = {"the", "and", "to", "of", "i", "my", "you", "that", "a", "is", "in", "not", "me",

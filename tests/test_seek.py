@@ -25,7 +25,7 @@ def small():
 
 def _sought_run(model, kv_init, position=100, steps=4, cfg=EAGER):
     eng = DecodeEngine(model, cfg, kv_init=kv_init)
-    eng.reset(eng.encode("ROMEO:\n"), 0)
+    eng.reset(eng.encode("ROMEO.\n"), 0)
     eng.seek(position)
     for _ in range(steps):
         eng.step()
@@ -45,7 +45,7 @@ def test_seek_aa_passes_with_zeroed_caches(small):
 
 def test_seek_sets_device_and_host_position(small):
     eng = DecodeEngine(small, LabConfig(backend="sim"))
-    eng.reset(eng.encode("ROMEO:\n"), 0)
+    eng.reset(eng.encode("ROMEO.\n"), 0)
     eng.seek(90)
     assert eng.position == 90 and eng.device_position() == 90
     assert eng.plan().splits == eng.plan(90).splits
@@ -59,7 +59,7 @@ def test_seek_errors(small):
     eng = DecodeEngine(small, EAGER)
     with pytest.raises(LabError, match="call reset"):
         eng.seek(10)
-    eng.reset(eng.encode("ROMEO:\n"), 0)
+    eng.reset(eng.encode("ROMEO.\n"), 0)
     for bad in (-1, SMALL.max_seq - 1, SMALL.max_seq, 10_000):
         with pytest.raises(LabError, match="max_seq"):
             eng.seek(bad)

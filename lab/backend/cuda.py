@@ -102,6 +102,11 @@ class CudaGraph(Graph):
             os.unlink(path)
 
 
+# Compiled kernels are per process, not per backend: numba dispatchers are bound to the CUDA
+# context every backend here shares, and compiling ~20 kernels costs seconds per engine.
+_PROCESS_KERNELS: dict[str, object] = {}
+
+
 class CudaBackend(Backend):
     name = "cuda"
     simulated = False
@@ -122,7 +127,7 @@ class CudaBackend(Backend):
         self._events = [cp.cuda.Event(disable_timing=True) for _ in range(64)]
         self._next_event = 0
         self._overloads: dict = {}
-        self._compiled: dict[str, object] = {}
+        self._compiled: dict[str, object] = {}       # what THIS backend has warmed up
         self._offence: str | None = None
 
     def describe(self) -> str:
@@ -214,9 +219,12 @@ class CudaBackend(Backend):
 
     # ---- execution ---------------------------------------------------------------------------
     def _compile(self, spec):
-        disp = self.nbcuda.jit(list(spec.signatures))(spec.py_func)
-        for overload in disp.overloads.values():
-            overload._codelibrary.get_cufunc()  # load the module now, not at first launch
+        disp = _PROCESS_KERNELS.get(spec.name)
+        if disp is None:
+            disp = self.nbcuda.jit(list(spec.signatures))(spec.py_func)
+            for overload in disp.overloads.values():
+                overload._codelibrary.get_cufunc()  # load the module now, not at first launch
+            _PROCESS_KERNELS[spec.name] = disp
         self._compiled[spec.name] = disp
         return disp
 
