@@ -208,6 +208,10 @@ def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
         "meaningful": ok, "reason": "" if ok or ok is None else f"A/A gate failed: "
                                                                  f"{out['aa']['reason']}",
     })
+    if aa and not ok and out["aa"]["diff_ms"]:
+        # context, not a verdict: how the A/B effect compares with the offset A/A already shows
+        out["ab_over_aa"] = abs(test["diff"] / out["aa"]["diff_ms"])
+        out["reason"] += (f"; for scale, |B - A| is {out['ab_over_aa']:.1f}x the A/A offset")
     return out
 
 

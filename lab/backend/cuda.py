@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import gc
 import time
 
 import numpy as np
@@ -299,23 +300,40 @@ class CudaBackend(Backend):
 
     # ---- capture ----------------------------------------------------------------------------
     def is_capturing(self, stream: str = "main") -> bool:
-        return bool(self.stream.is_capturing())
+        try:
+            return bool(self.streams[stream].is_capturing())
+        except RuntimeError as exc:
+            # CuPy raises when the capture was invalidated by an earlier error: still capturing
+            # (the capture must be ended before the stream is usable again)
+            if "invalidated" in str(exc):
+                return True
+            raise
 
     def begin_capture(self, stream: str = "main") -> None:
         if self.is_capturing():
             raise CaptureError("a capture is already open")
         self._offence = None
         self._issued = 0
-        self.stream.begin_capture(mode=self.cp.cuda.runtime.streamCaptureModeGlobal)
+        # Global mode forbids unsafe CUDA calls from ANY thread while the capture is open, and
+        # Python's garbage collector may free an old graph exec or unload a module (both unsafe
+        # calls) at any moment: collect now, and hold the collector off until end_capture.
+        gc.collect()
+        gc.disable()
+        try:
+            self.stream.begin_capture(mode=self.cp.cuda.runtime.streamCaptureModeGlobal)
+        except Exception:
+            gc.enable()
+            raise
 
     def end_capture(self, stream: str = "main") -> CudaGraph:
+        offence, self._offence = self._offence, None
         try:
             graph = self.stream.end_capture()
         except Exception as exc:
-            reason = self._offence or f"{exc.__class__.__name__}: {exc}"
+            reason = offence or f"{exc.__class__.__name__}: {exc}"
             raise CaptureError(f"capture invalidated: {exc}; first offence: {reason}", reason) from exc
         finally:
-            offence, self._offence = self._offence, None
+            gc.enable()
         if offence is not None:  # an error the driver did not make sticky is still a failed capture
             raise CaptureError(f"capture had a failed operation: {offence}", offence)
         graph.upload(self.stream)
