@@ -268,6 +268,8 @@ class CudaBackend(Backend):
         from cuda.core import launch as core_launch
         from numba import typeof
 
+        # a raw CuPy array gets what numba's dispatcher gives it: a synchronising wrap
+        args = [self.nbcuda.as_cuda_array(a) if isinstance(a, self.cp.ndarray) else a for a in args]
         key = (launch.name, tuple(typeof(a) for a in args))
         overload = self._overloads.get(key)
         if overload is None:
