@@ -406,8 +406,6 @@ def source_label(source: str) -> str:
 
 def plot(result: dict, ax=None):
     """One figure per result kind (A/B, sweep, leave-one-out); the title names the source."""
-    import matplotlib
-    matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
     label = source_label(result["source"])
     if "rows" in result and "contexts" in result:                       # sweep

@@ -2,10 +2,7 @@
 Every figure carries its source in the title: "simulated" or "measured on <GPU, versions>"."""
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg", force=False)  # headless by default; notebooks render inline anyway
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt  # headless machines fall back to Agg by themselves
 
 _FAMILY_COLORS = {"embed": "#8c564b", "rmsnorm": "#7f7f7f", "matvec": "#1f77b4",
                   "matvec_residual": "#1f77b4", "rope_kv_append": "#9467bd",

@@ -45,16 +45,31 @@ for name in ("frozen_kv_row", "ctx_by_value", "pos_outside_graph"):
           f"{'pass' if three.ok else 'FAIL from replay %d' % three.checks[0].first_mismatch}")
 
 # %% [markdown]
-# ## Fluent, but wrong
-# The broken graph still produces plausible text — which is why byte-compares, not eyeballs,
-# are the test. Correct (eager) and broken (graph replays) side by side:
+# ## Wrong — and not always visibly
+# Correct (eager) and broken (graph replays) side by side. On a fresh engine the broken
+# replays degrade fast: the frozen position repeats one step forever, the frozen context length
+# hides the newest keys (the current token's included), and the frozen KV row leaves every other
+# row empty.
 
 # %%
 correct = DecodeEngine(model, cfg.replace(graph=False)).generate(PROMPT, 160).text
 print("correct:\n" + PROMPT + correct + "\n")
 for name in ("frozen_kv_row", "ctx_by_value", "pos_outside_graph"):
     broken = DecodeEngine(model, cfg.replace(bugs={name})).generate(PROMPT, 160).text
-    print(f"{BUGS[name].env} (graph replays):\n{PROMPT}{broken}\n")
+    print(f"{BUGS[name].env} (graph replays):\n{PROMPT}{broken!r}\n")
+
+# %% [markdown]
+# Do not count on noise to give a bug away. A server reuses its engine across requests, so the
+# rows a frozen KV pointer never writes still hold an *earlier request's* keys and values —
+# valid ones. The broken replays then attend over that stale context and, after a stumble,
+# write fluent play-text that continues the wrong request. Only the byte-compare says so at once.
+
+# %%
+eng = DecodeEngine(model, cfg.replace(bugs={"frozen_kv_row"}, graph=False))
+eng.generate("HAMLET.\nTo be, or not to be", 300)     # an earlier request, decoded eagerly
+eng.cfg = eng.cfg.replace(graph=True)
+stale = eng.generate(PROMPT, 160).text
+print("LAB_BUG_FROZEN_KV_ROW after an earlier request (graph replays):\n" + PROMPT + stale)
 
 # %% [markdown]
 # ## The fixes
