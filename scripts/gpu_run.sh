@@ -10,6 +10,7 @@ step() { echo "== $* ($(date +%T))"; "$@"; echo "== exit $? ($(date +%T))"; }
 {
   step python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/test_notebooks.py
   step python3 tests/_cudasim_kernels.py --gpu
+  step python3 -m lab demo --backend cuda
   step python3 scripts/record_gpu.py --out "$out/gpu"
   step python3 scripts/record_gpu_bugs.py --out "$out/gpu"
   step python3 scripts/record_gpu_overlap.py --out "$out/gpu"

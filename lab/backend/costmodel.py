@@ -1,7 +1,8 @@
 """The simulator's cost model: how long a launch takes on the host and on the device.
 
-Every constant is calibrated from measurements on the project's H200 (see the FACTS recorded
-with the project's GPU results) and every figure the simulator produces is labelled "simulated".
+The constants come from measurements on the project's H200 (the files in data/gpu/, and the
+launch-cost facts measured when the project started); each says where it came from. Every
+figure the simulator produces is labelled "simulated".
 The model is deliberately simple: a host pays a submit cost per eager launch (or one per graph
 launch); a kernel occupies its stream for a fixed floor plus the bytes it touches over an
 effective bandwidth; host submit costs carry jitter, eager far more than graph replays.
@@ -15,15 +16,18 @@ import numpy as np
 
 @dataclass(frozen=True)
 class CostModel:
-    # H200 measurement recorded in data/gpu/ (numba-cuda 0.30.4, CuPy 14.2, the real engine):
-    # eager decode ~2.42 ms/token for 37 launches (~65 us per launch through numba's dispatcher),
-    # graph replay ~0.115 ms/token for 37 nodes. These defaults reproduce both roughly.
-    eager_submit_us: float = 65.0   # numba dispatcher launch, arrays pre-wrapped (H200 host)
-    graph_submit_us: float = 2.8    # host cost of one cudaGraphLaunch
-    # PDL hides part of each dependent launch's gap: a 100-kernel chain in one graph went from
-    # 1.13 to 0.84 us per kernel on the H200 with programmatic launches (0.84 / 1.13 = 0.74)
-    pdl_gap_factor: float = 0.74
-    node_us: float = 3.0            # device cost per dependent node in a replayed graph
+    # H200 measurements recorded in data/gpu/ (numba-cuda 0.30.4, CuPy 14.2, the real engine):
+    # eager decode took 2.4 to 4.1 ms/token for 37 launches across runs (65 to 110 us of host
+    # time per numba launch; bench_ab.json: 2.88 ms -> 78 us); a graph replay 0.130 ms/token
+    # for 37 nodes ((130 - 2.8) / 37 = 3.4 us per node, kernel time included).
+    eager_submit_us: float = 78.0   # numba dispatcher launch, arrays pre-wrapped (H200 host)
+    graph_submit_us: float = 2.8    # host cost of one cudaGraphLaunch (measured, 1000-node graph)
+    # PDL hides part of each dependent node's gap: pdl.json, 0.1278 -> 0.1101 ms/token for 37
+    # nodes, i.e. 0.48 us of 3.4 saved per node (factor 0.86). (A 100-kernel chain of empty
+    # kernels went 1.13 -> 0.84 us per kernel, factor 0.74: the gap shrinks more when there
+    # is less work per node.)
+    pdl_gap_factor: float = 0.86
+    node_us: float = 3.4            # device cost per dependent node in a replayed graph
     eager_gap_us: float = 2.0       # device-side launch latency between eager kernels
     bandwidth_gbs: float = 3000.0   # effective HBM bandwidth for small decode kernels
     eager_jitter: float = 0.12      # relative sd of an eager submit (lognormal sigma)

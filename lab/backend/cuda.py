@@ -128,6 +128,7 @@ class CudaBackend(Backend):
         self._events = [cp.cuda.Event(disable_timing=True) for _ in range(64)]
         self._next_event = 0
         self._overloads: dict = {}
+        self._core_streams: dict = {}
         self._compiled: dict[str, object] = {}       # what THIS backend has warmed up
         self._offence: str | None = None
 
@@ -279,7 +280,21 @@ class CudaBackend(Backend):
             overload._prepare_args(ty, val, nbstream, retr, kernelargs)
         config = LaunchConfig(grid=launch.grid, block=launch.block,
                               programmatic_stream_serialization=True)
-        core_launch(nbstream, config, overload._codelibrary.get_cufunc().kernel, *kernelargs)
+        core_launch(self._core_stream(launch.stream, nbstream), config,
+                    overload._codelibrary.get_cufunc().kernel, *kernelargs)
+
+    def _core_stream(self, name: str, fallback):
+        """A cuda.core Stream wrapping our CuPy stream, made once (cuda.core deprecates being
+        handed foreign stream objects at launch)."""
+        cs = self._core_streams.get(name)
+        if cs is None:
+            try:
+                from cuda.core import Device
+                cs = Device().create_stream(self.streams[name])
+            except Exception:  # an older cuda.core: hand it the numba stream as before
+                cs = fallback
+            self._core_streams[name] = cs
+        return cs
 
     def record_wait(self, src: str, dst: str) -> None:
         ev = self._events[self._next_event]
