@@ -86,5 +86,16 @@ if rec.exists():
         print(f"  [{mode}] one kernel {a['mean_ms']:.4f} ± {a['sem_ms']:.4f}, two kernels "
               f"{b['mean_ms']:.4f} ± {b['sem_ms']:.4f} ms/token; B - A = "
               f"{1000 * d['diff_b_minus_a_ms']:+.2f} ± {1000 * d['diff_sem_ms']:.2f} us/token")
+        aa = d["aa"]
+        print(f"          A/A: A' - A = {1000 * aa['diff_ms']:+.2f} ± {1000 * aa['sem_ms']:.2f} us/token -> "
+              + ("the A/B is meaningful" if d["meaningful"] else "NOT meaningful: " + d["reason"]))
 else:
     print("no recorded GPU figures yet")
+
+# %% [markdown]
+# Read it in this order: the A/A line first. Eagerly, the four extra launches per token each
+# cost a whole host submit, and that is what the difference measures. Captured, the extra node
+# costs a microsecond or so of device time; whether the merge kernel's better grid wins that
+# back is a question for the A/B line — and only if its A/A line lets it speak. When two
+# identical graph engines already differ by more than the fission effect, the honest answer is
+# "no measurable difference at this model size".
