@@ -1,6 +1,7 @@
 """decode-lab: an instrumented engine for graph-resident LLM decode, and the tools around it.
 
   config      LabConfig + from_env(): every LAB_* toggle, the only reader of the environment
+  errors      LabError (bad input, clear message, exit 2) and CaptureError (with its reason)
   model       weights (validated), shapes, the character tokenizer
   reference   float64 NumPy forward pass: the oracle
   plan        decode_plan(position): splits, grids, kernel choice, the capture key
@@ -8,7 +9,11 @@
   backend/    cuda (numba.cuda + CuPy) and sim (CPU simulator) behind one interface
   instrument  the launch log and the launch bill
   verify      replay_check: graph replays byte-compared with eager steps
-  bench       paired, interleaved A/B with standard errors
+  audit       capture audit, lazy-initialisation detector, the bug table
+  bugs        the deliberate bugs, one LAB_BUG_* switch each
+  pdl_check   PDL safety: the wait-first rule and each kernel's pre-wait reads
+  stats       mean / sem / paired t / percentiles / the A/A verdict / leave-one-out arithmetic
+  bench       paired interleaved A/B behind an A/A gate, sweeps, leave-one-out
   plots       timelines and charts
 """
 __version__ = "0.1.0"
