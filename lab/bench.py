@@ -2,13 +2,17 @@
 leave-one-out, each with its noise shown. The statistics live in `lab/stats.py`.
 
 Rules every function here follows:
-- Arms are `LabConfig`s of ONE build (one engine each, same weights, one process), run
-  interleaved with the order alternated per rep (A B, B A, ...), after an untimed warm-up run per
-  arm that compiles and captures every plan it meets.
+- Arms are `LabConfig`s of ONE build (same weights, one process), run interleaved with the
+  order alternated per rep (A B, B A, ...), after an untimed warm-up run per arm that compiles
+  and captures every plan it meets. Arms that differ only in launch toggles (GRAPH, PDL,
+  OVERLAP, SPLIT_COMBINE) share ONE engine, switched before each run: identical engine
+  instances differ by their buffers' placement alone (data/gpu/engine_instances.json), and two
+  engines would report that as an A/B effect.
 - ms/token of a run = backend.clock() around its steps (model time on the simulator; wall time
   after a synchronize on a GPU). Standard errors are over reps; differences are paired by rep.
-- `run_ab` first runs A against a second copy of A (the A/A gate: paired |t| <= 3 and
-  byte-identical token ids + final logits); if A/A fails, the A/B is marked not meaningful.
+- `run_ab` first runs A against a second copy of A -- on the shared engine, interleaved like the
+  A/B (the A/A gate: paired |t| <= 3 and byte-identical token ids + final logits); if A/A
+  fails, the A/B is marked not meaningful.
 - Per-token p50/p99 come from a separate pass with a clock() around EACH step (on a GPU that
   synchronizes per token, so it would distort the throughput pass).
 - `run_sweep` reaches long contexts with `DecodeEngine.seek` (timing only: the skipped KV rows
@@ -47,13 +51,19 @@ class Arm:
     def clear(self) -> None:
         self.ms, self.runs = [], []
 
+    def use(self) -> DecodeEngine:
+        """The arm's engine, switched to the arm's toggles (arms may share one engine)."""
+        self.engine.cfg = self.cfg
+        return self.engine
+
     def summary(self) -> dict:
         m, s = mean_sem(self.ms)
-        eng = self.engine
+        eng = self.use()
+        graph = eng.graphs.get(eng.plan(0).key) if self.cfg.graph else None
         return {"name": self.name, "toggles": self.cfg.toggles(), "ms_per_token": list(self.ms),
                 "mean_ms": m, "sem_ms": s, "tok_per_s": 1000.0 / m if m else float("nan"),
                 "launches_per_token": len(eng.step_launches(eng.plan(eng.position))),
-                "nodes_per_graph": max((g.node_count for g in eng.graphs.values()), default=0)}
+                "nodes_per_graph": graph.node_count if graph is not None else 0}
 
 
 def default_backend(cfg: LabConfig, index: int):
@@ -68,9 +78,20 @@ def default_backend(cfg: LabConfig, index: int):
 
 
 def make_arm(model, name: str, cfg: LabConfig, index: int, kv_init: str = "zeros",
-             backend_factory: Callable | None = None) -> Arm:
+             backend_factory: Callable | None = None, pool: dict | None = None) -> Arm:
+    """An arm with its engine. With a `pool` (a dict), arms whose allocations agree (same
+    backend, KV dtype, bugs) SHARE one engine -- the same buffers at the same addresses -- and
+    differ only by launch toggles. That matters: on the H200 two identical graph engines
+    differed by a steady 0.4-1.8 us/token from buffer placement alone, which separate engines
+    would report as an A/B effect. Without a pool (or with a backend_factory, which gives each
+    arm its own backend) every arm gets its own engine."""
+    key = (cfg.backend, cfg.kv_dtype, cfg.bugs, kv_init)
+    if pool is not None and backend_factory is None and key in pool:
+        return Arm(name, cfg, pool[key])
     be = (backend_factory or default_backend)(cfg, index)
     eng = DecodeEngine(model, cfg, backend=be, kv_init=kv_init)
+    if pool is not None and backend_factory is None:
+        pool[key] = eng
     return Arm(name, cfg, eng)
 
 
@@ -119,12 +140,12 @@ def interleave(arms: list[Arm], reps: int, run: Callable, progress=False, desc: 
         raise LabError(f"reps must be >= 2 for a standard error, got {reps}")
     if warm_up:
         for arm in arms:
-            run(arm.engine)
+            run(arm.use())
     bar = _bar(reps * len(arms), desc, progress)
     order = []
     for rep in range(reps):
         for arm in (arms if rep % 2 == 0 else arms[::-1]):
-            ms, out = run(arm.engine)
+            ms, out = run(arm.use())
             arm.ms.append(ms)
             arm.runs.append(out)
             order.append(arm.name)
@@ -146,7 +167,7 @@ def per_token_pass(arms: list[Arm], prompt: str, samples: int, tokens: int,
     k = 0
     while min(len(v) for v in out.values()) < samples:
         for arm in (arms if k % 2 == 0 else arms[::-1]):
-            eng, times = arm.engine, out[arm.name]
+            eng, times = arm.use(), out[arm.name]
             ids = eng.encode(prompt)
             n = min(tokens, eng.model.cfg.max_seq - ids.size)
             eng.reset(ids, n)
@@ -175,18 +196,21 @@ def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
            aa_threshold: float = AA_T_THRESHOLD, per_token: int = PER_TOKEN_SAMPLES,
            kv_init: str = "zeros", backend_factory: Callable | None = None) -> dict:
     """A/A (A vs a second copy of A), then the interleaved paired A/B, then per-token p50/p99.
-    Returns a JSON-ready dict; `meaningful` is False (with `reason`) when the A/A gate fails."""
+    Arms share one engine when only launch toggles differ (see make_arm); the A/A then runs A
+    twice on it, interleaved like the A/B. Returns a JSON-ready dict; `meaningful` is False
+    (with `reason`) when the A/A gate fails."""
     run = decode_run(prompt, tokens)
-    arm_a = make_arm(model, names[0], a, 0, kv_init, backend_factory)
+    pool: dict = {}
+    arm_a = make_arm(model, names[0], a, 0, kv_init, backend_factory, pool)
     out = {}
     if aa:
-        arm_a2 = make_arm(model, names[0] + "'", a, 1, kv_init, backend_factory)
+        arm_a2 = make_arm(model, names[0] + "'", a, 1, kv_init, backend_factory, pool)
         order_aa = interleave([arm_a, arm_a2], reps, run, progress, "A/A reps")
         verdict = aa_verdict(arm_a.ms, arm_a2.ms, arm_a.runs, arm_a2.runs, aa_threshold)
         out["aa"] = {**verdict.to_dict(), "arms": [arm_a.summary(), arm_a2.summary()],
                      "run_order": order_aa}
         arm_a.clear()
-    arm_b = make_arm(model, names[1], b, 2, kv_init, backend_factory)
+    arm_b = make_arm(model, names[1], b, 2, kv_init, backend_factory, pool)
     order_ab = interleave([arm_a, arm_b], reps, run, progress, "A/B reps", warm_up=True)
     test = paired_test(arm_a.ms, arm_b.ms)
     sa, sb = arm_a.summary(), arm_b.summary()
@@ -292,7 +316,8 @@ def run_sweep(model, arms: dict[str, LabConfig], contexts, reps: int = 3, tokens
             raise LabError(f"context {c} + {tokens} tokens = {c + tokens} passes max_seq {max_seq}"
                            f" (one position is the next token); the largest context for "
                            f"{tokens} tokens is {max_seq - 1 - tokens}")
-    bench = [make_arm(model, n, cfg, i, kv_init, backend_factory)
+    pool: dict = {}
+    bench = [make_arm(model, n, cfg, i, kv_init, backend_factory, pool)
              for i, (n, cfg) in enumerate(arms.items())]
     rows = []
     for c in contexts:
@@ -303,7 +328,7 @@ def run_sweep(model, arms: dict[str, LabConfig], contexts, reps: int = 3, tokens
             s = arm.summary()
             rows.append({"context": c, "arm": arm.name, "toggles": s["toggles"],
                          "mean_ms": s["mean_ms"], "sem_ms": s["sem_ms"], "tok_per_s": s["tok_per_s"],
-                         "ms_per_token": s["ms_per_token"], "splits": arm.engine.plan(c).splits,
+                         "ms_per_token": s["ms_per_token"], "splits": arm.use().plan(c).splits,
                          "launches_per_token": s["launches_per_token"]})
     return {**_meta(bench[0].engine.backend.describe(), "decode speed per context length "
                     "(seek: timing only)", reps=reps, tokens=tokens, kv_init=kv_init),
@@ -348,16 +373,21 @@ def loo_configs(base: LabConfig, factors) -> dict[str, LabConfig]:
 def run_loo(model, factors, base: LabConfig | None = None, reps: int = 5, tokens: int = 64,
             prompt: str = BENCH_PROMPT, progress=False, kv_init: str = "zeros",
             backend_factory: Callable | None = None) -> dict:
-    """Leave-one-out: the arms of `loo_configs`, interleaved; then the all-off arm checked
-    against a plain baseline (a fresh engine, same config, its reps run back to back)."""
+    """Leave-one-out: the arms of `loo_configs`, interleaved (sharing one engine when they differ
+    only in launch toggles); then the all-off arm checked against a plain baseline (a fresh
+    engine, same config, its reps run back to back)."""
     factors = parse_factors(factors)
     cfgs = loo_configs(base or LabConfig(), factors)
     run = decode_run(prompt, tokens)
-    arms = [make_arm(model, n, c, i, kv_init, backend_factory) for i, (n, c) in enumerate(cfgs.items())]
+    pool: dict = {}
+    arms = [make_arm(model, n, c, i, kv_init, backend_factory, pool)
+            for i, (n, c) in enumerate(cfgs.items())]
     order = interleave(arms, reps, run, progress, "leave-one-out reps")
     ms = {a.name: a.ms for a in arms}
-    plain = make_arm(model, "baseline", cfgs["all-off"], len(arms), kv_init, backend_factory)
-    run(plain.engine)                                  # warm-up
+    # the baseline: a fresh engine (its own buffers), on the same device and host as the arms
+    plain = make_arm(model, "baseline", cfgs["all-off"], len(arms), kv_init,
+                     backend_factory or (lambda cfg, index: arms[0].engine.backend))
+    run(plain.use())                                   # warm-up
     for _ in range(reps):
         t, o = run(plain.engine)
         plain.ms.append(t)

@@ -81,8 +81,8 @@ class DecodeEngine:
     def __init__(self, model: Model, cfg: LabConfig | None = None, backend=None,
                  kv_init: str = "zeros", warm_up: bool = True):
         self.model = model
-        self.cfg = cfg or LabConfig()
-        self.backend = backend or make_backend(self.cfg)
+        self._cfg = cfg or LabConfig()
+        self.backend = backend or make_backend(self._cfg)
         self.log = LaunchLog()
         self.backend.log = self.log
         self.ledger: list[LedgerEntry] = []
@@ -99,6 +99,28 @@ class DecodeEngine:
         self._alloc(kv_init)
         if warm_up:
             self.backend.warm_up(kernels.REGISTRY.values())
+        self.backend.pdl = self._pdl_usable()
+
+    @property
+    def cfg(self) -> LabConfig:
+        return self._cfg
+
+    @cfg.setter
+    def cfg(self, value: LabConfig) -> None:
+        """Switch launch toggles (GRAPH, PDL, OVERLAP, SPLIT_COMBINE) on the same buffers; graphs
+        stay cached per plan key, and the key names each of those toggles. Toggles that change
+        allocation (KV dtype, the lazy-allocation bugs) need a new engine."""
+        alloc = ("kv_dtype", "bugs")
+        if any(getattr(value, f) != getattr(self._cfg, f) for f in alloc):
+            raise LabError(f"{', '.join(alloc)} change what the engine allocates: build a new "
+                           f"DecodeEngine for them")
+        self._cfg = value
+        self.bind()
+
+    def bind(self) -> None:
+        """Make this engine the backend's current user: its launch log, its PDL switch (two
+        engines may share one backend, e.g. a benchmark's baseline and its arms)."""
+        self.backend.log = self.log
         self.backend.pdl = self._pdl_usable()
 
     def _pdl_usable(self) -> bool:

@@ -23,11 +23,14 @@ class Plan:
     splits: int            # attention slices per head
     split_combine: bool    # combine as merge + project (2 kernels) instead of one
     n_head: int
+    pdl: bool = False      # launches are programmatic (PDL edges in the graph)
+    overlap: bool = False  # the k/v projection runs on a side stream (a parallel branch)
 
     @property
     def key(self) -> tuple:
         """What a captured graph depends on: a different key means a different graph."""
-        return ("splits", self.splits, "split_combine", self.split_combine)
+        return ("splits", self.splits, "split_combine", self.split_combine, "pdl", self.pdl,
+                "overlap", self.overlap)
 
     @property
     def attn_grid(self) -> tuple[int, int]:
@@ -49,7 +52,8 @@ def decode_plan(position: int, model_cfg, lab_cfg) -> Plan:
     """The plan for the decode step at `position` (0-based) of a model and lab configuration."""
     if not 0 <= position < model_cfg.max_seq:
         raise ValueError(f"position {position} outside [0, {model_cfg.max_seq})")
-    return Plan(position, splits_for(position + 1), lab_cfg.split_combine, model_cfg.n_head)
+    return Plan(position, splits_for(position + 1), lab_cfg.split_combine, model_cfg.n_head,
+                lab_cfg.pdl, lab_cfg.overlap)
 
 
 def plan_boundaries(max_seq: int) -> list[int]:

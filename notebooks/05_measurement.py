@@ -15,12 +15,15 @@
 #
 # A speed claim in this lab is made the way good engine teams make it:
 #
-# 1. **both arms in one process**, one engine each, same weights, same build — the arms differ
-#    only by `LAB_*` toggles;
+# 1. **both arms in one process**, same weights, same build — the arms differ only by `LAB_*`
+#    toggles; arms that differ only in launch toggles run on **one shared engine** (same
+#    buffers, same addresses), because identical engine instances differ by their buffers'
+#    placement alone (measured on the H200, shown at the end);
 # 2. **interleaved**, the order alternated per rep (A B, B A, A B, ...), so slow drift of the
 #    machine hits both arms alike, and each difference is **paired** by rep;
 # 3. **warm-up excluded** (compilation, capture);
-# 4. **A/A first**: A against a second copy of A. If A already differs from A beyond its noise
+# 4. **A/A first**: A against a second copy of A, interleaved exactly like the A/B. If A already
+#    differs from A beyond its noise
 #    (paired |t| > 3), or the outputs (token ids, final logits) are not byte-identical, an A/B
 #    is not meaningful — whatever its t says;
 # 5. every number comes with its **standard error** and its **source** (measured on which GPU,
@@ -66,9 +69,9 @@ print(bench.format_ab(ab))
 
 # %% [markdown]
 # ### An A/A that fails
-# Give the second copy of A a noisy host (huge submit jitter and frequent stalls — a busy
-# machine, a preempted thread). A is now "different from itself", and the harness refuses to
-# report the A/B as meaningful.
+# Give the second copy of A its own engine on a noisy host (huge submit jitter and frequent
+# stalls — a busy machine, a preempted thread). A is now "different from itself", and the
+# harness refuses to report the A/B as meaningful.
 
 # %%
 noisy = CostModel(eager_jitter=1.0, eager_spike_p=0.3, eager_spike_us=2000.0)
@@ -174,3 +177,23 @@ for path in recorded:
             bench.plot(rec, ax=axes[0])
             bench.plot(SIMULATED[name], ax=axes[1])
         fig.tight_layout()
+
+# %% [markdown]
+# ## Why arms share one engine
+# Identical graph engines — same config, same weights — run interleaved on the H200, each one's
+# ms/token with its standard error (`scripts/record_gpu_instances.py`). If instances differ by
+# more than their noise, an A/B between two engines would report that difference as an effect
+# of the toggle; one engine run twice shows the run-to-run part alone.
+
+# %%
+rec = Path("../data/gpu/engine_instances.json")
+if rec.exists():
+    r = json.loads(rec.read_text())
+    print(r["source"], "-", r["date"])
+    for e in r["engines"]:
+        print(f"  engine {e['engine']}: {e['mean_us']:.2f} ± {e['sem_us']:.2f} us/token (x at {e['x_ptr']})")
+    t = r["same_engine_twice"]
+    print(f"  spread between instances: {r['spread_us']:.2f} us/token; one engine twice: "
+          f"{t['first_mean_us']:.2f} ± {t['first_sem_us']:.2f} then {t['second_mean_us']:.2f} ± {t['second_sem_us']:.2f}")
+else:
+    print("no recorded instance measurement yet")

@@ -13,6 +13,7 @@ step() { echo "== $* ($(date +%T))"; "$@"; echo "== exit $? ($(date +%T))"; }
   step python3 -m lab demo --backend cuda
   step python3 scripts/record_gpu.py --out "$out/gpu"
   step python3 scripts/record_gpu_bugs.py --out "$out/gpu"
+  step python3 scripts/record_gpu_instances.py --out "$out/gpu"
   step python3 scripts/record_gpu_overlap.py --out "$out/gpu"
   step python3 scripts/record_gpu_bench.py --out "$out/gpu"
 } 2>&1 | tee "$out/gpu_run.log"

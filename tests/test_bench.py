@@ -121,6 +121,7 @@ def test_interleaving_alternates_and_excludes_warm_up():
     class FakeEngine:
         def __init__(self, name):
             self.name = name
+            self.cfg = SIM      # arms switch an engine to their toggles before each run
 
     arms = [bench.Arm(n, SIM, FakeEngine(n)) for n in ("A", "B", "C")]
 

@@ -1,0 +1,23 @@
+"""Self-check exercises in the GPU-Puzzles shape: a spec (the stub's docstring), a stub to fill in
+(`# FILL ME IN`), and a checker that runs your function against the project's own code on the
+simulator, prints a one-line verdict and returns a `CheckResult` (passed, message).
+
+  merge_partials        the split-K softmax merge          check_merge_partials  (attn_merge_twin)
+  launches_per_token,   the launch bill: launches/token     check_launch_bill     (launch_bill over
+  per_launch_budget_us  and the us each may cost                                  a sim engine's log)
+  paired_t              paired difference: mean, sem, t     check_paired_t        (lab.stats.paired_t)
+  verdict               what a capture would freeze          check_verdict         (lab.audit.audit)
+  replays_needed        replays that expose a frozen bug    check_replays_needed  (lab.verify.replay_check)
+
+Notebook 08_self_check walks through them. No solutions ship here: the tests write their own.
+"""
+from .exercises import (VERDICTS, CheckResult, check_launch_bill, check_merge_partials,
+                        check_paired_t, check_replays_needed, check_verdict, launches_per_token,
+                        merge_partials, paired_t, per_launch_budget_us, replays_needed, verdict)
+
+__all__ = ["CheckResult", "VERDICTS",
+           "merge_partials", "check_merge_partials",
+           "launches_per_token", "per_launch_budget_us", "check_launch_bill",
+           "paired_t", "check_paired_t",
+           "verdict", "check_verdict",
+           "replays_needed", "check_replays_needed"]

@@ -1,0 +1,476 @@
+"""Self-check exercises: for each, a spec (the stub's docstring), a stub that returns None, and a
+`check_<name>(fn)` that runs the learner's function against the project's own code.
+
+The references are never copies: the split-K merge is `kernels.attention.attn_merge_twin`, the
+launch bill is `lab.instrument.launch_bill` over a simulator engine's launch log, the paired t is
+`lab.stats.paired_t`, the verdicts are `lab.audit.audit` reports, the replay count is
+`lab.verify.replay_check` on the frozen bugs of `lab/bugs.py`. Every check runs on the simulator.
+
+A checker raises TypeError only when handed something that is not callable. A wrong, unfinished
+or crashing answer is a `CheckResult` with passed=False and a message that names the failing case
+(a notebook with unfilled stubs still executes); each check prints a one-line verdict.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+# ---------------------------------------------------------------- the result of a check
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    exercise: str
+    passed: bool
+    message: str      # "" when passed; else the failing case, what came back, what was expected, a hint
+    cases: int        # cases run (all of them when passed; up to and including the failing one if not)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def line(self) -> str:
+        if self.passed:
+            return f"{self.exercise}: PASS ({self.cases} cases)"
+        return f"{self.exercise}: not yet -- {self.message}"
+
+    def __str__(self) -> str:
+        return self.line()
+
+
+class _Fail(Exception):
+    """A failing case inside a checker (never leaves the checker)."""
+
+
+def _need_callable(fn, check: str, what: str = "fn") -> None:
+    if not callable(fn):
+        raise TypeError(f"{check}({what}) needs a function, got {type(fn).__name__}: {fn!r}")
+
+
+def _call(fn, case: str, *args, **kwargs):
+    """Call the learner's function; an exception or a None becomes a failing case."""
+    name = getattr(fn, "__name__", "your function")
+    try:
+        out = fn(*args, **kwargs)
+    except NotImplementedError:
+        raise _Fail(f"{name} raises NotImplementedError: the stub is not filled in yet") from None
+    except Exception as exc:   # the learner's bug, reported, never raised
+        raise _Fail(f"case '{case}': {name} raised {type(exc).__name__}: {exc}") from None
+    if out is None:
+        raise _Fail(f"{name} returned None: fill in the stub (# FILL ME IN)")
+    return out
+
+
+def _run(exercise: str, cases) -> CheckResult:
+    """Run `cases` (a generator of checks that raise _Fail) and print the verdict."""
+    n = 0
+    try:
+        for _ in cases:
+            n += 1
+        res = CheckResult(exercise, True, "", n)
+    except _Fail as fail:
+        res = CheckResult(exercise, False, str(fail), n + 1)
+    print(res.line())
+    return res
+
+
+@functools.lru_cache(maxsize=1)
+def _model():
+    from lab.model import load_model
+    return load_model()
+
+
+def _sim_cfg(**changes):
+    from lab.config import LabConfig
+    return LabConfig(backend="sim", **changes)
+
+
+# ================================================================ 1. the split-K merge
+
+def merge_partials(part_o, part_ml):
+    """Merge split-K attention partials into the attention output o.
+
+    part_o  [n_head, splits, hd]  float32: slice s of head h, sum_t exp(score_t - m_s) * v_t
+    part_ml [n_head, splits, 2]   float32: (m_s, l_s) = (max score in the slice,
+                                           sum_t exp(score_t - m_s))
+    returns o [n_head * hd]: per head h,
+        M = max_s m_s,  L = sum_s l_s * exp(m_s - M),
+        o[h*hd:(h+1)*hd] = sum_s part_o[h, s] * exp(m_s - M) / L
+    An empty slice (splits > context length) has m_s = -inf, l_s = 0, part_o = 0 and must weigh
+    nothing. Slice 0 is never empty.
+    """
+    # FILL ME IN
+    return None
+
+
+def _merge_case(name, n_head, splits, hd, L, q_scale, seed, hint):
+    """Realistic partials: the project's attn_partial twin on random q, K, V at context L."""
+    from kernels.attention import attn_merge_twin, attn_partial_twin
+    rng = np.random.default_rng(seed)
+    D = n_head * hd
+    q = (q_scale * rng.standard_normal(D)).astype(np.float32)               # [D]
+    k = rng.standard_normal((L, D)).astype(np.float32)                      # [L, D]
+    k *= rng.uniform(0.2, 3.0, (L, 1)).astype(np.float32)  # uneven norms: slice maxima differ
+    v = rng.standard_normal((L, D)).astype(np.float32)                      # [L, D]
+    part_o = np.zeros((n_head, splits, hd), np.float32)
+    part_ml = np.zeros((n_head, splits, 2), np.float32)
+    attn_partial_twin((n_head, splits), (hd,), q, k, v, np.array([L - 1], np.int32),
+                      part_o, part_ml, np.float32(1.0 / math.sqrt(hd)))
+    ref = np.empty(D, np.float32)
+    attn_merge_twin((n_head,), (hd,), part_o, part_ml, ref)
+    return name, part_o, part_ml, ref, float(np.abs(v).max()), hint
+
+
+@functools.lru_cache(maxsize=1)
+def _merge_cases():
+    rescale = "weigh slice s by exp(m_s - M): part_o and l_s are relative to the slice's own max"
+    return [
+        _merge_case("one slice per head, context 5", 2, 1, 8, 5, 1.0, 0, "with one slice, o = part_o / l"),
+        _merge_case("4 slices with different maxima, context 100", 4, 4, 16, 100, 4.0, 1, rescale),
+        _merge_case("splits 8 > context 3 (5 empty slices: m = -inf, l = 0)", 2, 8, 8, 3, 2.0, 2,
+                    "an empty slice must weigh 0: exp(-inf - M) = 0; avoid 0 * inf and 0 / 0"),
+        _merge_case("huge scores (m up to ~900: exp(m) overflows even float64)", 2, 4, 16, 64, 150.0, 3,
+                    "subtract the max M before exponentiating: exp(m_s - M) <= 1 never overflows"),
+        _merge_case("model dims: 4 heads x 64, 32 slices, context 1000", 4, 32, 64, 1000, 3.0, 4,
+                    rescale),
+    ]
+
+
+def check_merge_partials(fn) -> CheckResult:
+    """Compare fn(part_o, part_ml) with kernels.attention.attn_merge_twin on 5 cases."""
+    _need_callable(fn, "check_merge_partials")
+
+    def cases():
+        for name, part_o, part_ml, ref, vmax, hint in _merge_cases():
+            out = _call(fn, name, part_o.copy(), part_ml.copy())
+            try:
+                got = np.asarray(out, np.float64)
+            except (TypeError, ValueError):
+                raise _Fail(f"case '{name}': returned {type(out).__name__}, not an array") from None
+            if got.shape != ref.shape:
+                raise _Fail(f"case '{name}': shape {got.shape}, expected {ref.shape} "
+                            f"= [n_head * hd] (flatten the heads in order)")
+            # The reference sums `splits` float32 terms per element and divides once; a float32
+            # or float64 answer summed in another order differs by ~splits * eps(float32) times
+            # the magnitude of the averaged values (|v|, not |o|: terms of both signs cancel).
+            # 4x margin; relative part for large outputs.
+            splits = part_ml.shape[1]
+            eps = np.finfo(np.float32).eps
+            tol = 4 * splits * eps * vmax + 4 * splits * eps * np.abs(ref)
+            with np.errstate(invalid="ignore"):
+                bad = ~(np.abs(got - ref) <= tol)        # NaN counts as bad
+            if bad.any():
+                i = int(np.argmax(bad))
+                h, d = divmod(i, part_o.shape[2])
+                raise _Fail(f"case '{name}': o[{i}] (head {h}, dim {d}) = {got[i]:.6g}, expected "
+                            f"{ref[i]:.6g} (tolerance {tol[i]:.2g}; {int(bad.sum())} of {bad.size} "
+                            f"elements off). Hint: {hint}")
+            yield name
+
+    return _run("merge_partials", cases())
+
+
+# ================================================================ 2. the launch bill
+
+def launches_per_token(kernels_per_layer, layers, other, ranks=1):
+    """Kernel launches per decoded token.
+
+    kernels_per_layer  launches issued by one transformer layer
+    layers             layers in the stack
+    other              launches outside the layer stack (embedding, final norm, head, sampling...)
+    ranks              tensor-parallel ranks; notebook 01's formula multiplies the layer stack:
+                       kernels/layer x layers x ranks + other
+    """
+    # FILL ME IN
+    return None
+
+
+def per_launch_budget_us(ms_per_token, launches):
+    """The time each launch may take, in MICROseconds, when a token takes `ms_per_token`
+    MILLIseconds and issues `launches` launches."""
+    # FILL ME IN
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _bills():
+    """Launch bills from simulator engines' logs: eager and graph, one and two combine kernels."""
+    from lab.engine import DecodeEngine
+    from lab.instrument import launch_bill
+    bills = []
+    for split in (False, True):
+        for graph in (False, True):
+            eng = DecodeEngine(_model(), _sim_cfg(graph=graph, split_combine=split))
+            gen = eng.generate("ROMEO.\n", 8)
+            # in graph mode the launches are logged when a step is captured
+            step = next(r.step for r in reversed(eng.log.records) if r.kind in ("eager", "capture"))
+            mode = "graph" if graph else "eager"
+            bills.append((f"{mode}, split_combine={split}",
+                          launch_bill(eng.log, step, mode, gen.ms_per_token, gen.source)))
+    return bills
+
+
+def check_launch_bill(launches_fn, budget_fn) -> CheckResult:
+    """Compare launches_per_token and per_launch_budget_us with the launch bills of simulator
+    engines (lab.instrument.launch_bill over a DecodeEngine's launch log)."""
+    _need_callable(launches_fn, "check_launch_bill", "launches_fn")
+    _need_callable(budget_fn, "check_launch_bill", "budget_fn")
+
+    def cases():
+        for name, b in _bills():
+            args = (b.kernels_per_layer, b.layers, b.other_kernels)
+            got = _call(launches_fn, name, *args)
+            if got != b.launches_per_token:
+                raise _Fail(f"case '{name}': launches_per_token{args} = {got!r}, the engine's log "
+                            f"counts {b.launches_per_token} launches/token "
+                            f"({b.kernels_per_layer} per layer in {b.layers} layers, "
+                            f"{b.other_kernels} outside them)")
+            yield name
+            got = _call(budget_fn, name, b.ms_per_token, b.launches_per_token)
+            want = b.us_per_launch
+            try:
+                ok = math.isclose(float(got), want, rel_tol=1e-9)   # float64 arithmetic only
+            except (TypeError, ValueError):
+                raise _Fail(f"case '{name}': per_launch_budget_us returned {got!r}, "
+                            f"not a number") from None
+            if not ok:
+                ratio = float(got) / want if want else math.nan
+                hint = (" -- that is milliseconds; the budget is in microseconds (x 1000)"
+                        if math.isclose(ratio, 1e-3, rel_tol=1e-6) else "")
+                raise _Fail(f"case '{name}': per_launch_budget_us({b.ms_per_token:.6g} ms, "
+                            f"{b.launches_per_token}) = {float(got):.6g}, the bill says "
+                            f"{want:.6g} us/launch{hint}")
+            yield name
+        b = _bills()[0][1]
+        for ranks in (2, 8):
+            name = f"tensor parallel, ranks={ranks}"
+            want = b.kernels_per_layer * b.layers * ranks + b.other_kernels   # notebook 01's formula
+            got = _call(launches_fn, name, b.kernels_per_layer, b.layers, b.other_kernels,
+                        ranks=ranks)
+            if got != want:
+                raise _Fail(f"case '{name}': launches_per_token({b.kernels_per_layer}, {b.layers}, "
+                            f"{b.other_kernels}, ranks={ranks}) = {got!r}, expected {want} "
+                            f"(kernels/layer x layers x ranks + other)")
+            yield name
+
+    return _run("launch_bill", cases())
+
+
+# ================================================================ 3. the paired t
+
+def paired_t(a, b):
+    """Paired difference d = b - a over reps (a[i] and b[i] are rep i of arms A and B).
+
+    returns (mean_diff, sem, t): mean of d, its standard error (SAMPLE sd of d, ddof = 1,
+    divided by sqrt(n)), and t = mean_diff / sem. When every difference is identical (sem = 0):
+    t = 0.0 if mean_diff == 0, else +inf or -inf with the sign of mean_diff.
+    """
+    # FILL ME IN
+    return None
+
+
+def _t_cases():
+    rng = np.random.default_rng(7)
+    a5 = np.array([1.20, 1.31, 1.18, 1.25, 1.22])
+    a20 = 1.0 + 0.05 * rng.standard_normal(20)
+    return [
+        ("5 reps, B slower by ~0.02", a5, a5 + np.array([0.02, 0.03, 0.01, 0.025, 0.015]),
+         "d = b - a; sem uses the sample sd (ddof = 1)"),
+        ("20 reps, drifting arms, B faster", a20 + np.linspace(0, 0.2, 20),
+         a20 + np.linspace(0, 0.2, 20) - 0.004 + 0.003 * rng.standard_normal(20),
+         "pair rep i of A with rep i of B: the drift cancels in d"),
+        ("2 reps (the smallest n with a sem)", np.array([3.0, 5.0]), np.array([4.0, 5.5]),
+         "sem = sd(d, ddof=1) / sqrt(n)"),
+        ("identical arrays", a5, a5.copy(), "no difference and no noise: t = 0.0, not nan"),
+        ("constant shift +0.5", a5, a5 + 0.5, "sem = 0 and mean > 0: t = +inf"),
+        ("constant shift -1 (integers)", [4, 5, 6], [3, 4, 5], "sem = 0 and mean < 0: t = -inf"),
+    ]
+
+
+def check_paired_t(fn) -> CheckResult:
+    """Compare fn(a, b) with lab.stats.paired_t on 6 cases (incl. identical arrays)."""
+    from lab.stats import paired_t as ref_paired_t
+    _need_callable(fn, "check_paired_t")
+
+    def same(x, y) -> bool:
+        if math.isinf(y) or y == 0:
+            return x == y                      # the conventions are exact
+        return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-15)   # float64 sums in another order
+
+    def cases():
+        for name, a, b, hint in _t_cases():
+            want = ref_paired_t(a, b)
+            got = _call(fn, name, np.array(a, copy=True), np.array(b, copy=True))
+            try:
+                got = tuple(float(x) for x in got)
+            except (TypeError, ValueError):
+                raise _Fail(f"case '{name}': returned {got!r}, expected a tuple "
+                            f"(mean_diff, sem, t)") from None
+            if len(got) != 3:
+                raise _Fail(f"case '{name}': returned {len(got)} numbers, expected 3 "
+                            f"(mean_diff, sem, t)")
+            for label, g, w in zip(("mean_diff", "sem", "t"), got, want):
+                if not same(g, w):
+                    extra = ""
+                    if label == "sem" and w > 0 and math.isclose(g / w, math.sqrt((len(a) - 1) / len(a)),
+                                                                 rel_tol=1e-6):
+                        extra = " (that is the population sd, ddof = 0)"
+                    elif label == "mean_diff" and math.isclose(g, -w, rel_tol=1e-9):
+                        extra = " (sign flipped: d = b - a)"
+                    raise _Fail(f"case '{name}': {label} = {g:.6g}, expected {w:.6g}{extra}. "
+                                f"Hint: {hint}")
+            yield name
+
+    return _run("paired_t", cases())
+
+
+# ================================================================ 4. the audit verdict
+
+VERDICTS = ("fine", "promote to device memory", "capture key", "unhandled capture key")
+
+
+def verdict(kind, values_by_step, plan_keys_by_step):
+    """Classify a host-computed value that reaches a launch, as lab/audit.py does.
+
+    kind               "pointer", "by value", "host write" (an upload between steps),
+                       "grid", "block" or "kernel"
+    values_by_step     {position: the value at that step}
+    plan_keys_by_step  {position: the step's plan key (decode_plan(position).key)}
+    returns one of
+      "fine"                      the same value at every step (nothing for a capture to freeze)
+      "promote to device memory"  a pointer or by-value argument that changes between steps,
+                                  or any host write (a replay never re-runs it)
+      "capture key"               grid / block / kernel that changes, but is constant within
+                                  every plan key (one graph per key handles it)
+      "unhandled capture key"     grid / block / kernel that changes within one plan key
+    Values compare by their str().
+    """
+    # FILL ME IN
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _verdict_cases():
+    """(name, kind, values, keys, expected) from real audits on the simulator, plus synthetic."""
+    from lab.audit import _arg_value, audit
+    from lab.engine import DecodeEngine
+    cases = []
+    for bug in (None, "frozen_kv_row", "ctx_by_value", "pos_outside_graph"):
+        eng = DecodeEngine(_model(), _sim_cfg(bugs={bug} if bug else set()))
+        rep = audit(eng)
+        keys = {p: eng.plan(p).key for p in rep.positions}
+        label = f"LAB_BUG_{bug.upper()}" if bug else "clean engine"
+        flagged = set()
+        for v in rep.varying:
+            want = (v.verdict if v.verdict != "capture key" or v.handled
+                    else "unhandled capture key")
+            cases.append((f"{label}: launch {v.index} {v.kernel}.{v.what} ({v.kind})",
+                          v.kind, dict(v.values), keys, want))
+            flagged.add((v.index, v.what))
+        if bug is None:   # what the audit did NOT flag is fine: read it from the step's launches
+            from lab.instrument import arg_names
+            seen: dict = {}
+            for p in rep.positions:
+                for i, launch in enumerate(eng.step_launches(eng.plan(p))[:5]):
+                    items = [("kernel", "kernel", launch.name), ("grid", "grid", launch.grid),
+                             ("block", "block", launch.block)]
+                    items += [(n, *_arg_value(a)) for n, a in zip(arg_names(launch.kernel), launch.args)]
+                    for what, kind, value in items:
+                        seen.setdefault((i, launch.name, what, kind), {})[p] = value
+            for (i, kname, what, kind), values in seen.items():
+                if (i, what) not in flagged:
+                    cases.append((f"{label}: launch {i} {kname}.{what} ({kind})", kind, values,
+                                  keys, "fine"))
+            grid = next(v for v in rep.varying if v.what == "grid")
+            clean_keys = keys
+    # synthetic, from the clean engine's real values
+    one_key = {p: ("one graph for every position",) for p in grid.values}
+    cases.append(("synthetic: attn_partial grid with ONE plan key for all positions", "grid",
+                  dict(grid.values), one_key, "unhandled capture key"))
+    cases.append(("synthetic: a by-value splits count that changes only with the plan key",
+                  "by value", {p: repr(clean_keys[p][1]) for p in grid.values}, clean_keys,
+                  "promote to device memory"))
+    cases.append(("synthetic: a block shape constant over all steps", "block",
+                  {p: (64,) for p in grid.values}, clean_keys, "fine"))
+    return cases
+
+
+_VERDICT_HINTS = {
+    "fine": "a value that never changes has nothing for a capture to freeze",
+    "promote to device memory": "pointers, by-value arguments and host writes are judged by their "
+                                "kind: if they change at all (or are host writes) they must live "
+                                "in device memory, even when they change only with the plan key",
+    "capture key": "grid / block / kernel that change only where the plan key changes are handled "
+                   "by capturing one graph per key",
+    "unhandled capture key": "group the values by plan key: a launch shape that changes WITHIN one "
+                             "key is not handled by the graphs",
+}
+
+
+def check_verdict(fn) -> CheckResult:
+    """Compare fn(kind, values_by_step, plan_keys_by_step) with lab.audit.audit reports of the
+    clean engine and of LAB_BUG_FROZEN_KV_ROW / CTX_BY_VALUE / POS_OUTSIDE_GRAPH, plus synthetic
+    cases."""
+    _need_callable(fn, "check_verdict")
+
+    def cases():
+        for name, kind, values, keys, want in _verdict_cases():
+            got = _call(fn, name, kind, dict(values), dict(keys))
+            if got != want:
+                shown = list(dict.fromkeys(str(values[p]) for p in sorted(values)))  # step order
+                sample = ", ".join(shown[:3]) + (f", ... ({len(shown)} distinct)" if len(shown) > 3 else "")
+                extra = "" if got in VERDICTS else f" (not one of {VERDICTS})"
+                raise _Fail(f"case '{name}': verdict {got!r}{extra}, the audit says {want!r}; "
+                            f"values {sample}. Hint: {_VERDICT_HINTS[want]}")
+            yield name
+
+    return _run("verdict", cases())
+
+
+# ================================================================ 5. how many replays?
+
+def replays_needed():
+    """The smallest number of graph replays for which lab.verify.replay_check exposes every
+    frozen-value bug of lab/bugs.py (kind "frozen": a host value frozen at capture)."""
+    # FILL ME IN
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _replay_fails(bug: str, replays: int) -> int | None:
+    """First mismatching replay of replay_check(replays) on a fresh sim engine with `bug`."""
+    from lab.engine import DecodeEngine
+    from lab.verify import replay_check
+    rep = replay_check(DecodeEngine(_model(), _sim_cfg(bugs={bug})), ["ROMEO.\n"], replays=replays)
+    return rep.checks[0].first_mismatch
+
+
+def check_replays_needed(fn) -> CheckResult:
+    """Run lab.verify.replay_check with fn() replays (must fail for every frozen bug) and with
+    fn() - 1 replays (must pass for one of them, unless fn() == 1)."""
+    from lab.bugs import BUGS
+    _need_callable(fn, "check_replays_needed")
+    frozen = [name for name, b in BUGS.items() if b.kind == "frozen"]
+
+    def cases():
+        n = _call(fn, "replays_needed()")
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise _Fail(f"replays_needed() returned {n!r}: expected a whole number >= 1")
+        n = int(n)
+        if n > 64:
+            raise _Fail(f"replays_needed() = {n}: far more than needed (try small numbers)")
+        for bug in frozen:
+            if _replay_fails(bug, n) is None:
+                raise _Fail(f"case '{BUGS[bug].env}': replay_check with {n} replay(s) PASSES -- "
+                            f"the frozen bug goes unseen. Hint: replay 1 is the captured step "
+                            f"itself, where the frozen value is still right")
+            yield bug
+        if n > 1 and all(_replay_fails(bug, n - 1) is not None for bug in frozen):
+            first = {BUGS[b].env: _replay_fails(b, n - 1) for b in frozen}
+            raise _Fail(f"case 'fewer replays': {n - 1} replay(s) already expose every frozen bug "
+                        f"(first mismatch at replay {first}); {n} is not the smallest")
+        yield "smallest"
+
+    return _run("replays_needed", cases())

@@ -1,0 +1,197 @@
+"""Self-check exercises (lab/selfcheck): a correct solution passes, the stub and plausible wrong
+solutions get a "not yet" with a message that names the failing case, and nothing but a
+non-callable makes a checker raise. The solutions live here, never in the package."""
+import math
+
+import numpy as np
+import pytest
+
+from lab import selfcheck as sc
+
+
+def _not_yet(res, *words):
+    assert isinstance(res, sc.CheckResult)
+    assert not res.passed and not res
+    for w in words:
+        assert w in res.message, res.message
+    assert res.line().startswith(f"{res.exercise}: not yet -- ")
+
+
+# ---------------------------------------------------------------- merge_partials
+
+def merge_ok(part_o, part_ml):
+    m, l = part_ml[..., 0], part_ml[..., 1]                      # [H, S]
+    w = np.exp(m - m.max(axis=1, keepdims=True))                 # [H, S]
+    return ((part_o * w[..., None]).sum(1) / (l * w).sum(1)[:, None]).reshape(-1)
+
+
+def merge_ok_f64_loop(part_o, part_ml):   # another order, another precision: still within tolerance
+    H, S, hd = part_o.shape
+    o = np.zeros((H, hd))
+    for h in range(H):
+        M = max(float(part_ml[h, s, 0]) for s in range(S))
+        L = sum(float(part_ml[h, s, 1]) * math.exp(float(part_ml[h, s, 0]) - M) for s in range(S))
+        for s in range(S):
+            o[h] += part_o[h, s].astype(np.float64) * math.exp(float(part_ml[h, s, 0]) - M)
+        o[h] /= L
+    return o.reshape(-1)
+
+
+def merge_no_rescale(part_o, part_ml):
+    return (part_o.sum(1) / part_ml[..., 1].sum(1)[:, None]).reshape(-1)
+
+
+def merge_no_max(part_o, part_ml):    # exp(m_s) instead of exp(m_s - M): overflows for large m
+    with np.errstate(all="ignore"):
+        w = np.exp(part_ml[..., 0])
+        return ((part_o * w[..., None]).sum(1) / (part_ml[..., 1] * w).sum(1)[:, None]).reshape(-1)
+
+
+def merge_unflattened(part_o, part_ml):
+    return merge_ok(part_o, part_ml).reshape(part_o.shape[0], -1)
+
+
+def test_merge_partials(capsys):
+    assert sc.check_merge_partials(merge_ok).passed
+    assert sc.check_merge_partials(merge_ok_f64_loop).passed
+    assert "merge_partials: PASS (5 cases)" in capsys.readouterr().out
+    _not_yet(sc.check_merge_partials(sc.merge_partials), "None", "FILL ME IN")
+    _not_yet(sc.check_merge_partials(merge_no_rescale), "4 slices with different maxima", "exp(m_s - M)")
+    _not_yet(sc.check_merge_partials(merge_no_max), "huge scores", "nan")
+    _not_yet(sc.check_merge_partials(merge_unflattened), "shape (2, 8)", "n_head * hd")
+    assert "merge_partials: not yet" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- the launch bill
+
+def launches_ok(kernels_per_layer, layers, other, ranks=1):
+    return kernels_per_layer * layers * ranks + other
+
+
+def budget_ok(ms_per_token, launches):
+    return 1000.0 * ms_per_token / launches
+
+
+def test_launch_bill():
+    assert sc.check_launch_bill(launches_ok, budget_ok).passed
+    _not_yet(sc.check_launch_bill(sc.launches_per_token, sc.per_launch_budget_us), "None")
+    _not_yet(sc.check_launch_bill(launches_ok, sc.per_launch_budget_us), "per_launch_budget_us", "None")
+    _not_yet(sc.check_launch_bill(launches_ok, lambda ms, n: ms / n),
+             "eager, split_combine=False", "milliseconds")
+    _not_yet(sc.check_launch_bill(lambda k, l, o, ranks=1: k * l, budget_ok),
+             "eager, split_combine=False", "launches_per_token(8, 4, 5)", "37")
+    _not_yet(sc.check_launch_bill(lambda k, l, o, ranks=1: (k * l + o) * ranks, budget_ok),
+             "ranks=2", "kernels/layer x layers x ranks + other")
+
+
+# ---------------------------------------------------------------- paired_t
+
+def paired_t_ok(a, b):
+    d = np.asarray(b, float) - np.asarray(a, float)
+    mean, sem = d.mean(), d.std(ddof=1) / math.sqrt(d.size)
+    if sem == 0:
+        return mean, sem, (0.0 if mean == 0 else math.copysign(math.inf, mean))
+    return mean, sem, mean / sem
+
+
+def paired_t_population_sd(a, b):
+    d = np.asarray(b, float) - np.asarray(a, float)
+    mean, sem = d.mean(), d.std() / math.sqrt(d.size)
+    return mean, sem, (mean / sem if sem else 0.0)
+
+
+def paired_t_nan_convention(a, b):
+    d = np.asarray(b, float) - np.asarray(a, float)
+    mean, sem = d.mean(), d.std(ddof=1) / math.sqrt(d.size)
+    with np.errstate(all="ignore"):
+        return mean, sem, np.float64(mean) / sem
+
+
+def paired_t_a_minus_b(a, b):
+    return paired_t_ok(b, a)
+
+
+def test_paired_t():
+    assert sc.check_paired_t(paired_t_ok).passed
+    _not_yet(sc.check_paired_t(sc.paired_t), "None")
+    _not_yet(sc.check_paired_t(paired_t_population_sd), "5 reps", "population sd")
+    _not_yet(sc.check_paired_t(paired_t_nan_convention), "identical arrays", "t = nan")
+    _not_yet(sc.check_paired_t(paired_t_a_minus_b), "5 reps", "sign flipped")
+    _not_yet(sc.check_paired_t(lambda a, b: (1.0, 2.0)), "returned 2 numbers")
+
+
+# ---------------------------------------------------------------- verdict
+
+def verdict_ok(kind, values_by_step, plan_keys_by_step):
+    if kind != "host write" and len({str(v) for v in values_by_step.values()}) == 1:
+        return "fine"
+    if kind not in ("grid", "block", "kernel"):
+        return "promote to device memory"
+    per_key = {}
+    for pos, v in values_by_step.items():
+        per_key.setdefault(plan_keys_by_step[pos], set()).add(str(v))
+    return "capture key" if all(len(s) == 1 for s in per_key.values()) else "unhandled capture key"
+
+
+def verdict_ignores_keys(kind, values_by_step, plan_keys_by_step):
+    if kind != "host write" and len({str(v) for v in values_by_step.values()}) == 1:
+        return "fine"
+    return "capture key" if kind in ("grid", "block", "kernel") else "promote to device memory"
+
+
+def verdict_forgets_host_writes(kind, values_by_step, plan_keys_by_step):
+    return verdict_ok("by value" if kind == "host write" else kind, values_by_step, plan_keys_by_step)
+
+
+def verdict_by_pattern(kind, values_by_step, plan_keys_by_step):
+    # judges a by-value scalar by its pattern (constant within a key -> capture key): the audit doesn't
+    return verdict_ok("grid" if kind == "by value" else kind, values_by_step, plan_keys_by_step)
+
+
+def test_verdict():
+    assert sc.check_verdict(verdict_ok).passed
+    _not_yet(sc.check_verdict(sc.verdict), "None")
+    _not_yet(sc.check_verdict(verdict_ignores_keys), "ONE plan key", "unhandled capture key")
+    _not_yet(sc.check_verdict(verdict_forgets_host_writes), "LAB_BUG_POS_OUTSIDE_GRAPH",
+             "host write", "promote to device memory")
+    _not_yet(sc.check_verdict(verdict_by_pattern), "LAB_BUG_CTX_BY_VALUE", "ctx_len")
+    _not_yet(sc.check_verdict(lambda *a: "promote"), "clean engine", "not one of")
+
+
+# ---------------------------------------------------------------- replays_needed
+
+def test_replays_needed():
+    assert sc.check_replays_needed(lambda: 2).passed
+    _not_yet(sc.check_replays_needed(sc.replays_needed), "None")
+    _not_yet(sc.check_replays_needed(lambda: 1), "PASSES", "replay 1 is the captured step")
+    _not_yet(sc.check_replays_needed(lambda: 3), "fewer replays", "2 replay(s) already expose")
+    _not_yet(sc.check_replays_needed(lambda: "2"), "whole number")
+
+
+# ---------------------------------------------------------------- never raises, except on non-callables
+
+@pytest.mark.parametrize("check", [sc.check_merge_partials, sc.check_paired_t, sc.check_verdict,
+                                   sc.check_replays_needed])
+def test_checkers_report_exceptions_and_refuse_non_callables(check):
+    def boom(*args):
+        raise ValueError("oops")
+
+    def todo(*args):
+        raise NotImplementedError
+
+    _not_yet(check(boom), "raised ValueError: oops")
+    _not_yet(check(todo), "NotImplementedError", "not filled in")
+    with pytest.raises(TypeError, match="needs a function"):
+        check(42)
+
+
+def test_launch_bill_refuses_non_callables():
+    with pytest.raises(TypeError, match="budget_fn"):
+        sc.check_launch_bill(launches_ok, 1000.0)
+
+
+def test_no_solutions_ship():
+    import lab.selfcheck.exercises as ex
+    for stub in (ex.merge_partials, ex.launches_per_token, ex.per_launch_budget_us, ex.paired_t,
+                 ex.verdict, ex.replays_needed):
+        assert stub(*([None] * stub.__code__.co_argcount)) is None
