@@ -15,5 +15,6 @@
   stats       mean / sem / paired t / percentiles / the A/A verdict / leave-one-out arithmetic
   bench       paired interleaved A/B behind an A/A gate, sweeps, leave-one-out
   plots       timelines and charts
+  selfcheck/  self-check exercises: stubs + checkers against the project's own code
 """
 __version__ = "0.1.0"

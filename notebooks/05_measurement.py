@@ -81,7 +81,7 @@ print(bench.format_ab(bad))
 
 # %% [markdown]
 # ## Standard errors of both arms
-# Eager decode is **host-bound**: ~37 launches per token, each a ~80 us trip through numba's
+# Eager decode is **host-bound**: ~37 launches per token, each a ~100 us trip through numba's
 # dispatcher, so any slow drift of the host (clock boost, another process) moves the eager arm
 # from rep to rep. A graph replay is **device-bound**: one submit per token, then the device runs
 # 37 nodes back to back, so host drift hardly reaches it. The captured arm's standard error is

@@ -16,18 +16,19 @@ import numpy as np
 
 @dataclass(frozen=True)
 class CostModel:
-    # H200 measurements recorded in data/gpu/ (numba-cuda 0.30.4, CuPy 14.2, the real engine):
-    # `decode-lab demo` in gpu_run.log ran eager decode at 2.87 ms/token for 37 launches, i.e.
-    # 78 us of host time per numba launch (other eager runs in that log: 2.8 to 4.7 ms/token);
-    # a graph replay took 0.124 to 0.131 ms/token for 37 nodes ((130 - 2.8) / 37 = 3.4 us/node).
-    eager_submit_us: float = 78.0   # numba dispatcher launch, arrays pre-wrapped (H200 host)
+    # H200 measurements in data/gpu/ (numba-cuda 0.30.4, CuPy 14.2, the real engine, 2026-11-29):
+    # decode_eager_vs_graph.json: eager 3.77 ms/token for 37 launches = 102 us of host time per
+    # numba launch (the eager runs in gpu_run.log span 3.0 to 5.9 ms/token: the host's speed
+    # moves between runs); graph replay 0.123 ms/token for 37 nodes, (123 - 2.8) / 37 = 3.3 us
+    # per node, kernel time included.
+    eager_submit_us: float = 100.0  # numba dispatcher launch, arrays pre-wrapped (H200 host)
     graph_submit_us: float = 2.8    # host cost of one cudaGraphLaunch (measured, 1000-node graph)
-    # PDL hides part of each dependent node's gap: pdl.json, 0.1260 -> 0.1094 ms/token for 37
-    # nodes, i.e. 0.45 us of 3.4 saved per node (factor 0.87). (A 100-kernel chain of empty
+    # PDL hides part of each dependent node's gap: pdl.json, 0.1284 -> 0.1109 ms/token for 37
+    # nodes, i.e. 0.47 us of 3.3 saved per node (factor 0.86). (A 100-kernel chain of empty
     # kernels went 1.13 -> 0.84 us per kernel, factor 0.74: the gap shrinks more when there
     # is less work per node.)
-    pdl_gap_factor: float = 0.87
-    node_us: float = 3.4            # device cost per dependent node in a replayed graph
+    pdl_gap_factor: float = 0.86
+    node_us: float = 3.3            # device cost per dependent node in a replayed graph
     eager_gap_us: float = 2.0       # device-side launch latency between eager kernels
     bandwidth_gbs: float = 3000.0   # effective HBM bandwidth for small decode kernels
     eager_jitter: float = 0.12      # relative sd of an eager submit (lognormal sigma)
