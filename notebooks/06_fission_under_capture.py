@@ -93,9 +93,10 @@ else:
     print("no recorded GPU figures yet")
 
 # %% [markdown]
-# Read it in this order: the A/A line first. Eagerly, the four extra launches per token each
-# cost a whole host submit, and that is what the difference measures. Captured, the extra node
-# costs a microsecond or so of device time; whether the merge kernel's better grid wins that
-# back is a question for the A/B line — and only if its A/A line lets it speak. When two
-# identical graph engines already differ by more than the fission effect, the honest answer is
-# "no measurable difference at this model size".
+# Read it in this order: the A/A line first, then the A/B line. Eagerly, the four extra launches
+# per token each cost a whole host submit — hundreds of microseconds per token, far more than any
+# grid could win back. Captured, the extra node costs about a microsecond of device time, and
+# the separate merge kernel (one block per head instead of every projection block re-merging all
+# heads) can win that back: the sign of a sub-microsecond difference decides it, which is why
+# both arms run on one engine and the A/A line must pass before the A/B line is read. The same
+# kernel shape can be the wrong choice eagerly and the right one once the step is a graph.

@@ -91,12 +91,10 @@ print(bench.format_loo(loo))
 
 # %% [markdown]
 # ## Recorded on the H200
-# Read the A/A line before the A/B line. On the H200 two *identical* graph engines, run
-# interleaved in one process, differ by a steady few microseconds per token — far beyond their
-# sub-microsecond standard errors — so the gate refuses to call the paired PDL A/B meaningful,
-# even though PDL's effect is several times that offset (the ratio is printed) and the
-# leave-one-out agrees on its size. The lab's rule stands: an A/B is evidence only after its
-# A/A passes; here the PDL figure is a strong hint with a stated caveat, not a proof.
+# Read the A/A line before the A/B line. The arms run on one shared engine (same buffers): on
+# the H200, separate but identical graph engines differ by a steady microsecond or two per token
+# from buffer placement alone (`engine_instances.json`, notebook 05), enough to fail the A/A
+# gate and to blur an effect of PDL's size.
 # `scripts/record_gpu_overlap.py`: leave-one-out with 5 paired reps, and graph vs graph + PDL
 # with the captured graph's edge types (programmatic edges counted through cuda-bindings).
 
