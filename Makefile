@@ -2,6 +2,7 @@
 #   make demo       generate + launch bill (GPU when present, else the CPU simulator)
 #   make test       the device-free test suite (what CI runs), notebooks included
 #   make gpu-test   the tests marked `gpu` (needs an NVIDIA GPU)
+#   make gpu-record the gpu tests + every GPU recorder, results into out/gpu (see data/gpu/README.md)
 #   make lab        JupyterLab on notebooks/
 PYTHON ?= python3
 VENV   ?= .venv
@@ -11,7 +12,7 @@ comma  := ,
 CUDA_MAJOR := $(shell nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: \([0-9]*\).*/\1/p' | head -n1)
 EXTRAS := dev$(if $(CUDA_MAJOR),$(if $(filter 12,$(CUDA_MAJOR)),$(comma)cuda12,$(comma)cuda13))
 
-.PHONY: demo test gpu-test lab notebooks clean
+.PHONY: demo test gpu-test gpu-record lab notebooks clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +28,9 @@ test: $(VENV)/.installed
 
 gpu-test: $(VENV)/.installed
 	$(PY) -m pytest -q -m gpu
+
+gpu-record: $(VENV)/.installed
+	PATH=$(abspath $(VENV))/bin:$$PATH bash scripts/gpu_run.sh out
 
 lab: $(VENV)/.installed
 	$(VENV)/bin/jupyter lab notebooks/
