@@ -29,10 +29,6 @@ from .plan import MAX_SPLITS, Plan, decode_plan
 from .reference import rope_tables
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 @dataclass(frozen=True)
 class LedgerEntry:
     step: int
@@ -235,61 +231,61 @@ class DecodeEngine:
         c, b, w = self.model.cfg, self.buf, self.w
         D, F, V, H, hd = c.d_model, c.d_ff, c.vocab_size, c.n_head, c.head_dim
         eps, scale = np.float32(c.norm_eps), np.float32(1.0 / np.sqrt(hd))
-        rows = matvec.MATVEC_ROWS_PER_BLOCK                 # one warp per output row
-        mv = (matvec.MATVEC_THREADS,)
+        # launch geometry comes from each kernel's own module, the one the kernel tests use
+        rows = matvec.grid_for                              # one warp per output row
         norm = (rmsnorm.RMSNORM_GRID, rmsnorm.RMSNORM_BLOCK)
         bug = lambda name: bugs.has(self.cfg, name)  # noqa: E731  (deliberate bugs, lab/bugs.py)
 
-        def L(kern, grid, block, args, layer=None, stream="main") -> Launch:
+        def L(kern, geometry, args, layer=None, stream="main") -> Launch:
+            grid, block = geometry
             return Launch(kern, tuple(grid), tuple(block), tuple(args), layer, stream)
 
-        yield L(embed.embed, (_cdiv(D, embed.EMBED_THREADS),), (embed.EMBED_THREADS,),
-                (b.tokens, b.pos, w["tok_emb"], b.x))
+        yield L(embed.embed, embed.grid_for(D), (b.tokens, b.pos, w["tok_emb"], b.x))
         for i in range(c.n_layer):
             p = f"layers.{i}."
             x_in = self.backend.raw(b.x) if bug("raw_array") and i == 0 else b.x
             norm_k = rmsnorm.rmsnorm_late_wait if bug("late_wait") else rmsnorm.rmsnorm
-            yield L(norm_k, *norm, (x_in, w[p + "attn_norm"], b.h, eps), i)
+            yield L(norm_k, norm, (x_in, w[p + "attn_norm"], b.h, eps), i)
             if self.cfg.overlap:  # q on the main stream, k and v on a side stream, in parallel
                 wq, wkv = self._wqkv_views[i]
                 q_out, kv_out = self._qkv_views
                 yield StreamWait("main", "side")                      # fork: side waits for h
-                yield L(matvec.matvec, (_cdiv(2 * D, rows),), mv, (wkv, b.h, kv_out), i, "side")
-                yield L(matvec.matvec, (_cdiv(D, rows),), mv, (wq, b.h, q_out), i)
+                yield L(matvec.matvec, rows(2 * D), (wkv, b.h, kv_out), i, "side")
+                yield L(matvec.matvec, rows(D), (wq, b.h, q_out), i)
                 yield StreamWait("side", "main")                      # join before rope
             else:
-                yield L(matvec.matvec, (_cdiv(3 * D, rows),), mv, (w[p + "wqkv"], b.h, b.qkv), i)
+                yield L(matvec.matvec, rows(3 * D), (w[p + "wqkv"], b.h, b.qkv), i)
             self._ensure_rope_tables()
             if bug("frozen_kv_row"):  # the host picks the row: a pointer the graph freezes
                 row = plan.position
-                yield L(rope.rope_kv_append_row, (H,), (hd,), (b.qkv, b.pos, b.cos, b.sin, b.q,
-                        self.backend.row(b.k_cache[i], row), self.backend.row(b.v_cache[i], row)), i)
+                yield L(rope.rope_kv_append_row, rope.grid_for(H, hd), (b.qkv, b.pos, b.cos, b.sin,
+                        b.q, self.backend.row(b.k_cache[i], row), self.backend.row(b.v_cache[i], row)), i)
             else:
-                yield L(rope.rope_kv_append, (H,), (hd,),
+                yield L(rope.rope_kv_append, rope.grid_for(H, hd),
                         (b.qkv, b.pos, b.cos, b.sin, b.q, b.k_cache[i], b.v_cache[i]), i)
             part_o, part_ml = self._partials_for(plan.splits)  # [H, splits, hd], [H, splits, 2]
+            partial = attention.partial_grid(H, plan.splits, hd)
             if bug("ctx_by_value"):   # a loop bound by value: the graph freezes it
-                yield L(attention.attn_partial_len, plan.attn_grid, (hd,), (b.q, b.k_cache[i],
-                        b.v_cache[i], np.int32(plan.position + 1), part_o, part_ml, scale), i)
+                yield L(attention.attn_partial_len, partial, (b.q, b.k_cache[i], b.v_cache[i],
+                        np.int32(plan.position + 1), part_o, part_ml, scale), i)
             else:
-                yield L(attention.attn_partial, plan.attn_grid, (hd,),
+                yield L(attention.attn_partial, partial,
                         (b.q, b.k_cache[i], b.v_cache[i], b.pos, part_o, part_ml, scale), i)
             if plan.split_combine:  # fission: merge, then project (bit-identical to the fused form)
-                yield L(attention.attn_merge, (H,), (hd,), (part_o, part_ml, b.o), i)
-                yield L(matvec.matvec_residual, (_cdiv(D, rows),), mv, (w[p + "wo"], b.o, b.x), i)
+                yield L(attention.attn_merge, attention.merge_grid(H, hd), (part_o, part_ml, b.o), i)
+                yield L(matvec.matvec_residual, rows(D), (w[p + "wo"], b.o, b.x), i)
             else:
-                yield L(attention.attn_combine, (_cdiv(D, rows),), mv,
+                yield L(attention.attn_combine, attention.combine_grid(D),
                         (part_o, part_ml, w[p + "wo"], b.x), i)
-            yield L(rmsnorm.rmsnorm, *norm, (b.x, w[p + "mlp_norm"], b.h, eps), i)
-            yield L(mlp.swiglu_up, (_cdiv(F, rows),), mv,
-                    (w[p + "w_gate"], w[p + "w_up"], b.h, b.act), i)
-            yield L(matvec.matvec_residual, (_cdiv(D, rows),), mv, (w[p + "w_down"], b.act, b.x), i)
-        yield L(rmsnorm.rmsnorm, *norm, (b.x, w["final_norm"], b.h, eps))
-        yield L(matvec.matvec, (_cdiv(V, rows),), mv, (w["lm_head"], b.h, b.logits))
-        yield L(sample.argmax_next, sample.ARGMAX_GRID, sample.ARGMAX_BLOCK,
+            yield L(rmsnorm.rmsnorm, norm, (b.x, w[p + "mlp_norm"], b.h, eps), i)
+            yield L(mlp.swiglu_up, mlp.grid_for(F), (w[p + "w_gate"], w[p + "w_up"], b.h, b.act), i)
+            yield L(matvec.matvec_residual, rows(D), (w[p + "w_down"], b.act, b.x), i)
+        yield L(rmsnorm.rmsnorm, norm, (b.x, w["final_norm"], b.h, eps))
+        yield L(matvec.matvec, rows(V), (w["lm_head"], b.h, b.logits))
+        yield L(sample.argmax_next, (sample.ARGMAX_GRID, sample.ARGMAX_BLOCK),
                 (b.logits, b.pos, b.n_prompt, b.tokens))
         if not bug("pos_outside_graph"):  # (the bug uploads the position in _host_prelude)
-            yield L(position.advance, position.ADVANCE_GRID, position.ADVANCE_BLOCK, (b.pos,))
+            yield L(position.advance, (position.ADVANCE_GRID, position.ADVANCE_BLOCK), (b.pos,))
 
     # ---- requests ----------------------------------------------------------------------------
     def reset(self, prompt_ids, max_new_tokens: int = 0) -> None:

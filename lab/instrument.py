@@ -88,12 +88,6 @@ class LaunchBill:
     def us_per_launch(self) -> float:
         return 1000.0 * self.ms_per_token / self.launches_per_token
 
-    def row(self) -> dict:
-        return {"mode": self.mode, "kernels/layer": self.kernels_per_layer, "layers": self.layers,
-                "other": self.other_kernels, "launches/token": self.launches_per_token,
-                "ms/token": round(self.ms_per_token, 4),
-                "us/launch": round(self.us_per_launch, 2), "source": self.source}
-
 
 def launch_bill(log: LaunchLog, step: int, mode: str, ms_per_token: float, source: str) -> LaunchBill:
     per_layer = log.kernels_per_layer(step)

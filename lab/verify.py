@@ -52,10 +52,6 @@ class ReplayReport:
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
 
-    @property
-    def captures(self) -> int:
-        return sum(e.outcome == "capture" for c in self.checks for e in c.ledger)
-
     def summary(self) -> str:
         lines = [f"replay_check: {len(self.checks)} prompt(s) x {self.replays} replays: "
                  f"{'IDENTICAL' if self.ok else 'MISMATCH'}"]
