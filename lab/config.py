@@ -25,6 +25,10 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
      "programmatic dependent launch (sm_90+; refused with a message elsewhere)"),
     ("LAB_OVERLAP", "overlap", ("0", "1"), "0",
      "q and kv projections on two streams, forked and joined with events"),
+    ("LAB_LAUNCH", "launch", ("dispatcher", "prebound"), "prebound",
+     "eager launch mechanism: numba's dispatcher (types and flattens the arguments on every "
+     "launch) or pre-bound (kernel handle and flattened arguments prepared once per plan, "
+     "launched through cuda.core)"),
     ("LAB_KV_DTYPE", "kv_dtype", ("float32", "float16"), "float32", "element type of the KV cache"),
 )
 _BOOL_FIELDS = {"graph", "split_combine", "pdl", "overlap"}
@@ -38,6 +42,7 @@ class LabConfig:
     split_combine: bool = False
     pdl: bool = False
     overlap: bool = False
+    launch: str = "prebound"        # LAB_LAUNCH: how the cuda backend issues each kernel
     kv_dtype: str = "float32"
     bugs: frozenset = frozenset()   # deliberate bugs switched on (names from lab/bugs.py)
 

@@ -4,6 +4,10 @@ eagerly or as a CUDA graph (one graph per plan key), falling back to eager when 
 Read top to bottom: allocate (weights, state, scratch) -> warm up -> reset(prompt) -> step():
 decode_plan(position) -> graph for plan.key (capture on a miss) or the eager launches.
 
+A clean engine builds each plan's step once and issues the SAME Launch objects at every later
+step with that plan key (eager or captured), so a backend can prepare each launch once
+(LAB_LAUNCH=prebound). With a deliberate bug on, the step is rebuilt and issued as it is built.
+
 Device-resident state (read by kernels at run time, so a replay decodes the NEXT token):
   tokens [max_seq] int32  the prompt, then each generated id (written by argmax_next)
   pos    [1] int32        the step's position (advanced by the last kernel of the step)
@@ -83,6 +87,7 @@ class DecodeEngine:
         self.backend.log = self.log
         self.ledger: list[LedgerEntry] = []
         self._graphs: dict[tuple, object] = {}
+        self._step_items: dict[tuple, list] = {}   # plan key -> the step's items (clean engine)
         self._uncapturable: dict[tuple, str] = {}
         self.position = 0
         self.n_prompt = 0
@@ -95,7 +100,7 @@ class DecodeEngine:
         self._alloc(kv_init)
         if warm_up:
             self.backend.warm_up(kernels.REGISTRY.values())
-        self.backend.pdl = self._pdl_usable()
+        self.bind()
 
     @property
     def cfg(self) -> LabConfig:
@@ -103,9 +108,10 @@ class DecodeEngine:
 
     @cfg.setter
     def cfg(self, value: LabConfig) -> None:
-        """Switch launch toggles (GRAPH, PDL, OVERLAP, SPLIT_COMBINE) on the same buffers; graphs
-        stay cached per plan key, and the key names each of those toggles. Toggles that change
-        allocation (KV dtype, the lazy-allocation bugs) need a new engine."""
+        """Switch launch toggles (GRAPH, PDL, OVERLAP, SPLIT_COMBINE, LAUNCH) on the same buffers;
+        graphs and built steps stay cached per plan key, and the key names each toggle that
+        changes them (LAUNCH does not: both mechanisms capture the same graph). Toggles that
+        change allocation (KV dtype, the lazy-allocation bugs) need a new engine."""
         alloc = ("kv_dtype", "bugs")
         if any(getattr(value, f) != getattr(self._cfg, f) for f in alloc):
             raise LabError(f"{', '.join(alloc)} change what the engine allocates: build a new "
@@ -114,10 +120,12 @@ class DecodeEngine:
         self.bind()
 
     def bind(self) -> None:
-        """Make this engine the backend's current user: its launch log, its PDL switch (two
-        engines may share one backend, e.g. a benchmark's baseline and its arms)."""
+        """Make this engine the backend's current user: its launch log, its PDL switch and its
+        launch mechanism (two engines may share one backend, e.g. a benchmark's baseline and its
+        arms)."""
         self.backend.log = self.log
         self.backend.pdl = self._pdl_usable()
+        self.backend.mechanism = self.cfg.launch
 
     def _pdl_usable(self) -> bool:
         """LAB_PDL needs sm_90+: elsewhere it is refused with a message and the run goes on."""
@@ -215,8 +223,21 @@ class DecodeEngine:
         return decode_plan(self.position if position is None else position, self.model.cfg, self.cfg)
 
     def step_launches(self, plan: Plan) -> list[Launch]:
-        """The decode step's kernel launches for `plan`, in issue order."""
-        return [x for x in self.build_step(plan) if isinstance(x, Launch)]
+        """The decode step's kernel launches for `plan`, in issue order (for a clean engine, the
+        very objects its steps issue)."""
+        return [x for x in self._items(plan) if isinstance(x, Launch)]
+
+    def _items(self, plan: Plan):
+        """The step's items to issue. Clean engine: the list built once per plan key (its build
+        does no host work and does not depend on the position). With a deliberate bug on: the
+        build itself, issued as it yields, so the bug's host work happens between launches,
+        where a capture sees it (and where the lazy-init detector places it)."""
+        if self.cfg.bugs:
+            return self.build_step(plan)
+        items = self._step_items.get(plan.key)
+        if items is None:
+            items = self._step_items[plan.key] = list(self.build_step(plan))
+        return items
 
     def _issue(self, item) -> None:
         if isinstance(item, StreamWait):
@@ -333,6 +354,7 @@ class DecodeEngine:
             raise LabError(f"position {self.position + 1} would exceed max_seq")
         plan = self.plan()
         self.log.step = self._steps
+        self.backend.host_step("graph" if self.cfg.graph else "eager")
         if not self.cfg.graph:
             entry = self._eager(plan, "eager")
         else:
@@ -344,7 +366,7 @@ class DecodeEngine:
 
     def _eager(self, plan: Plan, outcome: str, reason: str = "") -> LedgerEntry:
         self._host_prelude(plan)
-        for item in self.build_step(plan):
+        for item in self._items(plan):
             self._issue(item)
         return LedgerEntry(self._steps, self.position, plan.key, outcome, reason)
 
@@ -371,7 +393,7 @@ class DecodeEngine:
         self._host_prelude(plan)
         try:
             be.begin_capture()
-            for item in self.build_step(plan):
+            for item in self._items(plan):
                 self._issue(item)
             graph = be.end_capture()
         except CaptureError as exc:

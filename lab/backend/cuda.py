@@ -7,12 +7,19 @@
   loaded, so that no compilation or module load happens in a timed region or a capture.
 - Capture uses GLOBAL mode: CuPy's default (relaxed) lets unsafe calls run once at capture time
   and silently drop out of the graph.
+- Two launch mechanisms (LAB_LAUNCH): `dispatcher` calls numba's dispatcher, which types and
+  flattens the arguments on every launch (~34 us on the H200); `prebound` does that once per
+  Launch object (a clean engine reuses them), keeps the result in `launch.prepared` and launches
+  through `cuda.core.launch` (~5 us). PDL launches always go through cuda.core, since numba's
+  dispatcher cannot set programmatic stream serialisation. A launch with a raw CuPy argument
+  (LAB_BUG_RAW_ARRAY) always takes the dispatcher rung: the bug IS numba's synchronising wrap.
 - Node counts and node types come from cuda-bindings on the CuPy graph's handle.
 """
 from __future__ import annotations
 
 import gc
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -103,6 +110,14 @@ class CudaGraph(Graph):
             os.unlink(path)
 
 
+class _Bound(NamedTuple):
+    """One launch through cuda.core, prepared: everything but the launch call itself."""
+    stream: object       # cuda.core Stream wrapping our CuPy stream
+    config: object       # cuda.core LaunchConfig (grid, block, programmatic serialisation)
+    kernel: object       # the loaded cuda.core Kernel of the numba overload
+    args: tuple          # the arguments flattened by numba (pointers, shapes, strides, scalars)
+
+
 # Compiled kernels are per process, not per backend: numba dispatchers are bound to the CUDA
 # context every backend here shares, and compiling ~20 kernels costs seconds per engine.
 _PROCESS_KERNELS: dict[str, object] = {}
@@ -119,7 +134,9 @@ class CudaBackend(Backend):
         # decode grids are small on purpose (a few blocks per kernel): numba's low-occupancy
         # warning would fire on nearly every launch and say nothing new
         nb_config.CUDA_LOW_OCCUPANCY_WARNINGS = False
+        from cuda.core import LaunchConfig, launch as core_launch   # numba-cuda's own launcher
         self.cp, self.nbcuda = cp, cuda
+        self._LaunchConfig, self._core_launch = LaunchConfig, core_launch
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.streams = {"main": self.stream, "side": cp.cuda.Stream(non_blocking=True)}
         self._nbstreams = {k: cuda.external_stream(v.ptr) for k, v in self.streams.items()}
@@ -128,9 +145,12 @@ class CudaBackend(Backend):
         self._events = [cp.cuda.Event(disable_timing=True) for _ in range(64)]
         self._next_event = 0
         self._overloads: dict = {}
-        self._core_streams: dict = {}
+        self._core_streams = {k: self._core_stream(k) for k in self.streams}
         self._compiled: dict[str, object] = {}       # what THIS backend has warmed up
         self._offence: str | None = None
+        # whether begin_capture opened a capture: asked on every launch, and a Python flag
+        # costs nothing where a runtime query per launch does (is_capturing() still asks)
+        self._capturing = False
 
     def describe(self) -> str:
         import cupy as cp
@@ -152,13 +172,15 @@ class CudaBackend(Backend):
         return self.nbcuda.get_current_device().compute_capability
 
     # ---- capture errors ------------------------------------------------------------------------
-    def _capture_guard(self, what: str, fn, *args, **kwargs):
-        """Run fn; during a capture, turn a CUDA error into CaptureError naming the offence."""
-        if not self.is_capturing():
+    def _capture_guard(self, what, fn, *args, **kwargs):
+        """Run fn; during a capture, turn a CUDA error into CaptureError naming the offence.
+        `what` is the offence's description, or a function making it (only on a failure)."""
+        if not self._capturing:
             return fn(*args, **kwargs)
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
+            what = what() if callable(what) else what
             if self._offence is None:
                 self._offence = f"{what}: {exc.__class__.__name__}: {exc}"
             raise CaptureError(f"{what} failed during capture: {exc}", self._offence) from exc
@@ -249,52 +271,78 @@ class CudaBackend(Backend):
             self._op("compilation", launch.name)
             disp = self._compile(launch.kernel)
         if self.log is not None:
-            self.log.record(launch, "capture" if self.is_capturing() else "eager")
+            self.log.record(launch, "capture" if self._capturing else "eager")
+        bound = self._prebound(launch, disp) if self.mechanism == "prebound" else None
+        if bound is not None:
+            self._capture_guard(lambda: f"launch of {launch.name}", self._core_launch,
+                                bound.stream, bound.config, bound.kernel, *bound.args)
+        else:
+            self._launch_dispatcher(launch, disp)
+        if self._capturing:
+            self._issued += 1
+
+    def _launch_dispatcher(self, launch: Launch, disp) -> None:
+        """The dispatcher rung: numba types and flattens the arguments at every launch."""
         args = [self._arg(a) for a in launch.args]
-        nbstream = self._nbstreams[launch.stream]
         raw = [a.label for a in launch.args if isinstance(a, RawArray)]
         what = f"launch of {launch.name}" + (
             f" with raw argument {raw[0]}: array-interface synchronisation" if raw else "")
         if self.pdl:
-            self._capture_guard(what, self._launch_pdl, launch, disp, args, nbstream)
+            self._capture_guard(what, self._launch_pdl, launch, disp, args)
         else:
+            nbstream = self._nbstreams[launch.stream]
             self._capture_guard(what, disp[launch.grid, launch.block, nbstream], *args)
-        if self.is_capturing():
-            self._issued += 1
 
-    def _launch_pdl(self, launch: Launch, disp, args, nbstream) -> None:
+    def _launch_pdl(self, launch: Launch, disp, args) -> None:
         """Launch through cuda.core with programmatic stream serialisation: the kernel may
         start before its predecessor on the stream finishes; it waits in its pdl_wait()."""
-        from cuda.core import LaunchConfig
-        from cuda.core import launch as core_launch
-        from numba import typeof
-
         # a raw CuPy array gets what numba's dispatcher gives it: a synchronising wrap
         args = [self.nbcuda.as_cuda_array(a) if isinstance(a, self.cp.ndarray) else a for a in args]
+        bound = self._bind(launch, disp, args)
+        self._core_launch(bound.stream, bound.config, bound.kernel, *bound.args)
+
+    def _prebound(self, launch: Launch, disp) -> _Bound | None:
+        """The launch prepared once for this PDL setting and stream, kept in `launch.prepared`;
+        None for a launch with a raw argument (it takes the dispatcher rung)."""
+        key = (self.pdl, launch.stream)
+        bound = launch.prepared.get(key)
+        if bound is None:
+            if any(isinstance(a, RawArray) for a in launch.args):
+                return None
+            # guarded: a failure while preparing inside a capture must end it as a CaptureError
+            bound = launch.prepared[key] = self._capture_guard(
+                lambda: f"preparing the launch of {launch.name}", self._bind, launch, disp,
+                [self._arg(a) for a in launch.args])
+        return bound
+
+    def _bind(self, launch: Launch, disp, args) -> _Bound:
+        """What a cuda.core launch of `launch` with these (numba-ready) arguments needs: the
+        overload numba's dispatcher would pick, the arguments flattened by numba's own code, the
+        launch config and the loaded kernel. No CUDA call: legal inside a capture."""
+        from numba import typeof
+        nbstream = self._nbstreams[launch.stream]
         key = (launch.name, tuple(typeof(a) for a in args))
         overload = self._overloads.get(key)
         if overload is None:
             overload = self._overloads[key] = disp.overloads[key[1]]
+        # numba's own argument flattening; `retr` collects write-backs of host arrays numba
+        # would copy, and device arrays and scalars (all a step passes) add none
         kernelargs, retr = [], []
-        for ty, val in zip(overload.argument_types, args):   # numba's own argument flattening
+        for ty, val in zip(overload.argument_types, args):
             overload._prepare_args(ty, val, nbstream, retr, kernelargs)
-        config = LaunchConfig(grid=launch.grid, block=launch.block,
-                              programmatic_stream_serialization=True)
-        core_launch(self._core_stream(launch.stream, nbstream), config,
-                    overload._codelibrary.get_cufunc().kernel, *kernelargs)
+        config = self._LaunchConfig(grid=launch.grid, block=launch.block,
+                                    programmatic_stream_serialization=self.pdl)
+        return _Bound(self._core_streams[launch.stream], config,
+                      overload._codelibrary.get_cufunc().kernel, tuple(kernelargs))
 
-    def _core_stream(self, name: str, fallback):
-        """A cuda.core Stream wrapping our CuPy stream, made once (cuda.core deprecates being
-        handed foreign stream objects at launch)."""
-        cs = self._core_streams.get(name)
-        if cs is None:
-            try:
-                from cuda.core import Device
-                cs = Device().create_stream(self.streams[name])
-            except Exception:  # an older cuda.core: hand it the numba stream as before
-                cs = fallback
-            self._core_streams[name] = cs
-        return cs
+    def _core_stream(self, name: str):
+        """A cuda.core Stream wrapping our CuPy stream `name`, made at start-up (never inside a
+        capture; cuda.core deprecates being handed foreign stream objects at launch)."""
+        try:
+            from cuda.core import Device
+            return Device().create_stream(self.streams[name])
+        except Exception:  # an older cuda.core: hand it the numba stream as before
+            return self._nbstreams[name]
 
     def record_wait(self, src: str, dst: str) -> None:
         ev = self._events[self._next_event]
@@ -341,6 +389,7 @@ class CudaBackend(Backend):
         except Exception:
             gc.enable()
             raise
+        self._capturing = True
 
     def end_capture(self, stream: str = "main") -> CudaGraph:
         offence, self._offence = self._offence, None
@@ -351,6 +400,7 @@ class CudaBackend(Backend):
             raise CaptureError(f"capture invalidated: {exc}; first offence: {reason}", reason) from exc
         finally:
             gc.enable()
+            self._capturing = False   # ended, even when invalidated
         if offence is not None:  # an error the driver did not make sticky is still a failed capture
             raise CaptureError(f"capture had a failed operation: {offence}", offence)
         graph.upload(self.stream)
