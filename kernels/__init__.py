@@ -12,6 +12,7 @@ from kernels import attention   # attn_partial, attn_merge, attn_combine (+ devi
 from kernels import mlp         # swiglu_up
 from kernels import sample      # argmax_next
 from kernels import position    # advance
+from kernels import probe       # empty, spin (cost-recorder probes, not part of a step)
 
 __all__ = ["REGISTRY", "KernelSpec", "embed", "rmsnorm", "matvec", "rope", "attention", "mlp",
-           "sample", "position"]
+           "sample", "position", "probe"]

@@ -5,6 +5,7 @@
   decode-lab bench ab --a LAB_GRAPH=0 --b LAB_GRAPH=1 [--reps 5] [--json PATH] [--plot PATH]
   decode-lab bench loo --factors GRAPH,SPLIT_COMBINE
   decode-lab bench sweep --contexts 64,256,1000 --arms LAB_GRAPH=0 LAB_GRAPH=1 [--kv-init empty]
+  decode-lab conformance [--data DIR]   the simulator's predictions against the recorded GPU files
 
 Bad input (unknown characters, too many tokens, a corrupt weight file, an unknown LAB_* value,
 --backend cuda without a GPU) prints one line `decode-lab: error: ...` and exits with status 2.
@@ -107,6 +108,16 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_conformance(args) -> int:
+    from .conformance import format_report, run
+    from .model import DEFAULT_WEIGHTS, load_model
+
+    report = run(load_model(args.weights or DEFAULT_WEIGHTS), data_dir=args.data,
+                 progress=True if args.progress else None)
+    print(format_report(report))
+    return 0 if all(r.ok for r in report["rows"]) else 1
+
+
 def cmd_bench(args) -> int:
     from .bench import main_bench
     from .model import DEFAULT_WEIGHTS, load_model
@@ -180,6 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
     common(a)
     a.set_defaults(fn=cmd_audit)
     _bench_parsers(sub, common)
+    c = sub.add_parser("conformance", help="re-run every recorded GPU lesson on the simulator "
+                       "and compare (exit 1 when a row fails)")
+    c.add_argument("--data", default=None, metavar="DIR",
+                   help="recorded GPU files (default: data/gpu)")
+    c.add_argument("--weights", default=None, help="weights .npz (default: data/tiny_model.npz)")
+    c.add_argument("--progress", action="store_true", help="show progress bars")
+    c.set_defaults(fn=cmd_conformance)
     return p
 
 

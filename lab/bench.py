@@ -133,9 +133,10 @@ def _bar(total: int, desc: str, progress):
 
 
 def interleave(arms: list[Arm], reps: int, run: Callable, progress=False, desc: str = "reps",
-               warm_up: bool = True) -> list[str]:
+               warm_up: bool = True, before_rep: Callable | None = None) -> list[str]:
     """Warm up each arm (one untimed run), then `reps` rounds over the arms, the order reversed
-    every other round (A B, B A, ...). Appends to each arm's ms/runs; returns the run order."""
+    every other round (A B, B A, ...). Appends to each arm's ms/runs; returns the run order.
+    `before_rep(rep)`, if given, runs before each round (a recorder's interleaved probe)."""
     if reps < 2:
         raise LabError(f"reps must be >= 2 for a standard error, got {reps}")
     if warm_up:
@@ -144,6 +145,8 @@ def interleave(arms: list[Arm], reps: int, run: Callable, progress=False, desc: 
     bar = _bar(reps * len(arms), desc, progress)
     order = []
     for rep in range(reps):
+        if before_rep is not None:
+            before_rep(rep)
         for arm in (arms if rep % 2 == 0 else arms[::-1]):
             ms, out = run(arm.use())
             arm.ms.append(ms)
@@ -191,6 +194,22 @@ def _meta(source: str, what: str, **kw) -> dict:
 
 
 # ---- A/B behind an A/A gate ---------------------------------------------------------------------
+def run_aa(model, a: LabConfig, reps: int = 5, tokens: int = 128, prompt: str = BENCH_PROMPT,
+           progress=False, aa_threshold: float = AA_T_THRESHOLD, kv_init: str = "zeros",
+           backend_factory: Callable | None = None, pool: dict | None = None,
+           name: str = "A") -> tuple[dict, Arm]:
+    """A against a second copy of A, interleaved like an A/B (sharing one engine when the pool
+    allows): the A/A gate's verdict as a dict, and arm A (cleared, ready for the A/B)."""
+    pool = {} if pool is None else pool
+    arm_a = make_arm(model, name, a, 0, kv_init, backend_factory, pool)
+    arm_a2 = make_arm(model, name + "'", a, 1, kv_init, backend_factory, pool)
+    order = interleave([arm_a, arm_a2], reps, decode_run(prompt, tokens), progress, "A/A reps")
+    verdict = aa_verdict(arm_a.ms, arm_a2.ms, arm_a.runs, arm_a2.runs, aa_threshold)
+    out = {**verdict.to_dict(), "arms": [arm_a.summary(), arm_a2.summary()], "run_order": order}
+    arm_a.clear()
+    return out, arm_a
+
+
 def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
            prompt: str = BENCH_PROMPT, progress=False, names=("A", "B"), aa: bool = True,
            aa_threshold: float = AA_T_THRESHOLD, per_token: int = PER_TOKEN_SAMPLES,
@@ -201,15 +220,12 @@ def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
     (with `reason`) when the A/A gate fails."""
     run = decode_run(prompt, tokens)
     pool: dict = {}
-    arm_a = make_arm(model, names[0], a, 0, kv_init, backend_factory, pool)
     out = {}
     if aa:
-        arm_a2 = make_arm(model, names[0] + "'", a, 1, kv_init, backend_factory, pool)
-        order_aa = interleave([arm_a, arm_a2], reps, run, progress, "A/A reps")
-        verdict = aa_verdict(arm_a.ms, arm_a2.ms, arm_a.runs, arm_a2.runs, aa_threshold)
-        out["aa"] = {**verdict.to_dict(), "arms": [arm_a.summary(), arm_a2.summary()],
-                     "run_order": order_aa}
-        arm_a.clear()
+        out["aa"], arm_a = run_aa(model, a, reps, tokens, prompt, progress, aa_threshold, kv_init,
+                                  backend_factory, pool, names[0])
+    else:
+        arm_a = make_arm(model, names[0], a, 0, kv_init, backend_factory, pool)
     arm_b = make_arm(model, names[1], b, 2, kv_init, backend_factory, pool)
     order_ab = interleave([arm_a, arm_b], reps, run, progress, "A/B reps", warm_up=True)
     test = paired_test(arm_a.ms, arm_b.ms)
@@ -288,6 +304,56 @@ def format_ab(result: dict) -> str:
     if result.get("meaningful") is False:
         lines.append(f"NOT MEANINGFUL: {result['reason']}")
     lines.append(f"source: {result['source']}")
+    return "\n".join(lines)
+
+
+# ---- the launch-mechanism ladder ---------------------------------------------------------------
+LADDER = (("dispatcher", dict(graph=False, launch="dispatcher"),
+           "eager, numba's dispatcher: types and flattens every argument at every launch"),
+          ("prebound", dict(graph=False, launch="prebound"),
+           "eager, pre-bound: kernel handle and flattened arguments prepared once per plan"),
+          ("graph", dict(graph=True), "one graph launch per token: the host submits once"),
+          ("graph+pdl", dict(graph=True, pdl=True),
+           "graph with programmatic edges: each node's launch overlaps its predecessor's tail"))
+
+
+def run_ladder(model, base: LabConfig | None = None, reps: int = 5, tokens: int = 64,
+               prompt: str = BENCH_PROMPT, progress=False, kv_init: str = "zeros",
+               backend_factory: Callable | None = None, before_rep: Callable | None = None,
+               pool: dict | None = None) -> dict:
+    """The launch-mechanism ladder: each rung's ms/token and us per launch, interleaved and
+    paired on ONE engine (the rungs differ only in launch toggles), outputs byte-compared.
+    `before_rep(rep)` runs before each round (the cost recorder measures host costs there)."""
+    base = base or LabConfig()
+    pool = {} if pool is None else pool
+    arms = [make_arm(model, name, base.replace(**kw), i, kv_init, backend_factory, pool)
+            for i, (name, kw, _) in enumerate(LADDER)]
+    order = interleave(arms, reps, decode_run(prompt, tokens), progress, "ladder reps",
+                       before_rep=before_rep)
+    rows = []
+    for arm, (_, _, what) in zip(arms, LADDER):
+        sm = arm.summary()
+        rows.append({**sm, "what": what,
+                     "us_per_launch": 1000.0 * sm["mean_ms"] / sm["launches_per_token"]})
+    same = all(not outputs_differ(arms[0].runs, a.runs) for a in arms[1:])
+    return {**_meta(arms[0].engine.backend.describe(), "launch-mechanism ladder", reps=reps,
+                    tokens=tokens, prompt=prompt, kv_init=kv_init),
+            "arms": rows, "run_order": order, "outputs_identical": same,
+            "graph_over_prebound": rows[1]["mean_ms"] / rows[2]["mean_ms"],
+            "graph_over_dispatcher": rows[0]["mean_ms"] / rows[2]["mean_ms"]}
+
+
+def format_ladder(result: dict) -> str:
+    lines = [f"{'rung':<11} {'ms/token':>9} {'± sem us':>9} {'launches/tok':>12} {'us/launch':>9}"
+             f"  what it removes"]
+    for a in result["arms"]:
+        lines.append(f"{a['name']:<11} {a['mean_ms']:>9.4f} {_f(a['sem_ms'] * 1000, '.2f'):>9} "
+                     f"{a['launches_per_token']:>12} {a['us_per_launch']:>9.2f}  {a['what']}")
+    lines.append(f"graph replay: {result['graph_over_prebound']:.1f}x less time per token than "
+                 f"pre-bound eager, {result['graph_over_dispatcher']:.1f}x less than the "
+                 f"dispatcher; outputs {'byte-identical' if result['outputs_identical'] else 'DIFFER'}")
+    lines.append(f"{result['reps']} reps x {result['tokens']} tokens, interleaved on one engine; "
+                 f"source: {result['source']}")
     return "\n".join(lines)
 
 

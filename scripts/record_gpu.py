@@ -4,6 +4,7 @@
 
 Writes DIR/decode_eager_vs_graph.json: interleaved paired eager vs graph ms/token at short
 context, launches/token, nodes/graph, the per-launch budget of each arm, and a greedy sample.
+(The launch-mechanism ladder is recorded by record_gpu_costs.py, beside the host costs.)
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ Writes:
                         each-off; paired interleaved reps; standard errors; baseline check)
   DIR/fission.json      one-kernel combine vs merge + project, eagerly and captured (paired A/B each)
   DIR/pdl.json          graph vs graph + PDL (paired A/B) and the captured graph's edge types
+  DIR/overlap.json      graph vs graph + OVERLAP (paired A/B)
 """
 from __future__ import annotations
 
@@ -66,6 +67,10 @@ def main() -> int:
                pdl_worth_fraction=(ms_graph - pdl["arms"][1]["mean_ms"]) / ms_graph)
     record("pdl", pdl, bench.format_ab(pdl) + f"\nedges {edges}; PDL worth "
            f"{100 * pdl['pdl_worth_fraction']:.1f}% of the graph arm")
+    overlap = bench.run_ab(model, cfg, cfg.replace(overlap=True), reps=args.reps,
+                           tokens=args.tokens, names=("graph", "graph+overlap"), progress=None,
+                           per_token=200)
+    record("overlap", overlap, bench.format_ab(overlap))
     print(f"\nrecorded in {out} in {time.perf_counter() - t0:.0f} s")
     return 0
 

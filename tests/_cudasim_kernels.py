@@ -250,6 +250,11 @@ def main() -> int:
         # ---- advance
         timed("advance", lambda: run_case("advance", (1,), (1,), [np.array([7], np.int32)], (0.0, 0)))
 
+        # ---- probes of the cost recorder: empty does nothing, spin's float32 loop matches its twin
+        if first:
+            run_case("empty", (1,), (32,), [np.array([3], np.int32)], (0.0, 0))
+            run_case("spin", (1,), (1,), [np.int32(50), np.zeros(1, np.float32)], (0.0, 4))
+
     missing = sorted({(n, s) for n, spec in REGISTRY.items() for s in spec.signatures} - _exercised)
     if missing:
         raise Mismatch(f"registered kernels/signatures never exercised: {missing}")

@@ -8,11 +8,14 @@ Vocabulary:
   the backend's own handle. A view (`backend.row(buf, i)`) is another Buffer whose `ptr` is the
   parent's plus an offset: exactly the number a capture would freeze.
 - `Launch`: one kernel launch -- kernel spec, grid, block, arguments (Buffers or scalars), the
-  layer it belongs to (for the launch bill) and the stream it goes to.
+  layer it belongs to (for the launch bill) and the stream it goes to. A clean engine issues the
+  same Launch objects step after step, so `prepared` is a slot a backend may fill once per launch
+  (the cuda backend's pre-bound launch: kernel handle, flattened arguments, launch config).
 - `Graph`: a captured sequence of launches; `launch(stream)` replays it.
 """
 from __future__ import annotations
 
+import functools
 import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -31,7 +34,7 @@ class Buffer:
     offset: int = 0            # bytes from the start of the allocation (views)
     handle: Any = field(default=None, repr=False)   # backend object (numba device array ...)
 
-    @property
+    @functools.cached_property
     def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
@@ -59,6 +62,9 @@ class Launch:
     args: tuple
     layer: int | None = None   # None for the per-token kernels outside the layer stack
     stream: str = "main"
+    # the backend's per-launch preparation (Launch stays frozen: the dict is filled, never
+    # replaced); outside equality and hashing, so two launches compare by what they launch
+    prepared: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -121,6 +127,7 @@ class Backend(ABC):
     def __init__(self):
         self.log = None  # an instrument.LaunchLog, attached by the engine
         self.pdl = False                 # programmatic dependent launches (set by the engine)
+        self.mechanism = "prebound"      # LAB_LAUNCH: "dispatcher" or "prebound" (set by the engine)
         self.ops: list[Op] = []          # host-side device operations, newest last
         self._issued = 0                 # launches issued into the open capture
 
@@ -179,6 +186,10 @@ class Backend(ABC):
         """Record an event on stream `src` and make stream `dst` wait for it: a fork when dst
         is idle, a join when dst is the capture's origin. Inside a capture the two streams'
         work becomes parallel branches of the graph."""
+
+    def host_step(self, mode: str) -> None:
+        """The engine is about to issue one step ("eager" or "graph"). A GPU ignores this; the
+        simulator charges the engine's own measured host work per step."""
 
     @abstractmethod
     def synchronize(self) -> None: ...

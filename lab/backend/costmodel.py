@@ -1,62 +1,335 @@
-"""The simulator's cost model: how long a launch takes on the host and on the device.
+"""The simulator's cost model, built ONLY from measured component costs.
 
-The constants come from measurements on the project's H200 (the files in data/gpu/, and the
-launch-cost facts measured when the project started); each says where it came from. Every
-figure the simulator produces is labelled "simulated".
-The model is deliberately simple: a host pays a submit cost per eager launch (or one per graph
-launch); a kernel occupies its stream for a fixed floor plus the bytes it touches over an
-effective bandwidth; host submit costs carry jitter, eager far more than graph replays.
+Every number comes from `data/gpu/kernel_costs.json`, written on a GPU by
+`scripts/record_gpu_costs.py` (`CostModel.sources` says which key each figure comes from). No
+whole-step recording (eager vs graph, PDL, fission, overlap, sweeps) feeds it: those are what
+`decode-lab conformance` checks the model's predictions against.
+
+The functional form, and why:
+- A kernel as a graph NODE costs `a + b * context` microseconds, per distinct launch (kernel,
+  grid, block, argument shapes: `cost_key`). The recorder measures each launch in chains of n
+  copies, so the per-node time includes the gap to the next node; a step's nodes run back to
+  back, so their times add. Attention's work per block grows with the slice each block walks,
+  context / splits, and `splits` is part of the key (the partial buffers' shape): within one key
+  the time is linear in context. Kernels measured at one context get b = 0.
+- With PDL a node has its own measured time (`node_pdl_us`): the launch of a dependent overlaps
+  its predecessor's tail.
+- A chain of one launch keeps that kernel's code and constants cached; in a step every node
+  follows ANOTHER kernel. Each such switch costs what chains of the adjacent pair measured beyond
+  the two kernels alone (`switches`, per pair; their mean for a pair never measured).
+- A replay pays a per-replay device overhead (the intercept of the empty-kernel chains) before
+  its first node; a node that joins another stream's branch pays the measured fork/join cost.
+- Eagerly a kernel costs its node time minus the graph floor plus the eager floor (empty kernels
+  queued behind a spinning one, timed by CUDA events); the HOST pays, per launch, the measured
+  cost of the launch mechanism for that kernel (numba's dispatcher or the pre-bound path), and
+  per step the engine's own measured host work. The per-kernel host costs were measured in
+  loops of one launch; they are scaled to what a whole step's sequence of launches cost per
+  launch (issued straight to the backend, host time only). Device and host run as a pipeline.
+- Noise from the recorded SPREADS only (never their means): per-launch host jitter from the
+  per-token spread, a slow host drift from the spread of whole reps beyond what per-token
+  jitter explains (redrawn every rep's duration); per-node graph jitter from the spread of whole
+  graph reps (a per-token clock on a GPU mostly measures its own synchronisation).
+- A launch never measured (a deliberate bug's variant kernel, a float16 cache, another model)
+  takes its clean twin's nearest measured launch, else the empty-node floor plus its bytes over
+  the bandwidth fitted to the measured kernels; `CostModel.misses` lists them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import functools
+import inspect
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+
+from ..errors import LabError
+from .base import Buffer, Launch, RawArray
+
+COSTS_FILE = Path(__file__).resolve().parents[2] / "data" / "gpu" / "kernel_costs.json"
+MECHANISMS = ("dispatcher", "prebound")
+# a deliberate bug's kernel costs what its clean twin costs (same work, another contract)
+TWIN_OF = {"rmsnorm_late_wait": "rmsnorm", "attn_partial_len": "attn_partial",
+           "rope_kv_append_row": "rope_kv_append"}
+KV_ARGS = ("k_cache", "v_cache")
+
+
+@functools.lru_cache(maxsize=None)
+def _arg_names(py_func) -> tuple[str, ...]:
+    return tuple(inspect.signature(py_func).parameters)
+
+
+def _buffer(a):
+    return a.buf if isinstance(a, RawArray) else a
+
+
+def cost_key(launch: Launch) -> str:
+    """What a launch's cost depends on besides the context: kernel, grid, block, the shapes and
+    dtypes of its buffers (`attn_partial grid=(4, 4) block=(64,) [256:float32, ...]`). Kept in
+    the launch's `prepared` slot: a clean engine issues the same Launch objects every step."""
+    key = launch.prepared.get("cost_key")
+    if key is None:
+        shapes = ", ".join(f"{'x'.join(map(str, b.shape))}:{np.dtype(b.dtype).name}"
+                           for b in map(_buffer, launch.args) if isinstance(b, Buffer))
+        key = launch.prepared["cost_key"] = (f"{launch.name} grid={tuple(launch.grid)} "
+                                             f"block={tuple(launch.block)} [{shapes}]")
+    return key
+
+
+def launch_bytes(launch: Launch, context: int) -> int:
+    """Bytes a launch moves: its buffers, of the KV cache only the rows it touches (`context`
+    rows for attention, one for an append)."""
+    names = _arg_names(launch.kernel.py_func)
+    total = 0
+    for name, a in zip(names, launch.args):
+        b = _buffer(a)
+        if not isinstance(b, Buffer):
+            continue
+        if name in KV_ARGS and len(b.shape) == 2:
+            rows = context if launch.name.startswith("attn_partial") else 1
+            total += min(rows, b.shape[0]) * b.nbytes // b.shape[0]
+        else:
+            total += b.nbytes
+    return total
+
+
+def launch_context(launch: Launch, arrays) -> int:
+    """The context length a launch works on, read as the device would: the `pos` it reads
+    (context = pos + 1) or a by-value `ctx_len`; 1 for a launch with neither."""
+    names = _arg_names(launch.kernel.py_func)
+    if "ctx_len" in names:
+        return int(arrays[names.index("ctx_len")])
+    if "pos" in names:
+        return int(arrays[names.index("pos")][0]) + 1
+    return 1
+
+
+@dataclass(frozen=True)
+class KernelFit:
+    """Node time of one cost key: a + b * context (us), without and with PDL."""
+    a: float
+    b: float
+    a_pdl: float
+    b_pdl: float
+    bytes: int
+    contexts: tuple[int, ...]
+    measured: tuple[tuple[int, float, float], ...]    # (context, node_us, node_pdl_us)
+
+    def node(self, context: int, pdl: bool) -> float:
+        return (self.a_pdl + self.b_pdl * context) if pdl else (self.a + self.b * context)
+
+
+def _fit(rows) -> KernelFit:
+    ctx = np.array([r["context"] for r in rows], float)
+    us = np.array([r["node_us"] for r in rows], float)
+    pdl = np.array([r["node_pdl_us"] for r in rows], float)
+    if len(set(ctx.tolist())) >= 2:
+        b, a = np.polyfit(ctx, us, 1)
+        b_p, a_p = np.polyfit(ctx, pdl, 1)
+    else:
+        a, b, a_p, b_p = us.mean(), 0.0, pdl.mean(), 0.0
+    return KernelFit(float(a), float(b), float(a_p), float(b_p), int(rows[0]["bytes"]),
+                     tuple(int(c) for c in ctx),
+                     tuple((int(c), float(u), float(p)) for c, u, p in zip(ctx, us, pdl)))
+
+
+def _get(data: dict, path: str, source: Path):
+    """data[a][b]... for path "a.b...", or a LabError naming the file and the missing key."""
+    cur = data
+    for part in path.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            raise LabError(f"{source}: missing key {path!r} (re-record it with "
+                           f"scripts/record_gpu_costs.py on a GPU)")
+        cur = cur[part]
+    return cur
+
+
+def _num(data, path, source, positive=True) -> float:
+    v = _get(data, path, source)
+    if not isinstance(v, (int, float)) or not math.isfinite(v) or (positive and v <= 0):
+        raise LabError(f"{source}: {path} = {v!r} is not a {'positive ' if positive else ''}number")
+    return float(v)
 
 
 @dataclass(frozen=True)
 class CostModel:
-    # H200 measurements in data/gpu/ (numba-cuda 0.30.4, CuPy 14.2, the real engine, 2026-11-29):
-    # decode_eager_vs_graph.json: eager 3.77 ms/token for 37 launches = 102 us of host time per
-    # numba launch (the eager runs in gpu_run.log span 3.0 to 5.9 ms/token: the host's speed
-    # moves between runs); graph replay 0.123 ms/token for 37 nodes, (123 - 2.8) / 37 = 3.3 us
-    # per node, kernel time included.
-    eager_submit_us: float = 100.0  # numba dispatcher launch, arrays pre-wrapped (H200 host)
-    graph_submit_us: float = 2.8    # host cost of one cudaGraphLaunch (measured, 1000-node graph)
-    # PDL hides part of each dependent node's gap: pdl.json, 0.1284 -> 0.1109 ms/token for 37
-    # nodes, i.e. 0.47 us of 3.3 saved per node (factor 0.86). (A 100-kernel chain of empty
-    # kernels went 1.13 -> 0.84 us per kernel, factor 0.74: the gap shrinks more when there
-    # is less work per node.)
-    pdl_gap_factor: float = 0.86
-    node_us: float = 3.3            # device cost per dependent node in a replayed graph
-    eager_gap_us: float = 2.0       # device-side launch latency between eager kernels
-    bandwidth_gbs: float = 3000.0   # effective HBM bandwidth for small decode kernels
-    eager_jitter: float = 0.12      # relative sd of an eager submit (lognormal sigma)
-    eager_spike_p: float = 0.004    # chance that one eager submit stalls (preemption, GC, ...)
-    eager_spike_us: float = 60.0
-    graph_jitter: float = 0.02      # relative sd of a graph submit / node
-    # Slow host drift (clock boost, other processes): a host-speed factor, lognormal with sigma
-    # host_drift, redrawn every host_drift_us of model time. It scales host submits only, so it
-    # moves host-bound eager runs rep to rep and leaves device-bound graph replays alone: why
-    # captured arms show far smaller standard errors. Magnitudes assumed, not yet measured.
-    host_drift: float = 0.03
-    host_drift_us: float = 20_000.0
+    source: str                       # the GPU and versions the components were measured on
+    path: str                         # the file they were read from
+    date: str
+    kernels: dict                     # cost_key -> KernelFit
+    graph_launch_us: float            # device overhead per replay   floors.empty.intercept_us
+    empty_node_us: float              # one empty node               floors.empty.per_node_us
+    empty_node_pdl_us: float          # the same with PDL            floors.empty_pdl.per_node_us
+    join_us: float                    # one fork/join pair           floors.fork_join.extra_us_per_pair
+    eager_floor_us: float             # one empty eager kernel       floors.eager_device.per_launch_us
+    graph_submit_us: float            # host, one graph launch       floors.graph_submit_us
+    switch_us: dict                   # (prev key, key) -> (us, us with PDL)   switches[]
+    host_launch_us: dict              # mechanism -> {cost_key: us}  host.<mechanism> x sequence
+    engine_host_us: dict              # "eager"/"graph" -> us/step   engine_host_us
+    bandwidth_gbs: float              # fitted over the measured kernels (fallback only)
+    launch_jitter: float              # lognormal sigma per eager launch   noise.prebound
+    drift: float                      # lognormal sigma of host speed      noise.prebound
+    drift_us: float                   # redrawn after this much model time  noise.prebound.rep_seconds
+    node_jitter: float                # lognormal sigma per graph node     noise.graph.rep_cv
+    host_scale: float = 1.0           # 1 = the measured host; notebooks make a slower, noisier one
+    misses: set = field(default_factory=set, compare=False, repr=False)
 
-    def kernel_us(self, nbytes: int) -> float:
-        return nbytes / (self.bandwidth_gbs * 1e3)
+    @property
+    def sources(self) -> dict[str, str]:
+        """Each figure of the model and the key of the recorded file it comes from."""
+        return {"kernels": "kernels[] (chains of one launch: per-node slope, with/without PDL)",
+                "graph_launch_us": "floors.empty.intercept_us", "empty_node_us": "floors.empty.per_node_us",
+                "empty_node_pdl_us": "floors.empty_pdl.per_node_us",
+                "join_us": "floors.fork_join.extra_us_per_pair",
+                "eager_floor_us": "floors.eager_device.per_launch_us",
+                "graph_submit_us": "floors.graph_submit_us",
+                "switch_us": "switches[] (chains of adjacent pairs)",
+                "host_launch_us": "host.<mechanism> x host.<mechanism>_step_sequence_us / "
+                                  "host.<mechanism>_alone_over_step_us",
+                "engine_host_us": "engine_host_us", "bandwidth_gbs": "fit of kernels[] bytes vs time",
+                "launch_jitter": "noise.prebound.token_cv_robust x sqrt(launches_per_token)",
+                "drift": "noise.prebound.rep_cv beyond per-token jitter",
+                "drift_us": "noise.prebound.rep_seconds",
+                "node_jitter": "noise.graph.rep_cv x sqrt(launches_per_token x tokens_per_rep)"}
 
-    def eager_submit(self, rng: np.random.Generator) -> float:
-        us = self.eager_submit_us * rng.lognormal(0.0, self.eager_jitter)
-        if rng.random() < self.eager_spike_p:
-            us += self.eager_spike_us * rng.exponential()
-        return us
+    # ---- loading ---------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path=None) -> "CostModel":
+        """Read a kernel_costs.json; a missing or malformed file is a LabError naming it."""
+        path = Path(path) if path is not None else COSTS_FILE
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise LabError(f"the simulator's cost file {path} is missing; it is recorded on a GPU "
+                           f"by scripts/record_gpu_costs.py (part of scripts/gpu_run.sh)") from None
+        except (OSError, ValueError) as exc:
+            raise LabError(f"the simulator's cost file {path} is unreadable: {exc}") from None
+        return cls.from_dict(data, path)
+
+    @classmethod
+    def from_dict(cls, data: dict, path: Path = Path("<dict>")) -> "CostModel":
+        if not isinstance(data, dict):
+            raise LabError(f"{path}: expected a JSON object")
+        rows = _get(data, "kernels", path)
+        if not isinstance(rows, list) or not rows:
+            raise LabError(f"{path}: 'kernels' must be a non-empty list of measured launches")
+        by_key: dict[str, list] = {}
+        for i, r in enumerate(rows):
+            for k in ("key", "context", "node_us", "node_pdl_us", "bytes"):
+                if k not in r:
+                    raise LabError(f"{path}: kernels[{i}] has no {k!r}")
+            by_key.setdefault(r["key"], []).append(r)
+        kernels = {k: _fit(v) for k, v in by_key.items()}
+        empty = _num(data, "floors.empty.per_node_us", path)
+        host = {}
+        for m in MECHANISMS:   # per kernel, scaled to the cost per launch in a step's sequence
+            scale = (_num(data, f"host.{m}_step_sequence_us", path)
+                     / _num(data, f"host.{m}_alone_over_step_us", path))
+            host[m] = {k: float(v) * scale for k, v in _get(data, f"host.{m}", path).items()}
+        switches = {}
+        for i, r in enumerate(_get(data, "switches", path)):
+            if not all(k in r for k in ("prev", "key", "extra_us", "extra_pdl_us")):
+                raise LabError(f"{path}: switches[{i}] needs prev, key, extra_us, extra_pdl_us")
+            switches[(r["prev"], r["key"])] = (float(r["extra_us"]), float(r["extra_pdl_us"]))
+        if not switches:
+            raise LabError(f"{path}: 'switches' is empty")
+        lpt = _num(data, "launches_per_token", path)
+        pre, graph = (_get(data, f"noise.{k}", path) for k in ("prebound", "graph"))
+        tok_cv = _num(data, "noise.prebound.token_cv_robust", path, positive=False)
+        rep_cv = _num(data, "noise.prebound.rep_cv", path, positive=False)
+        drift = math.sqrt(max(rep_cv ** 2 - tok_cv ** 2 / pre.get("tokens_per_rep", 1), 0.0))
+        # effective bandwidth over the measured kernels (node time above the empty floor)
+        b = np.array([f.bytes for f in kernels.values()], float)
+        t = np.array([max(f.node(f.contexts[0], False) - empty, 1e-3) for f in kernels.values()])
+        bw = float(b.sum() / t.sum() / 1e3)
+        return cls(
+            source=str(_get(data, "source", path)), path=str(path), date=str(data.get("date", "?")),
+            kernels=kernels,
+            graph_launch_us=_num(data, "floors.empty.intercept_us", path, positive=False),
+            empty_node_us=empty,
+            empty_node_pdl_us=_num(data, "floors.empty_pdl.per_node_us", path),
+            join_us=_num(data, "floors.fork_join.extra_us_per_pair", path, positive=False),
+            eager_floor_us=_num(data, "floors.eager_device.per_launch_us", path),
+            graph_submit_us=_num(data, "floors.graph_submit_us", path),
+            switch_us=switches, host_launch_us=host,
+            engine_host_us={m: _num(data, f"engine_host_us.{m}", path) for m in ("eager", "graph")},
+            bandwidth_gbs=bw,
+            launch_jitter=tok_cv * math.sqrt(lpt),
+            drift=drift, drift_us=1e6 * _num(data, "noise.prebound.rep_seconds", path),
+            node_jitter=_num(data, "noise.graph.rep_cv", path, positive=False) * math.sqrt(
+                lpt * _num(data, "noise.graph.tokens_per_rep", path)),
+        )
+
+    def replace(self, **changes) -> "CostModel":
+        return dataclasses.replace(self, misses=set(), **changes)
+
+    def describe(self) -> str:
+        return f"component costs from {Path(self.path).name}, {self.source.split(',')[0]}, {self.date}"
+
+    # ---- device ------------------------------------------------------------------------------
+    def _fit_for(self, launch: Launch):
+        key = cost_key(launch)
+        fit = self.kernels.get(key)
+        if fit is not None:
+            return fit
+        self.misses.add(key)
+        family = TWIN_OF.get(launch.name, launch.name)
+        cands = [(k, f) for k, f in self.kernels.items() if k.split(" ", 1)[0] == family]
+        if cands:
+            nb = launch_bytes(launch, 1)
+            return min(cands, key=lambda kf: abs(kf[1].bytes - nb))[1]
+        return None
+
+    def node_us(self, launch: Launch, context: int, pdl: bool, prev: Launch | None = None) -> float:
+        """Device time of `launch` as a graph node (the gap to the next node included), after
+        `prev` on its stream (None: nothing before it)."""
+        fit = self._fit_for(launch)
+        if fit is not None:
+            us = max(fit.node(context, pdl), 0.0)
+        else:
+            floor = self.empty_node_pdl_us if pdl else self.empty_node_us
+            us = floor + launch_bytes(launch, context) / (self.bandwidth_gbs * 1e3)
+        return us + self.switch(prev, launch, pdl)
+
+    def switch(self, prev: Launch | None, launch: Launch, pdl: bool) -> float:
+        """The extra cost of `launch` following another kernel (0 after itself or nothing)."""
+        if prev is None or prev.kernel is launch.kernel:
+            return 0.0
+        extra = self.switch_us.get((cost_key(prev), cost_key(launch)))
+        if extra is None:
+            extra = self._mean_switch
+        return extra[1] if pdl else extra[0]
+
+    @functools.cached_property
+    def _mean_switch(self) -> tuple[float, float]:
+        v = np.array(list(self.switch_us.values()), float)
+        return float(v[:, 0].mean()), float(v[:, 1].mean())
+
+    def eager_us(self, launch: Launch, context: int, prev: Launch | None = None) -> float:
+        """Device time of `launch` launched eagerly: its body plus the eager floor."""
+        body = self.node_us(launch, context, False, prev) - self.empty_node_us
+        return max(body, 0.0) + self.eager_floor_us
+
+    # ---- host --------------------------------------------------------------------------------
+    def host_launch(self, launch: Launch, mechanism: str, rng: np.random.Generator) -> float:
+        """Host us of one eager launch through `mechanism`, with its jitter."""
+        per = self.host_launch_us[mechanism]
+        us = per.get(cost_key(launch))
+        if us is None:
+            us = float(np.mean(list(per.values())))
+        return us * self.host_scale * rng.lognormal(0.0, self.launch_jitter)
 
     def graph_submit(self, rng: np.random.Generator) -> float:
-        return self.graph_submit_us * rng.lognormal(0.0, self.graph_jitter)
+        return self.graph_submit_us * self.host_scale * rng.lognormal(0.0, self.launch_jitter)
+
+    def engine_step(self, mode: str) -> float:
+        return self.engine_host_us[mode] * self.host_scale
 
     def host_speed(self, rng: np.random.Generator) -> float:
-        """A new host-speed factor (multiplies host submit costs until the next redraw)."""
-        return float(rng.lognormal(0.0, self.host_drift)) if self.host_drift > 0 else 1.0
+        """A new host-speed factor (multiplies host costs until the next redraw)."""
+        return float(rng.lognormal(0.0, self.drift)) if self.drift > 0 else 1.0
 
-    def node(self, rng: np.random.Generator) -> float:
-        return self.node_us * rng.lognormal(0.0, self.graph_jitter)
+    def node_noise(self, rng: np.random.Generator) -> float:
+        return float(rng.lognormal(0.0, self.node_jitter)) if self.node_jitter > 0 else 1.0

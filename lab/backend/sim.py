@@ -2,36 +2,46 @@
 
 - Memory is an arena of segments at real integer addresses: a view's pointer is a number that a
   capture freezes, and a replay writes wherever that number points.
-- Kernels run as their NumPy twins.
+- Kernels run as their NumPy twins, but not when they are issued: like a GPU's queues, issued
+  work (eager launches, graph replays) waits, with its dependencies -- the previous work of its
+  stream, the events it waited for, a graph's edges -- until something needs its results
+  (synchronize, a copy, `clock()`, reading the timeline). Then it runs in an ORDER CHOSEN
+  ADVERSARIALLY among those its dependencies allow (`order`): by default the most recently
+  issued ready work first, so a consumer whose dependency is missing runs BEFORE its producer,
+  as a race would let it on a GPU; `order="random"` draws a seeded random order instead,
+  `order="issue"` runs in issue order (hazards then never show). Under PDL a kernel's reads
+  before its `pdl_wait` see its predecessor's INPUTS (the predecessor has not run yet); such a
+  read of memory the predecessor writes is also reported in `races` (what compute-sanitizer's
+  racecheck would say on a GPU).
 - A capture records each launch with its arguments BY VALUE (buffers by address, sizes, grids);
-  nothing runs; memory stays live. A replay re-runs the records in order.
+  nothing runs; memory stays live. A replay enqueues the records with the graph's edges.
 - Capture is GLOBAL mode: synchronize, synchronous copies and allocation while a capture is open
   fail at the call (as `cudaErrorStreamCaptureUnsupported`) and invalidate the capture; the error
   is sticky and surfaces again at `end_capture`, naming the first offence.
 - Streams and events: `record_wait(src, dst)` orders dst after src's work; during a capture it
-  pulls dst into the capture (fork) or joins it back; unjoined work fails `end_capture`. A graph
-  node depends on the previous node of its stream and on the events it waited for, and replays
-  run independent branches side by side on the timeline.
-- PDL (`self.pdl`): a programmatic launch may start before its predecessor ends, which hides
-  part of the launch gap; a kernel that touches, before its `pdl_wait`, memory its predecessor
-  wrote is reported in `self.races` (what compute-sanitizer's racecheck would say on a GPU).
-- Time comes from `CostModel`; every figure is labelled "simulated".
+  pulls dst into the capture (fork) or joins it back; unjoined work fails `end_capture`.
+- Time comes from `CostModel` (measured component costs, data/gpu/kernel_costs.json): the host
+  pays per launch (per launch mechanism), per graph launch and per engine step; the device runs
+  each kernel for its measured time once its dependencies and its host submit are done. The
+  timing does not depend on the execution order. Every figure is labelled "simulated".
 - `init="empty"` memory is filled from an unseeded generator: really unpredictable, like a GPU's.
 """
 from __future__ import annotations
 
 import bisect
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import CaptureError
-from .base import Backend, Buffer, Graph, Launch, RawArray
+from ..errors import CaptureError, LabError
 from ..pdl_check import pre_wait_reads
-from .costmodel import CostModel
+from .base import Backend, Buffer, Graph, Launch, RawArray
+from .costmodel import CostModel, launch_context
 
 _BASE_ADDR = 0x7F00_0000_0000
 _ALIGN = 512  # CuPy's pool rounds allocations to 512 bytes
+ORDERS = ("adversarial", "random", "issue")
 
 
 @dataclass
@@ -58,12 +68,31 @@ class _Capture:
     offence: str | None = None
 
 
+@dataclass
+class _Work:
+    """One kernel on the device's queues, issued but not yet run."""
+    id: int
+    launch: Launch
+    deps: tuple            # ids of the work it waits for
+    kind: str              # "eager" | "graph"
+    host0: float           # the host's submit window (model us)
+    host1: float
+    lead: float            # device delay after its dependencies (a graph's per-replay overhead)
+    duration: float        # a noise factor on the device time (which comes from the context)
+    pdl: bool              # launched programmatically: timed with the PDL node cost
+    prev: "Launch | None" = None    # the kernel before it on its stream (a switch costs)
+    early: "Launch | None" = None   # its programmatic predecessor (PDL), for the pre-wait rule
+    early_id: int | None = None
+    join: bool = False     # waits on another stream's work: pays the fork/join cost
+
+
 class SimGraph(Graph):
-    def __init__(self, backend: "SimBackend", nodes: list[Launch], deps=None):
+    def __init__(self, backend: "SimBackend", nodes: list[Launch], deps=None, pdl: bool = False):
         self._backend = backend
         self.nodes = list(nodes)
         self.deps = [tuple(d) for d in deps] if deps is not None else [
             (i - 1,) if i else () for i in range(len(self.nodes))]
+        self.pdl = pdl                     # captured with programmatic launches (PDL edges)
 
     @property
     def node_count(self) -> int:
@@ -88,26 +117,46 @@ class SimBackend(Backend):
     name = "sim"
     simulated = True
 
-    def __init__(self, cost: CostModel | None = None, seed: int = 0):
+    def __init__(self, cost: CostModel | None = None, seed: int = 0, order: str = "adversarial"):
         super().__init__()
-        self.cost = cost or CostModel()
-        self._rng = np.random.default_rng(seed)       # jitter: reproducible per seed
+        if order not in ORDERS:
+            raise LabError(f"order={order!r} is not allowed; use one of {', '.join(ORDERS)}")
+        self.cost = cost or CostModel.load()
+        self.order = order
+        self._rng = np.random.default_rng(seed)       # costs: jitter and drift, per seed
+        self._order_rng = np.random.default_rng([seed, 1])   # execution order (order="random")
         self._bases: list[int] = []
         self._segments: dict[int, np.ndarray] = {}
         self._next = _BASE_ADDR
         self._captures: dict[str, _Capture] = {}
         self.host_us = 0.0                            # model time of the host thread
-        self._stream_ready: dict[str, float] = {}
-        self.timeline: list[TimelineEvent] = []
-        self.record_timeline = True
+        self._timeline: list[TimelineEvent] = []
         self._compiled: set[str] = set()
-        self.pdl = False                              # launches are programmatic (PDL)
-        self.races: list[str] = []                    # PDL races seen (pre-wait reads)
-        self._last_launch: dict[str, Launch] = {}     # per stream, for the PDL race check
+        self._races: list[str] = []                   # PDL races seen (pre-wait reads)
         self._speed, self._speed_until = 1.0, 0.0     # host drift (CostModel.host_speed)
+        # the device's queues: issued work not yet run, and what later work waits for
+        self._work: dict[int, _Work] = {}
+        self._end: dict[int, float] = {}              # device end time of work that has run
+        self._stream_of: dict[int, str] = {}
+        self._tail: dict[str, tuple] = {}             # stream -> ids its next work waits for
+        self._waits: dict[str, set] = {}              # stream -> event ids its next work waits for
+        self._last: dict[str, tuple] = {}             # stream -> (id, launch) of its newest kernel
+        self._ids = 0
 
     def describe(self) -> str:
-        return "simulated (CPU simulator, cost model calibrated from H200 measurements)"
+        return f"simulated (CPU simulator; {self.cost.describe()})"
+
+    @property
+    def timeline(self) -> list[TimelineEvent]:
+        """Every kernel that ran, with host and device times (runs what is still queued)."""
+        self._run_queued()
+        return self._timeline
+
+    @property
+    def races(self) -> list[str]:
+        """PDL races seen so far (runs what is still queued)."""
+        self._run_queued()
+        return self._races
 
     # ---- capture state -----------------------------------------------------------------------
     def _offend(self, what: str) -> None:
@@ -134,22 +183,6 @@ class SimBackend(Backend):
         self._captures[stream] = _Capture(stream, streams={stream})
         self._issued = 0
 
-    def record_wait(self, src: str, dst: str) -> None:
-        """Record an event on `src` and make `dst` wait for it (fork or join)."""
-        cap = self._capture_of(src)
-        if cap is not None:
-            if src in cap.last:
-                cap.pending.setdefault(dst, set()).add(cap.last[src])
-                if dst in cap.streams:      # a join: src's newest work is ordered into dst
-                    cap.joined.add((src, cap.last[src]))
-            cap.streams.add(dst)            # waiting on a captured event pulls dst in
-            return
-        if self._capture_of(dst) is not None:
-            self._offend(f"capturing stream {dst!r} waits on an event of stream {src!r} "
-                         f"outside the capture (cudaErrorStreamCaptureIsolation)")
-        self._stream_ready[dst] = max(self._stream_ready.get(dst, 0.0),
-                                      self._stream_ready.get(src, 0.0))
-
     def end_capture(self, stream: str = "main") -> SimGraph:
         cap = self._captures.pop(stream, None)
         if cap is None:
@@ -162,7 +195,7 @@ class SimBackend(Backend):
                 raise CaptureError(f"stream {st!r} was not joined back into {stream!r} before "
                                    f"end_capture (cudaErrorStreamCaptureUnjoined)",
                                    f"unjoined work on stream {st!r}")
-        return SimGraph(self, cap.nodes, cap.deps)
+        return SimGraph(self, cap.nodes, cap.deps, pdl=self.pdl)
 
     # ---- memory ------------------------------------------------------------------------------
     def alloc(self, name, shape, dtype, init="zeros") -> Buffer:
@@ -203,6 +236,7 @@ class SimBackend(Backend):
     def upload(self, buf, host) -> None:
         self._op("upload", buf.label)
         self._offend(f"synchronous host-to-device copy into {buf.label}")
+        self._run_queued()                  # a synchronous copy waits for the queued work
         host = np.asarray(host)
         if host.shape != buf.shape:
             raise ValueError(f"upload to {buf.label}: shape {host.shape} != {buf.shape}")
@@ -211,6 +245,7 @@ class SimBackend(Backend):
     def download(self, buf) -> np.ndarray:
         self._op("download", buf.label)
         self._offend(f"synchronous device-to-host copy from {buf.label}")
+        self._run_queued()
         return self._resolve(buf).copy()
 
     def row(self, buf, index) -> Buffer:
@@ -237,25 +272,14 @@ class SimBackend(Backend):
     def pool_bytes(self) -> int:
         return int(sum(s.size for s in self._segments.values()))
 
-    # ---- execution ---------------------------------------------------------------------------
+    # ---- execution: issue -----------------------------------------------------------------
     def warm_up(self, kernels) -> None:
         # twins need no compilation; remember what a GPU would have compiled and loaded here
         self._compiled.update(spec.name for spec in kernels)
 
-    def _run(self, launch: Launch) -> float:
-        """Execute a launch's twin now; return the bytes it touched (for the cost model)."""
-        arrays = []
-        for a in launch.args:
-            if isinstance(a, RawArray):
-                a = a.buf
-            if isinstance(a, Buffer):
-                arrays.append(self._resolve(a))
-            elif isinstance(a, np.ndarray):
-                raise TypeError(f"{launch.name}: host array passed as a kernel argument")
-            else:
-                arrays.append(a)
-        launch.kernel.twin(launch.grid, launch.block, *arrays)
-        return _bytes_touched(launch, arrays)
+    def host_step(self, mode: str) -> None:
+        """The engine's own host work for one step (plan, ledger, issue loop): measured cost."""
+        self.host_us += self.cost.engine_step(mode) * self._host_speed()
 
     def launch(self, launch: Launch) -> None:
         if launch.name not in self._compiled:  # lazy compile + module load: legal in a capture
@@ -283,23 +307,162 @@ class SimBackend(Backend):
                 cap.nodes.append(launch)
                 cap.deps.append(tuple(sorted(deps)))
             return
-        self._check_pdl(launch, self._last_launch.get(launch.stream))
-        self._last_launch[launch.stream] = launch
-        nbytes = self._run(launch)
         host0 = self.host_us
-        self.host_us += self.cost.eager_submit(self._rng) * self._host_speed()
-        ready = self._stream_ready.get(launch.stream, 0.0)
-        gap = self.cost.eager_gap_us * (self.cost.pdl_gap_factor if self.pdl else 1.0)
-        dev0 = max(self.host_us, ready + gap)
-        dev1 = dev0 + self.cost.kernel_us(nbytes)
-        self._stream_ready[launch.stream] = dev1
-        self._event(launch, "eager", host0, self.host_us, dev0, dev1)
+        self.host_us += self.cost.host_launch(launch, self.mechanism, self._rng) * self._host_speed()
+        st = launch.stream
+        deps = tuple(sorted(set(self._tail.get(st, ())) | self._waits.pop(st, set())))
+        last = self._last.get(st)
+        self._enqueue(launch, deps, "eager", host0, self.host_us, 0.0, 1.0, self.pdl,
+                      last[1] if last else None, last if self.pdl else None)
 
-    def _check_pdl(self, launch: Launch, prev: Launch | None) -> None:
+    def _enqueue(self, launch, deps, kind, host0, host1, lead, duration, pdl, prev, early,
+                 origin: str = "main") -> int:
+        i = self._ids
+        self._ids += 1
+        st = launch.stream
+        # a join: work on the origin stream waits for another stream's (the pair's one cost)
+        join = st == origin and any(self._stream_of.get(d, st) != st for d in deps)
+        self._work[i] = _Work(i, launch, deps, kind, host0, host1, lead, duration, pdl, prev,
+                              early[1] if early else None, early[0] if early else None, join)
+        self._stream_of[i] = st
+        self._tail[st] = (i,)
+        self._last[st] = (i, launch)
+        return i
+
+    def record_wait(self, src: str, dst: str) -> None:
+        """Record an event on `src` and make `dst` wait for it (fork or join)."""
+        cap = self._capture_of(src)
+        if cap is not None:
+            if src in cap.last:
+                cap.pending.setdefault(dst, set()).add(cap.last[src])
+                if dst in cap.streams:      # a join: src's newest work is ordered into dst
+                    cap.joined.add((src, cap.last[src]))
+            cap.streams.add(dst)            # waiting on a captured event pulls dst in
+            return
+        if self._capture_of(dst) is not None:
+            self._offend(f"capturing stream {dst!r} waits on an event of stream {src!r} "
+                         f"outside the capture (cudaErrorStreamCaptureIsolation)")
+        self._waits.setdefault(dst, set()).update(self._tail.get(src, ()))
+
+    def _replay(self, graph: SimGraph, stream: str) -> None:
+        if self._captures:
+            self._offend("graph launch during capture")
+        host0 = self.host_us
+        self.host_us += self.cost.graph_submit(self._rng) * self._host_speed()
+        before = tuple(sorted(set(self._tail.get(stream, ())) | self._waits.pop(stream, set())))
+        ids: list[int] = []
+        last_on: dict[str, tuple] = {}
+        sinks = set()
+        for node, deps in zip(graph.nodes, graph.deps):
+            mapped = tuple(ids[d] for d in deps)
+            same = [d for d in deps if graph.nodes[d].stream == node.stream]
+            pdl = graph.pdl and bool(same)
+            early = (ids[same[-1]], graph.nodes[same[-1]]) if pdl else None
+            lead = 0.0 if deps else self.cost.graph_launch_us
+            last = self._last.get(node.stream)
+            prev = graph.nodes[same[-1]] if same else (last[1] if last else None)
+            ids.append(self._enqueue(node, mapped if deps else before, "graph", host0,
+                                     self.host_us, lead, self.cost.node_noise(self._rng), pdl,
+                                     prev, early, stream))
+            sinks.add(ids[-1])
+            sinks.difference_update(mapped)
+            last_on[node.stream] = ids[-1]
+        for st in last_on:                   # work issued after the replay waits for all of it
+            self._tail.pop(st, None)
+        self._tail[stream] = tuple(sorted(sinks))
+
+    # ---- execution: run, in an order the dependencies allow ----------------------------------
+    def _run_queued(self) -> None:
+        """Run every queued kernel: a topological order of their dependencies, chosen by
+        `self.order`; under PDL, snapshot what a dependent reads before its wait."""
+        if not self._work:
+            return
+        work, self._work = self._work, {}
+        children: dict[int, list[int]] = {}
+        indeg: dict[int, int] = {}
+        watch: dict[int, list[_Work]] = {}      # predecessor id -> PDL dependents reading early
+        for w in work.values():
+            n = 0
+            for d in w.deps:
+                if d in work:
+                    children.setdefault(d, []).append(w.id)
+                    n += 1
+            indeg[w.id] = n
+            if w.early_id in work and pre_wait_reads(w.launch.kernel):
+                watch.setdefault(w.early_id, []).append(w)
+        ready = [i for i, n in indeg.items() if n == 0]
+        heapq.heapify(ready) if self.order == "issue" else None
+        early_views: dict[int, dict] = {}
+        while ready:
+            i = self._pick(ready)
+            for dep in watch.get(i, ()):        # it started as i started: i's inputs, not outputs
+                if self.order == "adversarial" or (
+                        self.order == "random" and self._order_rng.random() < 0.5):
+                    early_views[dep.id] = self._snapshot(dep.launch)
+            self._execute(work[i], early_views.pop(i, None))
+            for c in children.get(i, ()):
+                indeg[c] -= 1
+                if indeg[c] == 0:
+                    heapq.heappush(ready, c) if self.order == "issue" else ready.append(c)
+        keep = {d for t in self._tail.values() for d in t} | {
+            d for ws in self._waits.values() for d in ws}
+        self._end = {k: v for k, v in self._end.items() if k in keep}
+        self._stream_of = {k: v for k, v in self._stream_of.items() if k in keep}
+
+    def _pick(self, ready: list[int]) -> int:
+        if self.order == "issue":
+            return heapq.heappop(ready)
+        if self.order == "adversarial":     # the newest ready work: consumers run first
+            j = max(range(len(ready)), key=ready.__getitem__)
+        else:
+            j = int(self._order_rng.integers(len(ready)))
+        ready[j], ready[-1] = ready[-1], ready[j]
+        return ready.pop()
+
+    def _snapshot(self, launch: Launch) -> dict:
+        """Copies of what `launch` reads before its pdl_wait (arguments it does not write)."""
+        out = {}
+        for idx in pre_wait_reads(launch.kernel):
+            a = launch.args[idx]
+            a = a.buf if isinstance(a, RawArray) else a
+            if isinstance(a, Buffer) and idx not in launch.kernel.writes:
+                out[idx] = self._resolve(a).copy()
+        return out
+
+    def _execute(self, w: _Work, early_view: dict | None) -> None:
+        launch = w.launch
+        if w.early is not None:
+            self._check_pdl(launch, w.early)
+        arrays = []
+        for idx, a in enumerate(launch.args):
+            if isinstance(a, RawArray):
+                a = a.buf
+            if early_view and idx in early_view:
+                arrays.append(early_view[idx])
+            elif isinstance(a, Buffer):
+                arrays.append(self._resolve(a))
+            elif isinstance(a, np.ndarray):
+                raise TypeError(f"{launch.name}: host array passed as a kernel argument")
+            else:
+                arrays.append(a)
+        context = launch_context(launch, arrays)
+        launch.kernel.twin(launch.grid, launch.block, *arrays)
+        ready = max((self._end[d] for d in w.deps if d in self._end), default=0.0)
+        if w.join:
+            ready += self.cost.join_us
+        if w.kind == "graph":
+            dev0 = max(ready, w.host1) + w.lead
+            dev1 = dev0 + self.cost.node_us(launch, context, w.pdl, w.prev) * w.duration
+        else:
+            dev0 = max(ready, w.host1)
+            dev1 = dev0 + self.cost.eager_us(launch, context, w.prev)
+        self._end[w.id] = dev1
+        self._timeline.append(TimelineEvent(launch.name, launch.layer, launch.stream, w.kind,
+                                            w.host0, w.host1, dev0, dev1))
+
+    def _check_pdl(self, launch: Launch, prev: Launch) -> None:
         """Under PDL, a kernel's pre-wait part overlaps its predecessor: report a race if it
         touches there anything the predecessor writes."""
-        if not self.pdl or prev is None:
-            return
         early = pre_wait_reads(launch.kernel)
         if not early:
             return
@@ -307,44 +470,22 @@ class SimBackend(Backend):
         for i in sorted(early):
             a = launch.args[i]
             if isinstance(a, Buffer) and any(_overlap(a, w) for w in written):
-                self.races.append(f"PDL race: {launch.name} reads {a.label} before its pdl_wait, "
-                                  f"while {prev.name} (its predecessor) writes it")
-
-    def _replay(self, graph: SimGraph, stream: str) -> None:
-        if self._captures:
-            self._offend("graph launch during capture")
-        host0 = self.host_us
-        self.host_us += self.cost.graph_submit(self._rng) * self._host_speed()
-        start = max(self.host_us, self._stream_ready.get(stream, 0.0))
-        factor = self.cost.pdl_gap_factor if self.pdl else 1.0
-        ends: list[float] = []
-        for i, node in enumerate(graph.nodes):
-            deps = graph.deps[i]
-            same = [d for d in deps if graph.nodes[d].stream == node.stream]
-            self._check_pdl(node, graph.nodes[same[-1]] if same else None)
-            nbytes = self._run(node)
-            dev0 = max([start, *(ends[d] for d in deps)])
-            ends.append(dev0 + self.cost.node(self._rng) * factor + self.cost.kernel_us(nbytes))
-            self._event(node, "graph", host0, self.host_us, dev0, ends[-1])
-        self._stream_ready[stream] = max(ends, default=start)
+                self._races.append(f"PDL race: {launch.name} reads {a.label} before its pdl_wait, "
+                                   f"while {prev.name} (its predecessor) writes it")
 
     def _host_speed(self) -> float:
-        """The host-speed factor now: redrawn every cost.host_drift_us of model time."""
+        """The host-speed factor now: redrawn every cost.drift_us of model time."""
         if self.host_us >= self._speed_until:
             self._speed = self.cost.host_speed(self._rng)
-            self._speed_until = self.host_us + self.cost.host_drift_us
+            self._speed_until = self.host_us + self.cost.drift_us
         return self._speed
-
-    def _event(self, launch, kind, h0, h1, d0, d1) -> None:
-        if self.record_timeline:
-            self.timeline.append(TimelineEvent(launch.name, launch.layer, launch.stream, kind,
-                                               h0, h1, d0, d1))
 
     def synchronize(self) -> None:
         if self._captures:
             self._op("synchronize", "device")
         self._offend("device synchronize during capture")
-        self.host_us = max([self.host_us, *self._stream_ready.values()])
+        self._run_queued()
+        self.host_us = max([self.host_us, *self._end.values()])
 
     def clock(self) -> float:
         self.synchronize()
@@ -353,22 +494,3 @@ class SimBackend(Backend):
 
 def _overlap(a: Buffer, b: Buffer) -> bool:
     return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
-
-
-def _bytes_touched(launch: Launch, arrays) -> int:
-    """Bytes a launch moves: whole buffers, except the KV cache, of which only the live rows
-    (attention) or the one row written (append) count."""
-    name = launch.name
-    total = 0
-    for a in arrays:
-        if isinstance(a, np.ndarray):
-            total += a.nbytes
-    if name == "attn_partial":            # q, k_cache, v_cache, pos, ...
-        k, pos = arrays[1], int(arrays[3][0])
-        total -= 2 * k.nbytes
-        total += 2 * (pos + 1) * k[0].nbytes
-    elif name == "rope_kv_append":        # ..., k_cache, v_cache
-        k = arrays[5]
-        total -= 2 * k.nbytes
-        total += 2 * k[0].nbytes
-    return total

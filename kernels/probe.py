@@ -1,0 +1,47 @@
+"""Probe kernels for the cost recorder (scripts/record_gpu_costs.py): no part of a decode step.
+
+Owns `empty` (does nothing but its PDL wait: a graph of N of them measures the per-node floor
+and the inter-node gap, with and without PDL) and `spin` (one thread runs a dependent loop of
+`iters` steps: queued first on a stream, it holds the device while the host enqueues eager
+launches behind it, so CUDA events then time those launches' DEVICE side alone).
+"""
+import numba
+import numpy as np
+from numba import cuda
+
+from kernels._spec import kernel
+from kernels.pdl import pdl_launch_dependents, pdl_wait
+
+EMPTY_GRID = (1,)
+EMPTY_BLOCK = (32,)
+SPIN_GRID = (1,)
+SPIN_BLOCK = (1,)
+
+
+def empty_twin(grid, block, flag):
+    pass
+
+
+@kernel("void(int32[::1])", twin=empty_twin, reads=(), writes=())
+def empty(flag):
+    """Nothing; grid (1,), block (32,). `flag` is unused (a launch needs an argument to flatten)."""
+    pdl_wait()
+    pdl_launch_dependents()
+
+
+def spin_twin(grid, block, iters, out):
+    acc, r, one = np.float32(0.0), np.float32(0.999999), np.float32(1.0)
+    for _ in range(int(iters)):
+        acc = acc * r + one
+    out[0] = acc
+
+
+@kernel("void(int32, float32[::1])", twin=spin_twin, reads=(), writes=(1,))
+def spin(iters, out):
+    """out[0] = the result of `iters` dependent multiply-adds; grid (1,), block (1,)."""
+    pdl_wait()
+    if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
+        acc = numba.float32(0.0)
+        for i in range(iters):
+            acc = acc * numba.float32(0.999999) + numba.float32(1.0)
+        out[0] = acc

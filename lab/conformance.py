@@ -1,0 +1,173 @@
+"""Conformance: does the simulator predict what the GPU measured?
+
+Every lesson with a recorded GPU figure (the whole-step files in data/gpu/) is re-run on the
+simulator with the recording's own settings, and each figure is put beside the recorded one.
+The simulator's costs come from component measurements only (kernel_costs.json), so every
+whole-step row is a prediction, not a fit. A row PASSES when the sign agrees and the simulated
+value is within 25% of the GPU's; where the GPU effect itself is under 2 us, when it is within
+1 us. (An effect that small moves, sign included, between processes on the same GPU: graph
+fission measured -0.38, +0.6 and -0.84 us/token in three runs. Its sign is not a property of the
+step, so only the absolute distance is judged.) Counts (launches, nodes) must agree exactly.
+
+`decode-lab conformance` prints the table and exits non-zero when a row fails.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import bench
+from .backend.costmodel import COSTS_FILE, CostModel
+from .config import LabConfig
+from .errors import LabError
+
+DATA_GPU = COSTS_FILE.parent
+REL_TOL = 0.25          # within 25% of the GPU's value ...
+ABS_TOL_US = 1.0        # ... or within 1 us where the GPU effect is under SMALL_US
+SMALL_US = 2.0
+
+
+@dataclass(frozen=True)
+class Row:
+    lesson: str
+    unit: str
+    sim: float
+    gpu: float
+    exact: bool = False     # counts: must agree exactly
+    note: str = ""          # where the GPU figure comes from
+
+    @property
+    def ratio(self) -> float:
+        return self.sim / self.gpu if self.gpu else float("nan")
+
+    @property
+    def ok(self) -> bool:
+        if self.exact:
+            return self.sim == self.gpu
+        if not (math.isfinite(self.sim) and math.isfinite(self.gpu)):
+            return False
+        err = abs(self.sim - self.gpu)
+        if abs(self.gpu) < SMALL_US and self.unit.startswith("us"):
+            return err <= ABS_TOL_US
+        return (self.sim > 0) == (self.gpu > 0) and err <= REL_TOL * abs(self.gpu)
+
+
+def _load(data_dir: Path, name: str) -> dict:
+    path = data_dir / name
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise LabError(f"{path} is missing: record it on a GPU with scripts/gpu_run.sh") from None
+    except ValueError as exc:
+        raise LabError(f"{path} is not valid JSON: {exc}") from None
+
+
+def _field(rec: dict, path: str, name: str):
+    cur = rec
+    for part in path.split("."):
+        try:
+            cur = cur[int(part)] if isinstance(cur, list) else cur[part]
+        except (KeyError, IndexError, ValueError, TypeError):
+            raise LabError(f"{name}: no field {path!r} (recorded by another version of the lab?)")
+    return cur
+
+
+def _arm(result: dict, name: str) -> dict:
+    for a in result["arms"]:
+        if a["name"] == name:
+            return a
+    raise LabError(f"no arm {name!r} in {result.get('what', 'the result')}")
+
+
+def _ab_us(result: dict) -> float:
+    return 1000.0 * result["diff_b_minus_a_ms"]
+
+
+def _sweep_slope_us(result: dict, arm: str) -> tuple[float, int, int]:
+    rows = [r for r in result["rows"] if r["arm"] == arm]
+    lo, hi = min(rows, key=lambda r: r["context"]), max(rows, key=lambda r: r["context"])
+    return 1000.0 * (hi["mean_ms"] - lo["mean_ms"]), lo["context"], hi["context"]
+
+
+def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False,
+        cost: CostModel | None = None) -> dict:
+    """Re-run every recorded lesson on the simulator; return {"rows": [...], "source": ...}."""
+    data_dir = Path(data_dir) if data_dir is not None else DATA_GPU
+    cost = cost or CostModel.load(data_dir / "kernel_costs.json")
+    from .backend.sim import SimBackend
+    factory = lambda cfg, index: SimBackend(cost, seed=1000 + index)  # noqa: E731
+    sim = LabConfig(backend="sim")
+    rec = {n: _load(data_dir, f"{n}.json") for n in
+           ("ladder", "pdl", "overlap", "fission", "bench_sweep", "kernel_costs")}
+    rows: list[Row] = []
+
+    # the ladder: ms/token per rung, launches and nodes
+    lad = rec["ladder"]
+    s_lad = bench.run_ladder(model, sim, reps=reps, tokens=lad["tokens"], prompt=lad["prompt"],
+                             progress=progress, backend_factory=factory)
+    for name, *_ in bench.LADDER:
+        g, s = _arm(lad, name), _arm(s_lad, name)
+        rows.append(Row(f"{name}: ms/token", "ms", s["mean_ms"], g["mean_ms"], note="ladder.json"))
+    g, s = _arm(lad, "graph"), _arm(s_lad, "graph")
+    rows.append(Row("launches per token", "count", s["launches_per_token"],
+                    g["launches_per_token"], True, "ladder.json"))
+    rows.append(Row("nodes per graph", "count", s["nodes_per_graph"], g["nodes_per_graph"], True,
+                    "ladder.json"))
+
+    def ab(name, a_kw, b_kw, rec_ab, lesson, mode=None):
+        s_ab = bench.run_ab(model, sim.replace(**a_kw), sim.replace(**b_kw), reps=reps,
+                            tokens=rec_ab["tokens"], prompt=rec_ab["prompt"], aa=False,
+                            per_token=0, progress=progress, backend_factory=factory)
+        rows.append(Row(lesson, "us/token", _ab_us(s_ab), _ab_us(rec_ab), note=name))
+
+    ab("pdl.json", {}, {"pdl": True}, rec["pdl"], "PDL: graph+pdl - graph")
+    ab("overlap.json", {}, {"overlap": True}, rec["overlap"], "overlap: graph+overlap - graph")
+    for mode in ("eager", "graph"):
+        kw = {"graph": mode == "graph"}
+        ab("fission.json", kw, {**kw, "split_combine": True}, _field(rec["fission"], mode, "fission"),
+           f"fission ({mode}): split - combine")
+
+    # the context sweep: how much the graph step grows from the shortest to the longest context
+    sw = rec["bench_sweep"]
+    arm = next((r["arm"] for r in sw["rows"] if r["toggles"].get("LAB_GRAPH") == "1"), None)
+    if arm is None:
+        raise LabError("bench_sweep.json has no graph arm (LAB_GRAPH=1)")
+    g_slope, lo, hi = _sweep_slope_us(sw, arm)
+    s_sw = bench.run_sweep(model, {arm: sim}, [lo, hi], reps=reps, tokens=sw["tokens"],
+                           progress=progress, backend_factory=factory)
+    rows.append(Row(f"graph: context {lo} -> {hi}", "us/token", _sweep_slope_us(s_sw, arm)[0],
+                    g_slope, note="bench_sweep.json"))
+
+    # per-kernel node times: the fitted form against every measured point
+    worst: dict[str, tuple] = {}
+    for key, fit in cost.kernels.items():
+        name = key.split(" ", 1)[0]
+        for ctx, us, _ in fit.measured:
+            err = abs(fit.node(ctx, False) - us)
+            if name not in worst or err > worst[name][0]:
+                worst[name] = (err, fit.node(ctx, False), us, ctx)
+    for name, (_, model_us, us, ctx) in sorted(worst.items()):
+        rows.append(Row(f"node: {name} (context {ctx}, worst fit)", "us", model_us, us,
+                        note="kernel_costs.json"))
+    return {"rows": rows, "cost_source": cost.describe(), "gpu_source": lad["source"],
+            "gpu_date": lad.get("date", "?"), "data_dir": str(data_dir)}
+
+
+def format_report(report: dict) -> str:
+    rows = report["rows"]
+    w = max(len(r.lesson) for r in rows)
+    lines = [f"{'lesson':<{w}} {'unit':<8} {'simulated':>10} {'GPU':>10} {'ratio':>6}  verdict"]
+    for r in rows:
+        fmt = (lambda v: f"{v:>10.0f}") if r.exact else (
+            lambda v: f"{v:>10.4f}" if r.unit == "ms" else f"{v:>+10.2f}")
+        lines.append(f"{r.lesson:<{w}} {r.unit:<8} {fmt(r.sim)} {fmt(r.gpu)} "
+                     f"{r.ratio:>6.2f}  {'PASS' if r.ok else 'FAIL'}")
+    failed = [r for r in rows if not r.ok]
+    lines.append(f"{len(rows) - len(failed)} of {len(rows)} rows pass (same sign and within "
+                 f"{REL_TOL:.0%}; within {ABS_TOL_US:g} us where the GPU effect is under "
+                 f"{SMALL_US:g} us; counts exact)")
+    lines.append(f"GPU: {report['gpu_source']} ({report['gpu_date']}); simulator: "
+                 f"{report['cost_source']}")
+    return "\n".join(lines)

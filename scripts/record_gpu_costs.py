@@ -1,0 +1,427 @@
+"""Record the COMPONENT costs the simulator's cost model is built from: data/gpu/kernel_costs.json.
+
+  python scripts/record_gpu_costs.py --out DIR [--backend cuda]
+
+Measures, on the real engine's buffers and launches (nothing here decodes a token):
+- every distinct kernel launch of the step (base, split combine, overlap), at several positions
+  for the attention kernels: its time as a NODE of a graph, from chains of the same launch
+  captured n1 and n2 times (slope = per-node time, gap included; with and without PDL);
+- the extra cost of a node whose predecessor runs another kernel (chains of adjacent pairs);
+- the empty-node floor (the `empty` probe kernel in chains of 1 .. 64 nodes, with and without
+  PDL: slope = floor per node, intercept = the per-replay overhead of a graph launch);
+- one fork/join pair (an empty side branch) against the same chain without it;
+- the eager device time per kernel (empty kernels queued behind the `spin` probe, CUDA events);
+- the host cost of one eager launch of each kernel per launch mechanism (dispatcher, prebound),
+  alone and within a step's sequence of launches (issued straight to the backend, host time only),
+  the host cost of a graph launch, and the engine's own host work per step (launches stubbed);
+- the relative spread of per-token and per-rep times (the noise model uses the spreads only);
+- the launch log's cost per launch (instrumentation).
+Whole-step figures (eager vs graph, PDL, fission, overlap, sweeps) are recorded by the other
+recorders: they are what the model must PREDICT. One of them is recorded here, in the same
+process: the launch-mechanism ladder (DIR/ladder.json), its reps interleaved with rounds of the
+host-cost measurements, because the host's speed moves between processes (measured: numba's
+dispatcher cost 30 us per launch in one run, 55 in another). Nothing from the ladder enters
+kernel_costs.json.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kernels import REGISTRY, probe  # noqa: E402
+from lab import bench  # noqa: E402
+from lab.backend import Launch, StreamWait  # noqa: E402
+from lab.backend.costmodel import cost_key, launch_bytes  # noqa: E402
+from lab.config import LabConfig  # noqa: E402
+from lab.engine import DecodeEngine  # noqa: E402
+from lab.instrument import LaunchLog  # noqa: E402
+from lab.model import DEFAULT_WEIGHTS, load_model  # noqa: E402
+
+PROMPT = "ROMEO.\n"
+# first and last position of every attention plan (splits 1, 2, 4, 8, 16, 32) and the sweep's end
+POSITIONS = (0, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512, 1000)
+BASE_POSITION = 64           # where the context-independent kernels are measured
+ATTENTION = ("attn_partial", "attn_merge", "attn_combine")
+N1, N2 = 8, 24               # chain lengths (both long enough to keep the device busy)
+
+
+def _main_stream(launch: Launch) -> Launch:
+    return Launch(launch.kernel, launch.grid, launch.block, launch.args, launch.layer, "main")
+
+
+def _capture(be, items, repeat: int, pdl: bool):
+    be.pdl = pdl
+    be.begin_capture()
+    try:
+        for _ in range(repeat):
+            for item in items:
+                if isinstance(item, StreamWait):
+                    be.record_wait(item.src, item.dst)
+                else:
+                    be.launch(item)
+    finally:
+        graph = be.end_capture()
+    return graph
+
+
+def _replay_us(be, graph, reps: int) -> float:
+    graph.launch()
+    be.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        graph.launch()
+    be.synchronize()
+    return 1e6 * (time.perf_counter() - t0) / reps
+
+
+def chain_fit(be, items, nodes_per_unit: int, pdl: bool, reps: int = 200, rounds: int = 3,
+              lengths=(N1, N2)) -> dict:
+    """Per-node time (slope) and per-replay overhead (intercept) of chains of `items`."""
+    graphs = {n: _capture(be, items, n, pdl) for n in lengths}
+    times = {n: [] for n in lengths}
+    for _ in range(rounds):                    # alternate the lengths: drift hits all alike
+        for n in lengths:
+            times[n].append(_replay_us(be, graphs[n], reps))
+    med = {n: statistics.median(v) for n, v in times.items()}
+    x = np.array([n * nodes_per_unit for n in lengths], float)
+    y = np.array([med[n] for n in lengths])
+    slope, intercept = np.polyfit(x, y, 1)
+    be.pdl = False
+    return {"per_node_us": float(slope), "intercept_us": float(intercept),
+            "replay_us": {str(n): [round(t, 4) for t in times[n]] for n in lengths}}
+
+
+def _distinct_launches(eng, cfgs, position):
+    """{cost_key: launch} over the steps of `cfgs` at `position` (all on the main stream)."""
+    out = {}
+    for cfg in cfgs:
+        eng.cfg = cfg
+        for launch in eng.step_launches(eng.plan(position)):
+            out.setdefault(cost_key(launch), _main_stream(launch))
+    return out
+
+
+def _set_pos(eng, position):
+    eng.backend.upload(eng.buf.pos, np.array([position], np.int32))
+
+
+def measure_kernels(eng, cfgs, progress) -> list[dict]:
+    rows = []
+    for position in POSITIONS:
+        eng.reset(eng.encode(PROMPT), 0)
+        eng.seek(position)
+        launches = _distinct_launches(eng, cfgs, position)
+        for key, launch in launches.items():
+            if position != BASE_POSITION and launch.name not in ATTENTION:
+                continue
+            row = {"key": key, "kernel": launch.name, "position": position,
+                   "context": position + 1, "grid": list(launch.grid), "block": list(launch.block),
+                   "bytes": launch_bytes(launch, position + 1)}
+            for pdl in (False, True):
+                _set_pos(eng, position)
+                fit = chain_fit(eng.backend, [launch], 1, pdl)
+                row["node_pdl_us" if pdl else "node_us"] = fit["per_node_us"]
+                row["intercept_pdl_us" if pdl else "intercept_us"] = fit["intercept_us"]
+            rows.append(row)
+            progress(f"  {launch.name:<16} pos {position:>4}: {row['node_us']:.3f} us/node, "
+                     f"{row['node_pdl_us']:.3f} with PDL   [{key}]")
+    _set_pos(eng, 0)
+    return rows
+
+
+def measure_switches(eng, cfgs, kernels, progress) -> list[dict]:
+    """What a node costs beyond its own chain time when the node before it runs ANOTHER kernel
+    (a chain of one launch keeps its code and constants cached; a step alternates kernels):
+    chains of the pair [a, b] for every adjacent pair of launches in the steps of `cfgs`."""
+    eng.reset(eng.encode(PROMPT), 0)
+    eng.seek(BASE_POSITION)
+    alone = {(r["key"], pdl): r["node_pdl_us" if pdl else "node_us"]
+             for r in kernels if r["position"] == BASE_POSITION for pdl in (False, True)}
+    pairs = {}
+    for cfg in cfgs:
+        eng.cfg = cfg
+        launches = [_main_stream(x) for x in eng.step_launches(eng.plan(BASE_POSITION))]
+        for a, b in zip(launches, launches[1:]):
+            pairs.setdefault((cost_key(a), cost_key(b)), (a, b))
+    rows = []
+    for (ka, kb), (a, b) in pairs.items():
+        row = {"prev": ka, "key": kb}
+        for pdl in (False, True):
+            _set_pos(eng, BASE_POSITION)
+            fit = chain_fit(eng.backend, [a, b], 2, pdl)
+            both = alone[(ka, pdl)] + alone[(kb, pdl)]
+            # a chain of pairs switches kernel at every node: half the pair's extra per switch
+            row["extra_pdl_us" if pdl else "extra_us"] = (2 * fit["per_node_us"] - both) / 2
+        rows.append(row)
+        progress(f"  {a.name:>16} -> {b.name:<16} switch {row['extra_us']:+.3f} us "
+                 f"({row['extra_pdl_us']:+.3f} with PDL)")
+    _set_pos(eng, 0)
+    return rows
+
+
+def measure_floors(eng, progress) -> dict:
+    be = eng.backend
+    flag = be.alloc("probe_flag", (1,), np.int32)
+    empty = Launch(REGISTRY["empty"], probe.EMPTY_GRID, probe.EMPTY_BLOCK, (flag,))
+    empty_side = Launch(REGISTRY["empty"], probe.EMPTY_GRID, probe.EMPTY_BLOCK, (flag,), None, "side")
+    out = {}
+    for pdl in (False, True):
+        fit = chain_fit(be, [empty], 1, pdl, lengths=(8, 24, 37, 64))
+        out["empty_pdl" if pdl else "empty"] = fit
+        progress(f"  empty chain{' + PDL' if pdl else ''}: {fit['per_node_us']:.3f} us/node, "
+                 f"{fit['intercept_us']:.3f} us per replay")
+    # a fork/join pair: [empty; fork; empty(side) || empty; join] vs [empty; empty]
+    par = [empty, StreamWait("main", "side"), empty_side, empty, StreamWait("side", "main")]
+    seq = [empty, empty]
+    fj, sq = chain_fit(be, par, 2, False), chain_fit(be, seq, 2, False)
+    out["fork_join"] = {"parallel": fj, "sequential": sq,
+                        "extra_us_per_pair": 2 * (fj["per_node_us"] - sq["per_node_us"])}
+    progress(f"  fork/join pair: +{out['fork_join']['extra_us_per_pair']:.3f} us")
+    out["eager_device"] = eager_device_floor(eng, empty, progress)
+    # host cost of one graph launch (1-node graph of the empty kernel: device time < host time)
+    g1 = _capture(be, [empty], 1, False)
+    out["graph_submit_us"] = host_per_call(be, g1.launch, 2000)
+    progress(f"  graph launch, host: {out['graph_submit_us']:.3f} us")
+    return out
+
+
+def host_per_call(be, fn, calls: int, rounds: int = 3) -> float:
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        be.synchronize()
+        times.append(1e6 * (t1 - t0) / calls)
+    return statistics.median(times)
+
+
+def eager_device_floor(eng, empty, progress) -> dict:
+    """Device time per eager launch of the empty kernel: N launches queued behind a spinning
+    kernel (the host enqueues them all while the device is held), timed by CUDA events."""
+    be = eng.backend
+    if be.name != "cuda":
+        return {"skipped": "needs CUDA events"}
+    cp = be.cp
+    out_buf = be.alloc("probe_spin", (1,), np.float32)
+    n, iters = 400, 2_000_000
+    res = []
+    be.mechanism, be.pdl = "prebound", False
+    for _ in range(3):
+        spin = Launch(REGISTRY["spin"], probe.SPIN_GRID, probe.SPIN_BLOCK, (np.int32(iters), out_buf))
+        e0, e1, e2 = (cp.cuda.Event() for _ in range(3))
+        e0.record(be.stream)
+        be.launch(spin)
+        e1.record(be.stream)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            be.launch(empty)
+        host_us = 1e6 * (time.perf_counter() - t0)
+        e2.record(be.stream)
+        e2.synchronize()
+        spin_us = 1000 * cp.cuda.get_elapsed_time(e0, e1)
+        dev_us = 1000 * cp.cuda.get_elapsed_time(e1, e2) / n
+        res.append({"spin_us": spin_us, "host_enqueue_us": host_us, "per_launch_us": dev_us,
+                    "queued_behind": bool(spin_us > host_us)})
+        if spin_us <= host_us:
+            iters *= 4
+    ok = [r["per_launch_us"] for r in res if r["queued_behind"]]
+    progress(f"  eager empty kernel, device: {statistics.median(ok) if ok else float('nan'):.3f} us")
+    return {"per_launch_us": statistics.median(ok) if ok else None, "runs": res}
+
+
+def _issue_step(be, step):
+    for launch in step:
+        be.launch(launch)
+
+
+def host_alone(eng, cfgs, step, progress) -> dict:
+    """Host us per eager launch of each kernel alone (loops of one launch), per mechanism: the
+    relative weights of the kernels. The engine's launch log is attached, as in a real run."""
+    be = eng.backend
+    eng.reset(eng.encode(PROMPT), 0)
+    eng.seek(BASE_POSITION)
+    launches = _distinct_launches(eng, cfgs, BASE_POSITION)
+    out = {}
+    for mech in ("dispatcher", "prebound"):
+        eng.cfg = cfgs[0].replace(launch=mech)
+        per = {}
+        for key, launch in launches.items():
+            _set_pos(eng, BASE_POSITION)
+            be.launch(launch)                        # first launch: prepares (prebound)
+            per[key] = host_per_call(be, lambda: be.launch(launch), 300)
+        _set_pos(eng, BASE_POSITION)
+        out[mech] = per
+        out[f"{mech}_alone_over_step_us"] = statistics.mean(per[cost_key(x)] for x in step)
+        progress(f"  host per launch alone, {mech}: mean {statistics.mean(per.values()):.2f} us "
+                 f"over {len(per)} kernels")
+    # the launch log's share: one launch with and without the log attached
+    launch = step[0]
+    with_log, without = [], []
+    for _ in range(3):
+        be.log = eng.log
+        with_log.append(host_per_call(be, lambda: be.launch(launch), 2000, 1))
+        be.log = None
+        without.append(host_per_call(be, lambda: be.launch(launch), 2000, 1))
+    eng.bind()
+    _set_pos(eng, BASE_POSITION)
+    out["instrumentation_us"] = statistics.median(with_log) - statistics.median(without)
+    progress(f"  launch log: {out['instrumentation_us']:.3f} us per launch")
+    return out
+
+
+def host_round(eng, base: LabConfig, step, rounds: dict) -> None:
+    """One round of the host costs that drift with the host's speed: a step's launches issued
+    straight to the backend (host time only, per launch) for each mechanism, and the engine's
+    own work per step with its launches stubbed out. Appends to `rounds`."""
+    be = eng.backend
+    for mech in ("dispatcher", "prebound"):
+        eng.cfg = base.replace(graph=False, launch=mech)
+        _set_pos(eng, BASE_POSITION)
+        _issue_step(be, step)
+        rounds.setdefault(f"{mech}_step_sequence_us", []).append(
+            host_per_call(be, lambda: _issue_step(be, step), 20, 1) / len(step))
+    for mode in ("eager", "graph"):
+        eng.cfg = base.replace(graph=(mode == "graph"))
+        eng.reset(eng.encode(PROMPT), 0)
+        eng.seek(BASE_POSITION)
+        eng.step()                                   # captures the plan's graph in graph mode
+        eng.seek(BASE_POSITION)
+        be.synchronize()
+        stubs = [(be, "launch"), (be, "record_wait")] + [(g, "launch") for g in eng.graphs.values()]
+        for obj, name in stubs:
+            setattr(obj, name, lambda *a, **k: None)
+        try:
+            t0 = time.perf_counter()
+            for _ in range(50):
+                eng.step()
+            rounds.setdefault(f"engine_{mode}_us", []).append(1e6 * (time.perf_counter() - t0) / 50)
+        finally:
+            for obj, name in stubs:
+                delattr(obj, name)
+    eng.cfg = base
+
+
+def host_and_ladder(eng, model, base: LabConfig, cfgs, out: Path, progress, reps=5) -> tuple:
+    """Host costs, measured in rounds INTERLEAVED with the ladder's reps (the host's speed moves
+    from minute to minute and process to process; interleaving makes both see the same host).
+    The ladder (whole steps) goes to ladder.json: it is what the model must predict, and none
+    of it enters kernel_costs.json."""
+    eng.cfg = base
+    eng.reset(eng.encode(PROMPT), 0)
+    step = [_main_stream(x) for x in eng.step_launches(eng.plan(BASE_POSITION))]
+    host = host_alone(eng, cfgs, step, progress)
+    rounds: dict = {}
+    pool = {(base.backend, base.kv_dtype, base.bugs, "zeros"): eng}
+    ladder = bench.run_ladder(model, base.replace(graph=True), reps=reps, tokens=64,
+                              before_rep=lambda rep: host_round(eng, base, step, rounds), pool=pool)
+    for k in ("dispatcher_step_sequence_us", "prebound_step_sequence_us"):
+        host[k] = statistics.median(rounds[k])
+    host["rounds"] = rounds
+    engine_host = {m: statistics.median(rounds[f"engine_{m}_us"]) for m in ("eager", "graph")}
+    progress(f"  host per launch in a step's sequence: dispatcher "
+             f"{host['dispatcher_step_sequence_us']:.2f} us, prebound "
+             f"{host['prebound_step_sequence_us']:.2f} us; engine per step: eager "
+             f"{engine_host['eager']:.2f} us, graph {engine_host['graph']:.2f} us")
+    (out / "ladder.json").write_text(json.dumps(ladder, indent=2, default=bench._jsonable))
+    progress("wrote ladder.json\n" + bench.format_ladder(ladder))
+    return host, engine_host
+
+
+def measure_noise(eng, base: LabConfig, progress, reps=5, tokens=64, per_token=200) -> dict:
+    """Relative spreads: per-token times (clock per step) and ms/token of whole reps."""
+    out = {}
+    for name, cfg in (("dispatcher", base.replace(graph=False, launch="dispatcher")),
+                      ("prebound", base.replace(graph=False, launch="prebound")),
+                      ("graph", base.replace(graph=True))):
+        eng.cfg = cfg
+        be = eng.backend
+        ids = eng.encode(PROMPT)
+        reps_ms = []
+        for _ in range(reps + 1):
+            eng.reset(ids, tokens)
+            t0 = be.clock()
+            for _ in range(ids.size - 1 + tokens):
+                eng.step()
+            reps_ms.append(1000 * (be.clock() - t0) / (ids.size - 1 + tokens))
+        reps_ms = reps_ms[1:]                        # the first is a warm-up
+        eng.reset(ids, per_token)
+        ts, t = [], be.clock()
+        for _ in range(ids.size - 1 + per_token):
+            eng.step()
+            t1 = be.clock()
+            ts.append(1000 * (t1 - t))
+            t = t1
+        ts = np.array(ts[ids.size:])
+        med = float(np.median(ts))
+        mad = float(np.median(np.abs(ts - med)))
+        out[name] = {"rep_cv": float(np.std(reps_ms, ddof=1) / np.mean(reps_ms)),
+                     "token_cv_robust": 1.4826 * mad / med,
+                     "token_cv": float(np.std(ts, ddof=1) / np.mean(ts)),
+                     "tokens_per_rep": tokens, "reps": reps,
+                     "rep_seconds": float(np.mean(reps_ms)) * tokens / 1000}
+        progress(f"  noise {name}: rep cv {out[name]['rep_cv']:.4f}, token cv (robust) "
+                 f"{out[name]['token_cv_robust']:.4f}")
+    eng.cfg = base
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--backend", default="cuda", choices=("cuda", "sim"))
+    ap.add_argument("--weights", default=str(DEFAULT_WEIGHTS))
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = load_model(args.weights)
+    base = LabConfig(backend=args.backend, graph=False)
+    eng = DecodeEngine(model, base)
+    eng.log = LaunchLog()
+    eng.bind()
+    cfgs = [base, base.replace(split_combine=True), base.replace(overlap=True)]
+    t0 = time.perf_counter()
+
+    def progress(msg):
+        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
+
+    progress("floors")
+    floors = measure_floors(eng, progress)
+    progress("kernels as graph nodes")
+    kernels = measure_kernels(eng, cfgs, progress)
+    progress("kernel switches")
+    switches = measure_switches(eng, cfgs, kernels, progress)
+    progress("host costs, interleaved with the ladder")
+    host, engine_host = host_and_ladder(eng, model, base, cfgs, out, progress)
+    progress("noise")
+    noise = measure_noise(eng, base, progress)
+    eng.cfg = base
+    res = {
+        "launches_per_token": len(eng.step_launches(eng.plan(BASE_POSITION))),
+        "what": "component costs for the simulator's cost model (lab/backend/costmodel.py)",
+        "source": eng.backend.describe(), "date": dt.date.today().isoformat(),
+        "recorded_by": "scripts/record_gpu_costs.py",
+        "method": {"chains": f"graphs of n = {N1} and {N2} copies of one launch, replayed 200x, "
+                             f"3 alternating rounds, medians; per-node time = slope",
+                   "positions": list(POSITIONS), "base_position": BASE_POSITION},
+        "floors": floors, "kernels": kernels, "switches": switches, "host": host, "engine_host_us": engine_host,
+        "noise": noise,
+    }
+    path = out / "kernel_costs.json"
+    path.write_text(json.dumps(res, indent=1))
+    progress(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Conformance: the simulator, built from component costs only, predicts every recorded GPU
+lesson (same sign, within 25%; within 1 us for effects under 2 us; counts exact)."""
+import json
+import shutil
+
+import pytest
+
+from lab import conformance
+from lab.__main__ import main
+from lab.conformance import Row
+
+
+@pytest.fixture(scope="module")
+def report(model):
+    return conformance.run(model)
+
+
+def test_every_recorded_lesson_passes(report):
+    failed = [r for r in report["rows"] if not r.ok]
+    assert not failed, conformance.format_report(report)
+
+
+def test_the_table_covers_the_lessons(report):
+    lessons = " ".join(r.lesson for r in report["rows"])
+    for needle in ("dispatcher", "prebound", "graph: ms/token", "graph+pdl", "PDL:", "overlap:",
+                   "fission (eager)", "fission (graph)", "context", "launches per token",
+                   "nodes per graph", "node: attn_partial"):
+        assert needle in lessons, needle
+    assert report["gpu_source"].startswith("measured on NVIDIA")
+
+
+@pytest.mark.parametrize("row,ok", [
+    (Row("x", "us/token", -9.0, -10.0), True),          # within 25%
+    (Row("x", "us/token", -7.0, -10.0), False),         # 30% off
+    (Row("x", "us/token", 9.0, -10.0), False),          # wrong sign
+    (Row("x", "us/token", 0.3, -0.5), True),            # small effect: within 1 us
+    (Row("x", "us/token", 0.7, -0.5), False),           # small effect: 1.2 us off
+    (Row("x", "ms", 0.12, 0.1), True),
+    (Row("x", "count", 37, 37, True), True),
+    (Row("x", "count", 41, 37, True), False),
+    (Row("x", "ms", float("nan"), 0.1), False),
+])
+def test_verdict_rule(row, ok):
+    assert row.ok is ok
+
+
+def test_cli_exits_nonzero_when_a_row_fails(tmp_path, capsys):
+    data = tmp_path / "gpu"
+    shutil.copytree(conformance.DATA_GPU, data)
+    lad = json.loads((data / "ladder.json").read_text())
+    for arm in lad["arms"]:
+        if arm["name"] == "graph":
+            arm["mean_ms"] *= 2                       # a GPU twice as slow as the model says
+    (data / "ladder.json").write_text(json.dumps(lad))
+    assert main(["conformance", "--data", str(data)]) == 1
+    out = capsys.readouterr().out
+    assert "graph: ms/token" in out and "FAIL" in out and "rows pass" in out
+
+
+def test_cli_missing_recording_is_a_clear_error(tmp_path, capsys):
+    data = tmp_path / "gpu"
+    shutil.copytree(conformance.DATA_GPU, data)
+    (data / "pdl.json").unlink()
+    assert main(["conformance", "--data", str(data)]) == 2
+    assert "pdl.json is missing" in capsys.readouterr().err

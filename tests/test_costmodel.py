@@ -1,0 +1,110 @@
+"""The simulator's cost model: built only from the recorded component costs, with a clear error
+for a missing or malformed file, and every figure traceable to the key it came from."""
+import json
+
+import numpy as np
+import pytest
+
+from lab.backend.costmodel import COSTS_FILE, CostModel, cost_key, launch_bytes
+from lab.backend.sim import SimBackend
+from lab.config import LabConfig
+from lab.engine import DecodeEngine
+from lab.errors import LabError
+
+SIM = LabConfig(backend="sim")
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return json.loads(COSTS_FILE.read_text())
+
+
+def test_the_committed_file_is_a_gpu_measurement(recorded):
+    assert recorded["source"].startswith("measured on NVIDIA")
+    assert recorded["recorded_by"] == "scripts/record_gpu_costs.py" and recorded["date"]
+    cost = CostModel.load()
+    assert cost.describe().startswith("component costs from kernel_costs.json, measured on")
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(LabError, match=r"cost file .*nope\.json is missing.*record_gpu_costs"):
+        CostModel.load(tmp_path / "nope.json")
+
+
+def test_malformed_file_is_a_clear_error(tmp_path, recorded):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(LabError, match="bad.json is unreadable"):
+        CostModel.load(bad)
+    broken = dict(recorded)
+    broken["floors"] = {k: v for k, v in recorded["floors"].items() if k != "empty_pdl"}
+    bad.write_text(json.dumps(broken))
+    with pytest.raises(LabError, match="bad.json: missing key 'floors.empty_pdl.per_node_us'"):
+        CostModel.load(bad)
+    broken = json.loads(json.dumps(recorded))
+    broken["floors"]["graph_submit_us"] = -1
+    bad.write_text(json.dumps(broken))
+    with pytest.raises(LabError, match="graph_submit_us = -1 is not a positive number"):
+        CostModel.load(bad)
+
+
+def test_the_simulator_refuses_to_run_without_its_costs(monkeypatch, tmp_path):
+    import lab.backend.costmodel as cm
+    monkeypatch.setattr(cm, "COSTS_FILE", tmp_path / "missing.json")
+    with pytest.raises(LabError, match="missing.json is missing"):
+        SimBackend()
+
+
+def test_every_figure_names_its_source_key():
+    cost = CostModel.load()
+    fields = {f for f in cost.__dataclass_fields__ if f not in
+              ("source", "path", "date", "host_scale", "misses")}
+    assert fields <= set(cost.sources), fields - set(cost.sources)
+
+
+def test_node_times_are_the_measured_ones_at_measured_contexts(model, recorded):
+    cost = CostModel.load()
+    eng = DecodeEngine(model, SIM.replace(graph=False))
+    launches = {cost_key(x): x for x in eng.step_launches(eng.plan(64))}
+    rows = [r for r in recorded["kernels"] if r["position"] == 64 and r["key"] in launches]
+    assert len(rows) >= 9
+    for r in rows:
+        got = cost.node_us(launches[r["key"]], r["context"], False)
+        assert got == pytest.approx(r["node_us"], rel=0.05, abs=0.05), r["key"]
+        assert launch_bytes(launches[r["key"]], r["context"]) == r["bytes"]
+    assert not cost.misses
+
+
+def test_attention_grows_with_context_within_a_plan(model):
+    cost = CostModel.load()
+    eng = DecodeEngine(model, SIM.replace(graph=False))
+    partial = next(x for x in eng.step_launches(eng.plan(600)) if x.name == "attn_partial")
+    assert cost.node_us(partial, 1000, False) > cost.node_us(partial, 520, False)
+
+
+def test_unmeasured_launches_take_their_twin_or_the_floor_and_are_listed(model):
+    cost = CostModel.load().replace()
+    eng = DecodeEngine(model, SIM.replace(graph=False, bugs={"late_wait"}))
+    late = next(x for x in eng.step_launches(eng.plan(64)) if x.name == "rmsnorm_late_wait")
+    clean = next(x for x in DecodeEngine(model, SIM.replace(graph=False)).step_launches(
+        eng.plan(64)) if x.name == "rmsnorm")
+    assert cost.node_us(late, 65, False) == cost.node_us(clean, 65, False)
+    assert cost_key(late) in cost.misses
+
+
+def test_same_seed_same_time_other_seed_other_noise(model):
+    def ms(seed):
+        eng = DecodeEngine(model, SIM.replace(graph=False), backend=SimBackend(seed=seed))
+        return eng.generate("ROMEO.\n", 8).ms_per_token
+    assert ms(3) == ms(3) and ms(3) != ms(4)
+
+
+def test_pipeline_eager_is_host_bound_and_graph_device_bound(model):
+    cost = CostModel.load()
+    eng = DecodeEngine(model, SIM.replace(graph=False))
+    steps = eng.step_launches(eng.plan(64))
+    host = sum(cost.host_launch_us["prebound"].get(cost_key(x), 0) for x in steps)
+    device = sum(cost.node_us(x, 65, False) for x in steps)
+    assert host > device                  # pre-bound eager still waits for the host
+    assert cost.graph_submit_us + cost.engine_host_us["graph"] < device / 4
+    assert np.isfinite([cost.launch_jitter, cost.drift, cost.node_jitter]).all()
