@@ -4,8 +4,9 @@
 
 Measures, on the real engine's buffers and launches (nothing here decodes a token):
 - every distinct kernel launch of the step (base, split combine, overlap), at several positions
-  for the attention kernels: its time as a NODE of a graph, from chains of the same launch
-  captured n1 and n2 times (slope = per-node time, gap included; with and without PDL);
+  for the attention kernels: its time as a NODE of a graph, from chains cycling through the
+  launch's instances in a step (one per layer) captured n1 and n2 times (slope = per-node time,
+  gap included; with and without PDL);
 - the extra cost of a node whose predecessor runs another kernel (chains of adjacent pairs);
 - the empty-node floor (the `empty` probe kernel in chains of 1 .. 64 nodes, with and without
   PDL: slope = floor per node, intercept = the per-replay overhead of a graph launch);
@@ -100,14 +101,22 @@ def chain_fit(be, items, nodes_per_unit: int, pdl: bool, reps: int = 200, rounds
             "replay_us": {str(n): [round(t, 4) for t in times[n]] for n in lengths}}
 
 
-def _distinct_launches(eng, cfgs, position):
-    """{cost_key: launch} over the steps of `cfgs` at `position` (all on the main stream)."""
-    out = {}
+def _instances(eng, cfgs, position):
+    """{cost_key: [launch, ...]} over the steps of `cfgs` at `position`, all on the main
+    stream: every instance of a key in a step (one per layer, each on its own weights and cache)."""
+    out: dict = {}
     for cfg in cfgs:
         eng.cfg = cfg
         for launch in eng.step_launches(eng.plan(position)):
-            out.setdefault(cost_key(launch), _main_stream(launch))
+            same = out.setdefault(cost_key(launch), [])
+            if not any(x.args == launch.args for x in same):
+                same.append(_main_stream(launch))
     return out
+
+
+def _distinct_launches(eng, cfgs, position):
+    """{cost_key: its first launch} over the steps of `cfgs` at `position`."""
+    return {k: v[0] for k, v in _instances(eng, cfgs, position).items()}
 
 
 def _set_pos(eng, position):
@@ -119,16 +128,18 @@ def measure_kernels(eng, cfgs, progress) -> list[dict]:
     for position in POSITIONS:
         eng.reset(eng.encode(PROMPT), 0)
         eng.seek(position)
-        launches = _distinct_launches(eng, cfgs, position)
-        for key, launch in launches.items():
+        for key, same in _instances(eng, cfgs, position).items():
+            launch = same[0]
             if position != BASE_POSITION and launch.name not in ATTENTION:
                 continue
             row = {"key": key, "kernel": launch.name, "position": position,
                    "context": position + 1, "grid": list(launch.grid), "block": list(launch.block),
-                   "bytes": launch_bytes(launch, position + 1)}
+                   "bytes": launch_bytes(launch, position + 1), "instances": len(same)}
             for pdl in (False, True):
                 _set_pos(eng, position)
-                fit = chain_fit(eng.backend, [launch], 1, pdl)
+                # the chain cycles through the key's instances (each layer's weights and cache),
+                # as a step does: a chain of ONE instance re-reads data its SMs still cache
+                fit = chain_fit(eng.backend, same, len(same), pdl)
                 row["node_pdl_us" if pdl else "node_us"] = fit["per_node_us"]
                 row["intercept_pdl_us" if pdl else "intercept_us"] = fit["intercept_us"]
             rows.append(row)
@@ -255,13 +266,14 @@ def host_alone(eng, cfgs, step, progress) -> dict:
     out = {}
     for mech in ("dispatcher", "prebound"):
         eng.cfg = cfgs[0].replace(launch=mech)
-        per = {}
-        for key, launch in launches.items():
-            _set_pos(eng, BASE_POSITION)
-            be.launch(launch)                        # first launch: prepares (prebound)
-            per[key] = host_per_call(be, lambda: be.launch(launch), 300)
+        times: dict = {key: [] for key in launches}
+        for _ in range(5):          # rounds over all kernels: drift hits every kernel alike
+            for key, launch in launches.items():
+                _set_pos(eng, BASE_POSITION)
+                be.launch(launch)                    # first launch: prepares (prebound)
+                times[key].append(host_per_call(be, lambda: be.launch(launch), 100, 1))
         _set_pos(eng, BASE_POSITION)
-        out[mech] = per
+        per = out[mech] = {key: statistics.median(v) for key, v in times.items()}
         out[f"{mech}_alone_over_step_us"] = statistics.mean(per[cost_key(x)] for x in step)
         progress(f"  host per launch alone, {mech}: mean {statistics.mean(per.values()):.2f} us "
                  f"over {len(per)} kernels")

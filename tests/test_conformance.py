@@ -22,7 +22,7 @@ def test_every_recorded_lesson_passes(report):
 
 def test_the_table_covers_the_lessons(report):
     lessons = " ".join(r.lesson for r in report["rows"])
-    for needle in ("dispatcher", "prebound", "graph: ms/token", "graph+pdl", "PDL:", "overlap:",
+    for needle in ("dispatcher", "prebound", "graph: ms/token", "graph+pdl", "PDL: share", "overlap:",
                    "fission (eager)", "fission (graph)", "context", "launches per token",
                    "nodes per graph", "node: attn_partial"):
         assert needle in lessons, needle
@@ -60,6 +60,6 @@ def test_cli_exits_nonzero_when_a_row_fails(tmp_path, capsys):
 def test_cli_missing_recording_is_a_clear_error(tmp_path, capsys):
     data = tmp_path / "gpu"
     shutil.copytree(conformance.DATA_GPU, data)
-    (data / "pdl.json").unlink()
+    (data / "overlap.json").unlink()
     assert main(["conformance", "--data", str(data)]) == 2
-    assert "pdl.json is missing" in capsys.readouterr().err
+    assert "overlap.json is missing" in capsys.readouterr().err

@@ -25,7 +25,8 @@ The functional form, and why:
   per step the engine's own measured host work. The per-kernel host costs were measured in
   loops of one launch; they are scaled to what a whole step's sequence of launches cost per
   launch (issued straight to the backend, host time only). Device and host run as a pipeline.
-- Noise from the recorded SPREADS only (never their means): per-launch host jitter from the
+- Noise from the recorded SPREADS only (never their means), as mean-1 lognormal factors:
+  per-launch host jitter from the
   per-token spread, a slow host drift from the spread of whole reps beyond what per-token
   jitter explains (redrawn every rep's duration); per-node graph jitter from the spread of whole
   graph reps (a per-token clock on a GPU mostly measures its own synchronisation).
@@ -319,17 +320,23 @@ class CostModel:
         us = per.get(cost_key(launch))
         if us is None:
             us = float(np.mean(list(per.values())))
-        return us * self.host_scale * rng.lognormal(0.0, self.launch_jitter)
+        return us * self.host_scale * _unit_lognormal(rng, self.launch_jitter)
 
     def graph_submit(self, rng: np.random.Generator) -> float:
-        return self.graph_submit_us * self.host_scale * rng.lognormal(0.0, self.launch_jitter)
+        return self.graph_submit_us * self.host_scale * _unit_lognormal(rng, self.launch_jitter)
 
     def engine_step(self, mode: str) -> float:
         return self.engine_host_us[mode] * self.host_scale
 
     def host_speed(self, rng: np.random.Generator) -> float:
         """A new host-speed factor (multiplies host costs until the next redraw)."""
-        return float(rng.lognormal(0.0, self.drift)) if self.drift > 0 else 1.0
+        return _unit_lognormal(rng, self.drift)
 
     def node_noise(self, rng: np.random.Generator) -> float:
-        return float(rng.lognormal(0.0, self.node_jitter)) if self.node_jitter > 0 else 1.0
+        return _unit_lognormal(rng, self.node_jitter)
+
+
+def _unit_lognormal(rng: np.random.Generator, sigma: float) -> float:
+    """A lognormal factor with MEAN 1: the measured costs are means already, so noise must
+    spread them without moving them (a median-1 lognormal would add exp(sigma^2 / 2) - 1)."""
+    return float(rng.lognormal(-0.5 * sigma * sigma, sigma)) if sigma > 0 else 1.0
