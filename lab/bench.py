@@ -213,13 +213,14 @@ def run_aa(model, a: LabConfig, reps: int = 5, tokens: int = 128, prompt: str = 
 def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
            prompt: str = BENCH_PROMPT, progress=False, names=("A", "B"), aa: bool = True,
            aa_threshold: float = AA_T_THRESHOLD, per_token: int = PER_TOKEN_SAMPLES,
-           kv_init: str = "zeros", backend_factory: Callable | None = None) -> dict:
+           kv_init: str = "zeros", backend_factory: Callable | None = None,
+           pool: dict | None = None) -> dict:
     """A/A (A vs a second copy of A), then the interleaved paired A/B, then per-token p50/p99.
     Arms share one engine when only launch toggles differ (see make_arm); the A/A then runs A
     twice on it, interleaved like the A/B. Returns a JSON-ready dict; `meaningful` is False
     (with `reason`) when the A/A gate fails."""
     run = decode_run(prompt, tokens)
-    pool: dict = {}
+    pool = {} if pool is None else pool
     out = {}
     if aa:
         out["aa"], arm_a = run_aa(model, a, reps, tokens, prompt, progress, aa_threshold, kv_init,

@@ -120,7 +120,8 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
         s_ab = bench.run_ab(model, sim.replace(**a_kw), sim.replace(**b_kw), reps=reps,
                             tokens=rec_ab["tokens"], prompt=rec_ab["prompt"], aa=False,
                             per_token=0, progress=progress, backend_factory=factory)
-        rows.append(Row(lesson, "us/token", _ab_us(s_ab), _ab_us(rec_ab), note=name))
+        note = name if rec_ab.get("meaningful", True) is not False else f"{name}; its A/A gate failed"
+        rows.append(Row(lesson, "us/token", _ab_us(s_ab), _ab_us(rec_ab), note=note))
 
     # PDL's gain as a share of the graph step, from the ladder: recorded on the same engine
     # instance (same buffer placement) as the component costs. The graph step WITHOUT PDL moves
@@ -171,6 +172,9 @@ def format_report(report: dict) -> str:
             lambda v: f"{v:>10.4f}" if r.unit == "ms" else f"{v:>+10.2f}")
         lines.append(f"{r.lesson:<{w}} {r.unit:<8} {fmt(r.sim)} {fmt(r.gpu)} "
                      f"{r.ratio:>6.2f}  {'PASS' if r.ok else 'FAIL'}")
+    for r in rows:
+        if "A/A gate failed" in r.note:
+            lines.append(f"  note, {r.lesson}: {r.note} (the recording marks that A/B not meaningful)")
     failed = [r for r in rows if not r.ok]
     lines.append(f"{len(rows) - len(failed)} of {len(rows)} rows pass (same sign and within "
                  f"{REL_TOL:.0%}; within {ABS_TOL_US:g} us where the GPU effect is under "

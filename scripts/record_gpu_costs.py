@@ -20,9 +20,10 @@ Measures, on the real engine's buffers and launches (nothing here decodes a toke
 Whole-step figures (eager vs graph, PDL, fission, overlap, sweeps) are recorded by the other
 recorders: they are what the model must PREDICT. One of them is recorded here, in the same
 process: the launch-mechanism ladder (DIR/ladder.json), its reps interleaved with rounds of the
-host-cost measurements, because the host's speed moves between processes (measured: numba's
-dispatcher cost 30 us per launch in one run, 55 in another). Nothing from the ladder enters
-kernel_costs.json.
+host-cost measurements, and fission (DIR/fission.json), whose eager half is host-bound, because
+the host's speed moves between processes (measured: numba's dispatcher cost 30 us per launch on
+one lease, 55-70 on another; pre-bound eager 0.29 vs 0.43 ms/token in two processes of one
+lease). Nothing from them enters kernel_costs.json.
 """
 from __future__ import annotations
 
@@ -350,6 +351,26 @@ def host_and_ladder(eng, model, base: LabConfig, cfgs, out: Path, progress, reps
     return host, engine_host
 
 
+def record_fission(model, base: LabConfig, eng, out: Path, progress, reps=5, tokens=64) -> None:
+    """fission.json: one-kernel combine (A) vs merge + project (B), eagerly and captured, paired
+    A/Bs on this engine. Recorded here because its eager half is host-bound and the host's
+    speed differs between processes (up to 1.5x on one lease): the model's host costs come from
+    this process. A whole-step figure: nothing of it enters kernel_costs.json."""
+    pool = {(base.backend, base.kv_dtype, base.bugs, "zeros"): eng}
+    fission = {"what": "fission under capture: one-kernel combine (A) vs merge + project (B)"}
+    for mode in ("eager", "graph"):
+        a = base.replace(graph=(mode == "graph"))
+        fission[mode] = bench.run_ab(model, a, a.replace(split_combine=True), reps=reps,
+                                     tokens=tokens, names=("combine", "split"), per_token=200,
+                                     pool=pool)
+    fission.update(source=fission["graph"]["source"], date=fission["graph"]["date"],
+                   recorded_by="scripts/record_gpu_costs.py")
+    (out / "fission.json").write_text(json.dumps(fission, indent=2, default=bench._jsonable))
+    progress("wrote fission.json\n" + "\n".join(f"[{m}]\n{bench.format_ab(fission[m])}"
+                                                 for m in ("eager", "graph")))
+    eng.cfg = base
+
+
 def measure_noise(eng, base: LabConfig, progress, reps=5, tokens=64, per_token=200) -> dict:
     """Relative spreads: per-token times (clock per step) and ms/token of whole reps."""
     out = {}
@@ -415,6 +436,8 @@ def main() -> int:
     switches = measure_switches(eng, cfgs, kernels, progress)
     progress("host costs, interleaved with the ladder")
     host, engine_host = host_and_ladder(eng, model, base, cfgs, out, progress)
+    progress("fission, in this process (its eager half is host-bound)")
+    record_fission(model, base, eng, out, progress)
     progress("noise")
     noise = measure_noise(eng, base, progress)
     eng.cfg = base

@@ -1,11 +1,11 @@
-"""Record the PDL / overlap / fission figures of notebooks 06 and 07, as JSON with source and date.
+"""Record the PDL / overlap figures of notebooks 06 and 07, as JSON with source and date.
+(fission.json is recorded by record_gpu_costs.py, in the process whose host costs it measured.)
 
   python scripts/record_gpu_overlap.py --out DIR [--backend cuda] [--reps 5]
 
 Writes:
   DIR/overlap_loo.json  leave-one-out over GRAPH,PDL,OVERLAP,SPLIT_COMBINE (all-on, all-off,
                         each-off; paired interleaved reps; standard errors; baseline check)
-  DIR/fission.json      one-kernel combine vs merge + project, eagerly and captured (paired A/B each)
   DIR/pdl.json          graph vs graph + PDL (paired A/B) and the captured graph's edge types
   DIR/overlap.json      graph vs graph + OVERLAP (paired A/B)
 """
@@ -46,15 +46,6 @@ def main() -> int:
     loo = bench.run_loo(model, "GRAPH,PDL,OVERLAP,SPLIT_COMBINE", base=cfg, reps=args.reps,
                         tokens=args.tokens, progress=None)
     record("overlap_loo", loo, bench.format_loo(loo))
-
-    fission = {"what": "fission under capture: one-kernel combine (A) vs merge + project (B)"}
-    for mode in ("eager", "graph"):
-        base = cfg.replace(graph=(mode == "graph"))
-        fission[mode] = bench.run_ab(model, base, base.replace(split_combine=True), reps=args.reps,
-                                     tokens=args.tokens, names=("combine", "split"), progress=None,
-                                     per_token=200)
-    fission.update(source=fission["graph"]["source"], date=fission["graph"]["date"])
-    record("fission", fission, "\n".join(f"[{m}]\n{bench.format_ab(fission[m])}" for m in ("eager", "graph")))
 
     pdl = bench.run_ab(model, cfg, cfg.replace(pdl=True), reps=args.reps, tokens=args.tokens,
                        names=("graph", "graph+pdl"), progress=None, per_token=200)
