@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
 import json
 import statistics
 import sys
@@ -351,6 +352,16 @@ def host_and_ladder(eng, model, base: LabConfig, cfgs, out: Path, progress, reps
     return host, engine_host
 
 
+def _quiet_heap(eng) -> None:
+    """Before a host-bound timing: a fresh launch log (the chains above logged ~10^5 launches)
+    and the heap collected then frozen, so no full garbage collection of this process's large,
+    long-lived heap lands inside a timed rep (one did: a 130 ms stall in one eager rep)."""
+    eng.log = LaunchLog()
+    eng.bind()
+    gc.collect()
+    gc.freeze()
+
+
 def record_fission(model, base: LabConfig, eng, out: Path, progress, reps=5, tokens=64) -> None:
     """fission.json: one-kernel combine (A) vs merge + project (B), eagerly and captured, paired
     A/Bs on this engine. Recorded here because its eager half is host-bound and the host's
@@ -435,8 +446,10 @@ def main() -> int:
     progress("kernel switches")
     switches = measure_switches(eng, cfgs, kernels, progress)
     progress("host costs, interleaved with the ladder")
+    _quiet_heap(eng)
     host, engine_host = host_and_ladder(eng, model, base, cfgs, out, progress)
     progress("fission, in this process (its eager half is host-bound)")
+    _quiet_heap(eng)
     record_fission(model, base, eng, out, progress)
     progress("noise")
     noise = measure_noise(eng, base, progress)
