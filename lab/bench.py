@@ -256,6 +256,30 @@ def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
     return out
 
 
+def narrow(result: dict) -> dict:
+    """A copy of an A/B or leave-one-out result whose arms keep only the toggles that differ
+    between them: a table that fits a page or a notebook cell."""
+    aa = result.get("aa") or {}
+    every = result["arms"] + aa.get("arms", [])
+    names = dict.fromkeys(k for a in every for k in a["toggles"])
+    keep = [k for k in names if len({a["toggles"].get(k) for a in every}) > 1]
+
+    def cut(arm):
+        return {**arm, "toggles": {k: arm["toggles"].get(k, "0") for k in keep}}
+
+    out = {**result, "arms": [cut(a) for a in result["arms"]]}
+    if aa:
+        out["aa"] = {**aa, "arms": [cut(a) for a in aa["arms"]]}
+    return out
+
+
+def wrapped(text: str, width: int = 100) -> str:
+    """`text` with every line longer than `width` wrapped (indented continuation lines)."""
+    import textwrap
+    return "\n".join(textwrap.fill(line, width, subsequent_indent="    ") if len(line) > width
+                     else line for line in str(text).splitlines() or [""])
+
+
 def _toggle_text(toggles: dict) -> str:
     return " ".join(f"{k[4:]}={v}" for k, v in toggles.items() if k != "LAB_BACKEND")
 

@@ -9,6 +9,9 @@ value is within 25% of the GPU's; where the GPU effect itself is under 2 us, whe
 fission measured -0.38, +0.6 and -0.84 us/token in three runs. Its sign is not a property of the
 step, so only the absolute distance is judged.) Counts (launches, nodes) must agree exactly.
 
+The table shows each A/B figure's own standard error beside it: a recorded effect whose
+standard error is a third of itself (eager fission, 5 reps) can miss a 25% band by noise alone.
+
 `decode-lab conformance` prints the table and exits non-zero when a row fails.
 """
 from __future__ import annotations
@@ -37,6 +40,7 @@ class Row:
     gpu: float
     exact: bool = False     # counts: must agree exactly
     note: str = ""          # where the GPU figure comes from
+    gpu_sem: float | None = None   # the GPU figure's own standard error, where it has one
 
     @property
     def ratio(self) -> float:
@@ -44,6 +48,7 @@ class Row:
 
     @property
     def ok(self) -> bool:
+        """The verdict rule: same sign and within 25%; within 1 us for a GPU effect under 2 us."""
         if self.exact:
             return self.sim == self.gpu
         if not (math.isfinite(self.sim) and math.isfinite(self.gpu)):
@@ -52,6 +57,10 @@ class Row:
         if abs(self.gpu) < SMALL_US and self.unit.startswith("us"):
             return err <= ABS_TOL_US
         return (self.sim > 0) == (self.gpu > 0) and err <= REL_TOL * abs(self.gpu)
+
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.ok else "FAIL"
 
 
 def _load(data_dir: Path, name: str) -> dict:
@@ -96,7 +105,11 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
     """Re-run every recorded lesson on the simulator; return {"rows": [...], "source": ...}."""
     data_dir = Path(data_dir) if data_dir is not None else DATA_GPU
     cost = cost or CostModel.load(data_dir / "kernel_costs.json")
+    # the model's EXPECTATION: means are compared, so the simulated runs carry no noise (the
+    # noise model is checked on its own: the A/A false-alarm test in tests/test_bench.py)
+    cost = cost.replace(launch_jitter=0.0, drift=0.0, node_jitter=0.0)
     from .backend.sim import SimBackend
+    from .engine import DecodeEngine
     factory = lambda cfg, index: SimBackend(cost, seed=1000 + index)  # noqa: E731
     sim = LabConfig(backend="sim")
     rec = {n: _load(data_dir, f"{n}.json") for n in
@@ -116,12 +129,18 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
     rows.append(Row("nodes per graph", "count", s["nodes_per_graph"], g["nodes_per_graph"], True,
                     "ladder.json"))
 
-    def ab(name, a_kw, b_kw, rec_ab, lesson, mode=None):
-        s_ab = bench.run_ab(model, sim.replace(**a_kw), sim.replace(**b_kw), reps=reps,
+    def ab(name, a_kw, b_kw, rec_ab, lesson):
+        # both arms on ONE simulated engine, paired by rep, as the recording ran them: the
+        # simulated host's drift then cancels in the paired difference as the GPU host's did
+        a = sim.replace(**a_kw)
+        pool = {(a.backend, a.kv_dtype, a.bugs, "zeros"):
+                DecodeEngine(model, a, backend=SimBackend(cost, seed=1000))}
+        s_ab = bench.run_ab(model, a, sim.replace(**b_kw), reps=max(reps, 3),
                             tokens=rec_ab["tokens"], prompt=rec_ab["prompt"], aa=False,
-                            per_token=0, progress=progress, backend_factory=factory)
+                            per_token=0, progress=progress, pool=pool)
         note = name if rec_ab.get("meaningful", True) is not False else f"{name}; its A/A gate failed"
-        rows.append(Row(lesson, "us/token", _ab_us(s_ab), _ab_us(rec_ab), note=note))
+        rows.append(Row(lesson, "us/token", _ab_us(s_ab), _ab_us(rec_ab), note=note,
+                        gpu_sem=1000.0 * rec_ab["diff_sem_ms"]))
 
     # PDL's gain as a share of the graph step, from the ladder: recorded on the same engine
     # instance (same buffer placement) as the component costs. The graph step WITHOUT PDL moves
@@ -166,19 +185,20 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
 def format_report(report: dict) -> str:
     rows = report["rows"]
     w = max(len(r.lesson) for r in rows)
-    lines = [f"{'lesson':<{w}} {'unit':<8} {'simulated':>10} {'GPU':>10} {'ratio':>6}  verdict"]
+    lines = [f"{'lesson':<{w}} {'unit':<8} {'simulated':>10} {'GPU':>10} {'± sem':>6} "
+             f"{'ratio':>6}  verdict"]
     for r in rows:
         fmt = (lambda v: f"{v:>10.0f}") if r.exact else (
             lambda v: f"{v:>10.4f}" if r.unit == "ms" else f"{v:>+10.2f}")
-        lines.append(f"{r.lesson:<{w}} {r.unit:<8} {fmt(r.sim)} {fmt(r.gpu)} "
-                     f"{r.ratio:>6.2f}  {'PASS' if r.ok else 'FAIL'}")
+        sem = f"{r.gpu_sem:>6.2f}" if r.gpu_sem is not None else f"{'':>6}"
+        lines.append(f"{r.lesson:<{w}} {r.unit:<8} {fmt(r.sim)} {fmt(r.gpu)} {sem} "
+                     f"{r.ratio:>6.2f}  {r.verdict}")
     for r in rows:
         if "A/A gate failed" in r.note:
             lines.append(f"  note, {r.lesson}: {r.note} (the recording marks that A/B not meaningful)")
-    failed = [r for r in rows if not r.ok]
-    lines.append(f"{len(rows) - len(failed)} of {len(rows)} rows pass (same sign and within "
-                 f"{REL_TOL:.0%}; within {ABS_TOL_US:g} us where the GPU effect is under "
-                 f"{SMALL_US:g} us; counts exact)")
+    passed = sum(r.ok for r in rows)
+    lines.append(f"{passed} of {len(rows)} rows pass (same sign and within {REL_TOL:.0%}; within "
+                 f"{ABS_TOL_US:g} us where the GPU effect is under {SMALL_US:g} us; counts exact)")
     lines.append(f"GPU: {report['gpu_source']} ({report['gpu_date']}); simulator: "
                  f"{report['cost_source']}")
     return "\n".join(lines)
