@@ -73,8 +73,9 @@ print("launches per token:", sum(per_layer.values()))
 # %% [markdown]
 # ## Where the time goes: a timeline
 # The simulator's timeline shows the host submitting launches (top lane) and the device running
-# kernels (bottom lane). Eagerly, every launch costs the host a submit (tens of microseconds
-# through numba's dispatcher), far longer than these tiny kernels run: the device mostly waits.
+# kernels (bottom lane). Eagerly, every launch costs the host a submit (several microseconds
+# even pre-bound, the default `LAB_LAUNCH`; tens through numba's dispatcher), longer than most
+# of these tiny kernels run: the device mostly waits.
 # The same step as one CUDA graph costs one submit. These timelines are **simulated**, whatever
 # backend ran the generation above.
 

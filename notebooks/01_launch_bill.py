@@ -20,69 +20,250 @@
 #
 # and the **per-launch budget = step time / launches per token**. If the budget is close to
 # what the host needs to *submit* one launch, the GPU is waiting on the host, and no kernel
-# tuning helps; removing launches (fusion) or their host cost (CUDA graphs) does.
+# tuning helps; removing launches (fusion), their host cost (a cheaper launch path), or the
+# per-kernel submit altogether (CUDA graphs) does. The lecture's rule of thumb: **a launch should
+# cost under ~10 us of host time**; a step whose launches cost more is host-bound.
 
 # %%
 import json
+import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 
+from lab import bench, plots
 from lab.config import LabConfig
 from lab.engine import DecodeEngine
 from lab.instrument import launch_bill
 from lab.model import load_model
-from lab import plots
 
 model = load_model()
 RANKS = 1   # this lab runs on one GPU; tensor parallelism would multiply the bill per rank
+GPU = Path("../data/gpu")
+
+
+def show(text, width=100):
+    """Print a report, wrapping any line longer than `width` (long source strings)."""
+    for line in str(text).splitlines() or [""]:
+        print(textwrap.fill(line, width, subsequent_indent="    ") if len(line) > width else line)
+
+
+def recorded(name):
+    """A recorded GPU file (data/gpu/NAME.json) as a dict, or None when it is not there."""
+    path = GPU / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
 
 # %% [markdown]
 # ## Count it from the launch log
 # The engine records every launch. One step's log, grouped by layer:
 
 # %%
+MODES = {"eager (dispatcher)": LabConfig(graph=False, launch="dispatcher"),
+         "eager (prebound)": LabConfig(graph=False),          # LAB_LAUNCH's default: prebound
+         "graph": LabConfig(graph=True)}
 bills = []
-for graph in (False, True):
-    eng = DecodeEngine(model, LabConfig(graph=graph))
-    eng.generate("ROMEO.\n", 16)                      # warm-up: compile, capture
+for mode, cfg in MODES.items():
+    eng = DecodeEngine(model, cfg)
+    eng.generate("ROMEO.\n", 16)                      # warm-up: compile, prepare, capture
     gen = eng.generate("ROMEO.\n", 128)
     step = next(r.step for r in reversed(eng.log.records) if r.kind in ("eager", "capture"))
-    bills.append(launch_bill(eng.log, step, "graph" if graph else "eager", gen.ms_per_token, gen.source))
-    if not graph:
-        per_layer = eng.log.kernels_per_layer(step)
-        print("kernels in layer 0:", [r.kernel for r in eng.log.for_step(step) if r.layer == 0])
-        print("outside the layers:", [r.kernel for r in eng.log.for_step(step) if r.layer is None])
+    bills.append(launch_bill(eng.log, step, mode, gen.ms_per_token, gen.source))
+    if mode == "eager (prebound)":
+        show(f"kernels in layer 0: {[r.kernel for r in eng.log.for_step(step) if r.layer == 0]}")
+        show(f"outside the layers: {[r.kernel for r in eng.log.for_step(step) if r.layer is None]}")
 b = bills[0]
 print(f"\n{b.kernels_per_layer} kernels/layer x {b.layers} layers x {RANKS} rank "
       f"+ {b.other_kernels} = {b.launches_per_token} launches/token")
 
 # %% [markdown]
 # ## The bill, eager and captured
-# With the graph the launch count per token is the same — but the host pays one submit per
-# graph instead of one per launch, so the per-launch budget collapses. (In graph mode the
-# launches were counted when the step was captured.)
+# "Eager" means one host launch per kernel. It now comes in two launch mechanisms
+# (`LAB_LAUNCH`): numba's **dispatcher**, which types and flattens every argument at every
+# launch, and the **pre-bound** path (the default), which prepares each kernel's handle and
+# flattened arguments once per plan and then only submits. Unless a notebook says otherwise,
+# *eager* in this lab is the pre-bound path. With the graph the launch count per token is the
+# same — but the host pays one submit per graph instead of one per launch, so the per-launch
+# budget collapses. (In graph mode the launches were counted when the step was captured.)
 
 # %%
-print(f"{'mode':<6} {'launches/token':>14} {'ms/token':>9} {'us/launch':>9}  source")
+print(f"{'mode':<18} {'launches/token':>14} {'ms/token':>9} {'us/launch':>9}  source")
 for b in bills:
-    print(f"{b.mode:<6} {b.launches_per_token:>14} {b.ms_per_token:>9.4f} {b.us_per_launch:>9.2f}  {b.source}")
-plots.bill_bars(bills)
+    print(f"{b.mode:<18} {b.launches_per_token:>14} {b.ms_per_token:>9.4f} {b.us_per_launch:>9.2f}"
+          f"  {bench.source_label(b.source)}")
+show(f"source: {bills[0].source}")
+ax = plots.bill_bars(bills)
+ax.set_title(f"launch bill [{bench.source_label(bills[0].source)}]", fontsize=9)
+ax.tick_params(axis="x", labelsize=8)
 plt.show()
 
 # %% [markdown]
+# The three bars have the same launch count; only what each launch costs the host differs. The
+# dispatcher's bar is the tallest by far: its per-launch budget is the host's cost of typing and
+# flattening every argument. The pre-bound bar is several times lower — the same 37 launches,
+# each now only a submit. The graph bar is lowest: the host submits once per token and the
+# device runs the nodes back to back, so its "us/launch" is device time per node, not host
+# time. (These figures are the simulator's; the H200's follow.)
+
+# %% [markdown]
 # ## What the H200 measured
-# Recorded by `scripts/record_gpu.py` on the project's H200 (interleaved, paired reps).
-# Compare the eager per-launch budget with the host cost of one numba launch: the eager step is
-# host-bound, launch by launch.
+# Recorded by `scripts/record_gpu.py` on the project's H200 (interleaved, paired reps): eager
+# (the launch mechanism is printed with each arm) against graph.
 
 # %%
-rec = Path("../data/gpu/decode_eager_vs_graph.json")
-if rec.exists():
-    r = json.loads(rec.read_text())
-    print(r["source"], "-", r["date"])
+r = recorded("decode_eager_vs_graph")
+if r is not None:
+    show(f"{r['source']} - {r['date']}")
     for arm in r["arms"]:
-        print(f"  {arm['name']:<6} {arm['launches_per_token']} launches/token, "
-              f"{arm['mean_ms']:.4f} ± {arm['sem_ms']:.4f} ms/token -> {arm['us_per_launch']:.2f} us/launch")
+        launch = arm["toggles"].get("LAB_LAUNCH", "dispatcher")
+        how = f"graph" if arm["toggles"].get("LAB_GRAPH") == "1" else f"eager, {launch}"
+        print(f"  {arm['name']:<6} ({how}) {arm['launches_per_token']} launches/token, "
+              f"{arm['mean_ms']:.4f} ± {arm['sem_ms']:.4f} ms/token -> "
+              f"{arm['us_per_launch']:.2f} us/launch")
 else:
     print("no recorded GPU figures yet")
+
+# %% [markdown]
+# ## The launch-mechanism ladder
+# The same decode, one rung at a time (`bench.LADDER`): each rung removes one host cost. The
+# rungs differ only in launch toggles, so they run interleaved on **one engine** (the same
+# buffers), their reps paired, and their outputs byte-compared. First on the simulator, whose
+# costs are built only from component measurements (`data/gpu/kernel_costs.json`: single
+# kernels, empty-kernel floors, host cost per launch) — never from a whole-step recording — so
+# each rung below is a *prediction*.
+
+# %%
+SIM = LabConfig(backend="sim")
+sim_ladder = bench.run_ladder(model, SIM, reps=3, tokens=32)
+gpu_ladder = recorded("ladder")
+
+
+def ladder_table(sim, gpu):
+    """Rung by rung: the simulator's ms/token beside the H200's (when recorded)."""
+    s_arms = {a["name"]: a for a in sim["arms"]}
+    g_arms = {a["name"]: a for a in gpu["arms"]} if gpu else {}
+    print(f"{'':<11} {'--- simulated ---':^28}   {'--- measured (H200) ---':^28}".rstrip())
+    print(f"{'rung':<11} {'ms/token':>9} {'± sem us':>8} {'us/launch':>9}   "
+          f"{'ms/token':>9} {'± sem us':>8} {'us/launch':>9} {'sim/GPU':>8}")
+    for name, _, _ in bench.LADDER:
+        s = s_arms[name]
+        line = (f"{name:<11} {s['mean_ms']:>9.4f} {1000 * s['sem_ms']:>8.2f} "
+                f"{s['us_per_launch']:>9.2f}   ")
+        if name in g_arms:
+            g = g_arms[name]
+            line += (f"{g['mean_ms']:>9.4f} {1000 * g['sem_ms']:>8.2f} {g['us_per_launch']:>9.2f} "
+                     f"{s['mean_ms'] / g['mean_ms']:>8.2f}")
+        else:
+            line += f"{'(not recorded)':>28}"
+        print(line)
+    for label, res in (("simulated", sim), ("measured", gpu)):
+        if res is None:
+            continue
+        counts = {(a["launches_per_token"], a["nodes_per_graph"]) for a in res["arms"]}
+        show(f"{label}: {res['reps']} reps x {res['tokens']} tokens; (launches/token, "
+             f"nodes/graph) per rung: {sorted(counts)}; outputs "
+             f"{'byte-identical' if res['outputs_identical'] else 'DIFFER'}; "
+             f"source: {res['source']}" + (f" ({res['date']})" if label == "measured" else ""))
+
+
+ladder_table(sim_ladder, gpu_ladder)
+
+# %% [markdown]
+# `us/launch` is the per-launch *budget* (ms/token ÷ launches per token), wall time: for the
+# eager rungs that is mostly host time, for the graph rungs device time per node. Below, the two
+# side by side: one bar per source per rung, on a log axis (the rungs span more than an order
+# of magnitude).
+
+# %%
+rungs = [name for name, _, _ in bench.LADDER]
+series = [(gpu_ladder, "#1f77b4")] if gpu_ladder else []
+series.append((sim_ladder, "#ff7f0e"))
+fig, ax = plt.subplots(figsize=(8, 3.8))
+width = 0.8 / len(series)
+for j, (res, color) in enumerate(series):
+    arms = {a["name"]: a for a in res["arms"]}
+    x = np.arange(len(rungs)) + (j - (len(series) - 1) / 2) * width
+    ms = [arms[n]["mean_ms"] for n in rungs]
+    label = bench.source_label(res["source"])
+    label += (f" ({res['date'][:10]})" if label != "simulated"
+              else " (prediction from kernel_costs.json)")
+    sem = [arms[n]["sem_ms"] for n in rungs]
+    bars = ax.bar(x, ms, width, yerr=sem, capsize=3, color=color, label=label)
+    for bar, v, e in zip(bars, ms, sem):
+        ax.annotate(f"{v:.3f}", (bar.get_x() + bar.get_width() / 2, (v + e) * 1.06), ha="center",
+                    va="bottom", fontsize=7)
+ax.set_xticks(range(len(rungs)), rungs)
+ax.set_yscale("log")
+lows = [a["mean_ms"] for res, _ in series for a in res["arms"]]
+ax.set_ylim(min(lows) / 3, max(lows) * 3)
+ax.set_ylabel("ms / token (± sem), log scale")
+ax.set_title("launch-mechanism ladder: measured beside simulated", fontsize=9)
+ax.legend(fontsize=7, loc="upper right")
+fig.tight_layout()
+plt.show()
+for res, _ in series:
+    ms = {a["name"]: a["mean_ms"] for a in res["arms"]}
+    steps = ", ".join(f"{a} / {b} = {ms[a] / ms[b]:.2f}x" for a, b in zip(rungs, rungs[1:]))
+    label = "simulated" if bench.source_label(res["source"]) == "simulated" else "H200"
+    print(f"{label:<10} {steps}")
+
+# %% [markdown]
+# Read the chart from left to right: each rung is lower than the one before it, on both
+# sources, and the printed ratios say by how much. The two large steps are from the dispatcher
+# to pre-bound (the same launches, much less host work per launch) and from pre-bound to graph
+# (the per-kernel submit is gone); PDL is the small last step. Where the two bars of a rung
+# differ, the simulator's prediction from component costs misses the whole-step measurement by
+# that much; notebook 05's conformance table puts a verdict on each rung.
+#
+# What each rung removes (`bench.LADDER`):
+
+# %%
+for name, toggles, what in bench.LADDER:
+    show(f"{name:<11} {what}")
+
+# %% [markdown]
+# - **dispatcher**: every launch goes through numba's dispatcher, which types and flattens every
+#   argument, every time. On the H200 host this cost tens of microseconds per launch (it moved
+#   between processes, from about 30 us to over 55 us), so 37 launches are 1.4–2 ms per token
+#   of pure host work: far over the rule of thumb.
+# - **prebound** removes the typing and flattening: the kernel handle and the flattened argument
+#   list are prepared once per plan, and each launch is one submit through `cuda.core`. One host
+#   submit per kernel remains — roughly at the ~10 us line — so the step is still
+#   **host-bound**: the device finishes each kernel before the host has submitted the next.
+# - **graph** removes the per-kernel submit: the host submits once per token, and the device runs
+#   the 37 nodes back to back. The step is now **device-bound**; what is left per node is the
+#   kernel's own time plus the gap between two dependent nodes.
+# - **graph+pdl** shrinks that gap: with programmatic edges each node's launch overlaps its
+#   predecessor's tail, and the node waits (`pdl_wait()`) only before it reads (notebook 07).
+#
+# Where each rung stands against the ~10 us rule, from the host costs measured on the H200
+# (`kernel_costs.json`: each mechanism's host time per launch within a step's sequence of
+# launches; a graph's one submit per token spread over its kernels):
+
+# %%
+costs = recorded("kernel_costs")
+if costs is not None:
+    host, n = costs["host"], costs["launches_per_token"]
+    per_kernel = {"dispatcher": host["dispatcher_step_sequence_us"],
+                  "prebound": host["prebound_step_sequence_us"],
+                  "graph": costs["floors"]["graph_submit_us"] / n,
+                  "graph+pdl": costs["floors"]["graph_submit_us"] / n}
+    print(f"{'rung':<11} {'host us/launch':>14} {'/ 10 us':>8}  from kernel_costs.json")
+    for name, us in per_kernel.items():
+        key = ("floors.graph_submit_us / launches_per_token" if name.startswith("graph")
+               else f"host.{name}_step_sequence_us")
+        print(f"{name:<11} {us:>14.2f} {us / 10:>7.2f}x  {key}")
+    eh = costs["engine_host_us"]
+    print(f"plus the engine's own host work per step: eager {eh['eager']:.1f} us, "
+          f"graph {eh['graph']:.1f} us (engine_host_us)")
+    show(f"source: {costs['source']} ({costs['date']})")
+else:
+    print("no recorded component costs yet")
+
+# %% [markdown]
+# The dispatcher is several times over the budget; pre-bound sits near the line (on the H200
+# host this round: about 7–10 us per launch); a graph's single submit, spread over 37 kernels,
+# is a small fraction of a microsecond per kernel — and it is paid once per token, while the
+# device works. That is why the graph rungs are set by the device, and the eager rungs by the
+# host: to go below the pre-bound rung you must stop paying the host per kernel.

@@ -31,8 +31,10 @@ import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 
-from lab import bench, plots
+from lab import bench, conformance, plots
+from lab.backend import StreamWait
 from lab.backend.sim import SimBackend
 from lab.config import LabConfig
 from lab.engine import DecodeEngine
@@ -41,12 +43,20 @@ from lab.pdl_check import wait_first_violations
 
 model = load_model()
 cfg = LabConfig()
+SIM = LabConfig(backend="sim")
+
+
+def show(text):
+    print(bench.wrapped(text))
+
+
+narrow = bench.narrow
 
 # %% [markdown]
 # ## The static check: is the wait first?
 
 # %%
-print("kernels whose first statement is not pdl_wait():", wait_first_violations())
+show(f"kernels whose first statement is not pdl_wait(): {wait_first_violations()}")
 print("(rmsnorm_late_wait is the deliberate bug LAB_BUG_LATE_WAIT)")
 
 # %% [markdown]
@@ -59,8 +69,82 @@ print("(rmsnorm_late_wait is the deliberate bug LAB_BUG_LATE_WAIT)")
 for bugs in (frozenset(), {"late_wait"}):
     eng = DecodeEngine(model, LabConfig(backend="sim", pdl=True, bugs=bugs))
     eng.generate("ROMEO.\n", 2)
-    print(f"bugs={set(bugs) or '{}'}: {len(eng.backend.races)} races;",
-          eng.backend.races[0] if eng.backend.races else "")
+    show(f"bugs={set(bugs) or '{}'}: {len(eng.backend.races)} races; "
+         + (eng.backend.races[0] if eng.backend.races else ""))
+
+# %% [markdown]
+# ## Hazards that change the data
+# A race report is a warning; wrong tokens are a failure. On a GPU a missing dependency shows
+# up only when the hardware happens to run the consumer first. The simulator does not wait for
+# luck: issued work sits in queues until something needs its results, then runs in an
+# **adversarial order** among those its dependencies allow (`SimBackend(order="adversarial")`,
+# the default) — the most recently issued ready work first, so a consumer whose dependency is
+# missing runs *before* its producer. Under PDL, a read before `pdl_wait()` sees the
+# predecessor's **inputs** (the predecessor has not run yet). `order="issue"` runs everything in
+# issue order instead: then the race is still reported, but the data never changes.
+#
+# Two hazards, each decoded for 24 tokens and compared with a reference (eager, no PDL, issue
+# order):
+#
+# - **late wait under PDL** (`LAB_BUG_LATE_WAIT`): `rmsnorm_late_wait` reads its input `x`
+#   before its `pdl_wait()`, while its predecessor (`embed`) writes `x`;
+# - **a dropped join** with overlap on: the step's `StreamWait("side", "main")` is filtered out,
+#   so `rope_kv_append` on the main stream may read the k/v projection before the side stream
+#   has written it.
+
+# %%
+PROMPT, N = "ROMEO.\n", 24
+
+
+class NoJoin(DecodeEngine):
+    """The overlap step with its join dropped: the main stream no longer waits for the side."""
+
+    def build_step(self, plan):
+        return iter([x for x in super().build_step(plan)
+                     if not (isinstance(x, StreamWait) and (x.src, x.dst) == ("side", "main"))])
+
+
+def decode(config, order, engine_cls=DecodeEngine):
+    eng = engine_cls(model, config, backend=SimBackend(seed=0, order=order))
+    return eng.generate(PROMPT, N), eng
+
+
+ref, _ = decode(SIM.replace(graph=False), "issue")
+n_prompt = len(model.tokenizer.encode(PROMPT))
+show(f"reference (eager, no PDL, issue order): {ref.text!r}")
+LATE = SIM.replace(bugs={"late_wait"})
+CASES = [("late wait, PDL, eager", LATE.replace(graph=False, pdl=True), DecodeEngine),
+         ("late wait, PDL, graph", LATE.replace(pdl=True), DecodeEngine),
+         ("late wait, no PDL, graph", LATE, DecodeEngine),
+         ("dropped join, eager", SIM.replace(graph=False, overlap=True), NoJoin),
+         ("dropped join, graph", SIM.replace(overlap=True), NoJoin)]
+print(f"{'case':<25} {'order':<12} {'tokens':<24} {'races':>5}  {'text (first 24 chars)'}")
+hazards = {}
+for name, config, engine_cls in CASES:
+    for order in ("adversarial", "issue"):
+        gen, eng = decode(config, order, engine_cls)
+        diff = np.flatnonzero(gen.tokens != ref.tokens)
+        verdict = f"WRONG from new token {diff[0] - n_prompt + 1}" if diff.size else "= reference"
+        hazards[name, order] = (gen, eng)
+        print(f"{name:<25} {order:<12} {verdict:<24} {len(eng.backend.races):>5}  "
+              f"{gen.text[:24]!r}")
+_, eng = hazards["late wait, PDL, graph", "adversarial"]
+show(f"race named (late wait): {eng.backend.races[0]}")
+_, eng = hazards["dropped join, graph", "adversarial"]
+show(f"dropped join, graph mode: capture ledger {eng.ledger_summary()}; "
+     f"{next(e.reason for e in eng.ledger if e.outcome == 'fallback')}")
+
+# %% [markdown]
+# Read the table row by row. The late wait under PDL gives **wrong tokens** in adversarial order —
+# from the very first new token — eagerly and captured, and the race report names the kernel, the
+# argument and the predecessor; in issue order the same run reports the same races but decodes
+# exactly the reference — a simulator (or a lucky GPU) that runs work in issue order would pass
+# this bug. Without PDL the late wait is harmless: nothing runs early. The dropped join is no PDL
+# race, so the race report stays empty; it still gives wrong tokens eagerly in adversarial order,
+# where `rope_kv_append` runs before the k/v projection it reads. In graph mode the capture
+# refuses the unjoined side stream, the engine falls back to eager launches (the ledger above),
+# and those give the same wrong tokens. Every correct combination of the toggles stays
+# byte-identical in any order (`tests/test_hazards.py` checks all sixteen).
 
 # %% [markdown]
 # ## Timelines (simulated): graph, graph + PDL, graph + overlap
@@ -76,8 +160,21 @@ for ax, (title, extra) in zip(axes, [("graph", {}), ("graph + PDL", {"pdl": True
     eng.backend.timeline.clear()
     t0 = eng.backend.clock() * 1e6
     eng.step()
-    plots.timeline(eng.backend.timeline, ax=ax, t0=t0, title=f"one step, {title}")
+    events = eng.backend.timeline
+    plots.timeline(events, ax=ax, t0=t0, title=f"one step, {title}")
+    span = max(e.dev_end for e in events) - min(e.dev_start for e in events)
+    print(f"{title:<16} device busy from first to last kernel: {span:6.1f} us (simulated)")
 fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# In each panel the dark bar on the host lane is the step's one graph submit; the device lane
+# is the step's nodes, attention's `attn_partial` (red) the longest. With PDL (middle) the same
+# nodes sit closer together and the step ends earlier (the printed device spans). With overlap
+# (bottom) the fused q/k/v projection becomes two matvecs, the k/v one on the side lane beside
+# the q one; but every fork and join costs, the step has more nodes, and the main lane waits for
+# the side branch before `rope_kv_append` — the step is no shorter. On this model the side
+# branch is too small for running it in parallel to pay for the join.
 
 # %% [markdown]
 # ## What each factor is worth: leave-one-out
@@ -87,26 +184,61 @@ fig.tight_layout()
 
 # %%
 loo = bench.run_loo(model, "GRAPH,PDL,OVERLAP,SPLIT_COMBINE", base=cfg, reps=3, tokens=24)
-print(bench.format_loo(loo))
+show(bench.format_loo(narrow(loo)))
 
 # %% [markdown]
 # ## Recorded on the H200
 # Read the A/A line before the A/B line. The arms run on one shared engine (same buffers): on
 # the H200, separate but identical graph engines differ by a steady microsecond or two per token
 # from buffer placement alone (`engine_instances.json`, notebook 05), enough to fail the A/A
-# gate and to blur an effect of PDL's size.
-# `scripts/record_gpu_overlap.py`: leave-one-out with 5 paired reps, and graph vs graph + PDL
-# with the captured graph's edge types (programmatic edges counted through cuda-bindings).
+# gate and to swamp an effect of overlap's size.
+# `scripts/record_gpu_overlap.py`: leave-one-out with 5 paired reps; graph vs graph + PDL with
+# the captured graph's edge types (programmatic edges counted through cuda-bindings); graph vs
+# graph + overlap.
 
 # %%
-for name in ("overlap_loo", "pdl"):
+for name in ("overlap_loo", "pdl", "overlap"):
     rec = Path(f"../data/gpu/{name}.json")
     if not rec.exists():
         print(f"no recorded {name} yet")
         continue
     r = json.loads(rec.read_text())
     if name == "overlap_loo":
-        print(bench.format_loo(r))
+        show(bench.format_loo(narrow(r)))
     else:
-        print(bench.format_ab(r))
-        print("graph edges:", r["edge_types"], f"-> PDL worth {100 * r['pdl_worth_fraction']:.1f}% of the graph arm")
+        show(bench.format_ab(narrow(r)))
+    if name == "pdl":
+        print("graph edges:", r["edge_types"],
+              f"-> PDL worth {100 * r['pdl_worth_fraction']:.1f}% of the graph arm")
+    print()
+
+# %% [markdown]
+# ## The simulator's prediction beside the H200
+# The conformance check (`lab.conformance`, notebook 05) re-runs each recorded lesson on the
+# simulator with the recording's settings, from component costs only (each kernel's node time
+# with and without PDL, the measured fork/join cost). Its PDL and overlap rows. PDL is judged as
+# the share of the graph step it saves, on the ladder (`ladder.json`, recorded in the same
+# process and on the same engine instance as the component costs): the graph step *without* PDL
+# moves with buffer placement from engine to engine, and PDL hides most of that, so `pdl.json`,
+# recorded in another process, may show a larger gain than the components predict.
+
+# %%
+report = conformance.run(model)
+rows = [row for row in report["rows"] if row.lesson.startswith(("graph: ms", "graph+pdl", "PDL",
+                                                                  "overlap"))]
+w = max(len(row.lesson) for row in rows)
+print(f"{'lesson':<{w}} {'unit':<9} {'simulated':>10} {'H200':>10} {'ratio':>6}  verdict")
+for row in rows:
+    fmt = "10.4f" if row.unit == "ms" else "+10.2f"
+    print(f"{row.lesson:<{w}} {row.unit:<9} {row.sim:{fmt}} {row.gpu:{fmt}} "
+          f"{row.ratio:>6.2f}  {'PASS' if row.ok else 'FAIL'}")
+show(f"H200: {report['gpu_source']}; simulator: {report['cost_source']}")
+
+# %% [markdown]
+# The whole-step rows are predictions: the simulator prices a PDL node from chains of one kernel
+# launched with programmatic edges (`node_pdl_us`), a kernel switch from chains of adjacent
+# pairs, the overlap from one measured fork/join pair — and adds them up. A passing row says
+# the parts add up to the whole; a failing row is a finding, not a rounding error: the whole
+# step gains more (ratio below 1) or less (above 1) than its measured parts predict, and the
+# ratio says by how much. Either way the sign is clear on both: PDL saves time, while
+# overlap, on this model, costs about a microsecond per token captured.
