@@ -78,7 +78,7 @@ class _Work:
     host0: float           # the host's submit window (model us)
     host1: float
     lead: float            # device delay after its dependencies (a graph's per-replay overhead)
-    duration: float        # a noise factor on the device time (which comes from the context)
+    noise: float           # a factor on the device time (which comes from the context)
     pdl: bool              # launched programmatically: timed with the PDL node cost
     prev: "Launch | None" = None    # the kernel before it on its stream (a switch costs)
     early: "Launch | None" = None   # its programmatic predecessor (PDL), for the pre-wait rule
@@ -315,14 +315,14 @@ class SimBackend(Backend):
         self._enqueue(launch, deps, "eager", host0, self.host_us, 0.0, 1.0, self.pdl,
                       last[1] if last else None, last if self.pdl else None)
 
-    def _enqueue(self, launch, deps, kind, host0, host1, lead, duration, pdl, prev, early,
+    def _enqueue(self, launch, deps, kind, host0, host1, lead, noise, pdl, prev, early,
                  origin: str = "main") -> int:
         i = self._ids
         self._ids += 1
         st = launch.stream
         # a join: work on the origin stream waits for another stream's (the pair's one cost)
         join = st == origin and any(self._stream_of.get(d, st) != st for d in deps)
-        self._work[i] = _Work(i, launch, deps, kind, host0, host1, lead, duration, pdl, prev,
+        self._work[i] = _Work(i, launch, deps, kind, host0, host1, lead, noise, pdl, prev,
                               early[1] if early else None, early[0] if early else None, join)
         self._stream_of[i] = st
         self._tail[st] = (i,)
@@ -391,7 +391,7 @@ class SimBackend(Backend):
             if w.early_id in work and pre_wait_reads(w.launch.kernel):
                 watch.setdefault(w.early_id, []).append(w)
         ready = [i for i, n in indeg.items() if n == 0]
-        heapq.heapify(ready) if self.order == "issue" else None
+        heapq.heapify(ready)                # issue order pops the smallest id; others pick
         early_views: dict[int, dict] = {}
         while ready:
             i = self._pick(ready)
@@ -403,21 +403,23 @@ class SimBackend(Backend):
             for c in children.get(i, ()):
                 indeg[c] -= 1
                 if indeg[c] == 0:
-                    heapq.heappush(ready, c) if self.order == "issue" else ready.append(c)
+                    heapq.heappush(ready, c)
         keep = {d for t in self._tail.values() for d in t} | {
             d for ws in self._waits.values() for d in ws}
         self._end = {k: v for k, v in self._end.items() if k in keep}
         self._stream_of = {k: v for k, v in self._stream_of.items() if k in keep}
 
     def _pick(self, ready: list[int]) -> int:
+        """Take the next work to run from the heap of ready ids."""
         if self.order == "issue":
             return heapq.heappop(ready)
         if self.order == "adversarial":     # the newest ready work: consumers run first
-            j = max(range(len(ready)), key=ready.__getitem__)
+            i = max(ready)
         else:
-            j = int(self._order_rng.integers(len(ready)))
-        ready[j], ready[-1] = ready[-1], ready[j]
-        return ready.pop()
+            i = ready[int(self._order_rng.integers(len(ready)))]
+        ready.remove(i)
+        heapq.heapify(ready)
+        return i
 
     def _snapshot(self, launch: Launch) -> dict:
         """Copies of what `launch` reads before its pdl_wait (arguments it does not write)."""
@@ -452,7 +454,7 @@ class SimBackend(Backend):
             ready += self.cost.join_us
         if w.kind == "graph":
             dev0 = max(ready, w.host1) + w.lead
-            dev1 = dev0 + self.cost.node_us(launch, context, w.pdl, w.prev) * w.duration
+            dev1 = dev0 + self.cost.node_us(launch, context, w.pdl, w.prev) * w.noise
         else:
             dev0 = max(ready, w.host1)
             dev1 = dev0 + self.cost.eager_us(launch, context, w.prev)
