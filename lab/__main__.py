@@ -17,6 +17,7 @@ import sys
 
 from .config import describe, from_env
 from .errors import LabError
+from .files import atomic_write_text
 
 DEMO_PROMPT = "ROMEO.\n"
 
@@ -56,7 +57,7 @@ def cmd_generate(args) -> int:
         base = Path(args.save_dot)
         for i, (key, graph) in enumerate(eng.graphs.items()):
             path = base if len(eng.graphs) == 1 else base.with_name(f"{base.stem}.{i}{base.suffix}")
-            path.write_text(graph.dot())
+            atomic_write_text(path, graph.dot())
             print(f"graph for plan {key}: {graph.node_count} nodes -> {path}")
     return 0
 

@@ -25,6 +25,7 @@ import datetime as dt
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -32,6 +33,7 @@ import numpy as np
 from .config import TOGGLES, LabConfig
 from .engine import DecodeEngine
 from .errors import LabError
+from .files import atomic_write, atomic_write_text, check_output, plot_formats
 from .stats import (AA_T_THRESHOLD, aa_verdict, loo_rows, mean_sem, outputs_differ,  # noqa: F401
                     paired_t, paired_test, percentiles, welch)
 
@@ -570,17 +572,37 @@ def plot(result: dict, ax=None):
     return ax
 
 
-def save(result: dict, json_path=None, plot_path=None) -> None:
+def save(result: dict, json_path=None, plot_path=None) -> list[str]:
+    """Write the result as JSON and/or its plot, each file whole or not at all; the paths."""
+    written = []
     if json_path:
-        with open(json_path, "w") as f:
-            json.dump(result, f, indent=2, default=_jsonable)
+        text = json.dumps(result, indent=2, default=_jsonable)
+        written.append(str(atomic_write_text(json_path, text)))
     if plot_path:
         import matplotlib.pyplot as plt
         ax = plot(result)
         fig = (ax[0] if isinstance(ax, (list, tuple, np.ndarray)) else ax).figure
         fig.tight_layout()
-        fig.savefig(plot_path, dpi=120)
+        fmt = Path(plot_path).suffix.lstrip(".").lower()
+        written.append(str(atomic_write(plot_path, lambda tmp: fig.savefig(tmp, dpi=120, format=fmt))))
         plt.close(fig)
+    return written
+
+
+def check_args(args) -> None:
+    """Every `bench` argument checked before any work: a bad one is a LabError (exit 2)."""
+    if args.reps < 2:
+        raise LabError(f"--reps {args.reps}: a standard error needs at least 2 reps")
+    if args.tokens < 1:
+        raise LabError(f"--tokens {args.tokens}: give at least 1 decoded token per rep")
+    if getattr(args, "per_token", 0) < 0:
+        raise LabError(f"--per-token {args.per_token}: give 0 (skip) or more")
+    if getattr(args, "aa_threshold", 1.0) <= 0:
+        raise LabError(f"--aa-threshold {args.aa_threshold}: must be > 0")
+    if args.json:
+        check_output(args.json, "--json")
+    if args.plot:
+        check_output(args.plot, "--plot", plot_formats())
 
 
 def _jsonable(x):
@@ -608,6 +630,7 @@ def parse_arm(text: str, base: LabConfig) -> LabConfig:
 
 def main_bench(args, base: LabConfig, model) -> int:
     """Run one `decode-lab bench` subcommand; print its table; save --json / --plot."""
+    check_args(args)
     progress = True if args.progress else None          # None: a bar only on a terminal
     common = dict(progress=progress, kv_init=args.kv_init)
     if args.bench == "ab":
@@ -623,5 +646,6 @@ def main_bench(args, base: LabConfig, model) -> int:
         res = run_sweep(model, arms, parse_contexts(args.contexts), reps=args.reps,
                         tokens=args.tokens, **common)
         print(format_sweep(res))
-    save(res, args.json, args.plot)
+    for path in save(res, args.json, args.plot):
+        print(f"wrote {path}")
     return 0

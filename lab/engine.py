@@ -28,7 +28,7 @@ from .backend import Launch, StreamWait, make_backend
 from .config import LabConfig
 from .errors import CaptureError, LabError
 from .instrument import LaunchLog
-from .model import Model
+from .model import Model, check_request
 from .plan import MAX_SPLITS, Plan, decode_plan
 from .reference import rope_tables
 
@@ -312,16 +312,7 @@ class DecodeEngine:
     def reset(self, prompt_ids, max_new_tokens: int = 0) -> None:
         """Start a request: the prompt goes to device memory, position to 0."""
         c = self.model.cfg
-        ids = np.asarray(prompt_ids, dtype=np.int32)
-        if ids.ndim != 1 or ids.size == 0:
-            raise LabError("the prompt must be a non-empty sequence of token ids")
-        if ids.min() < 0 or ids.max() >= c.vocab_size:
-            raise LabError(f"token ids must lie in [0, {c.vocab_size})")
-        if max_new_tokens < 0:
-            raise LabError("the number of tokens to generate must be >= 0")
-        if ids.size + max_new_tokens > c.max_seq:
-            raise LabError(f"prompt ({ids.size}) + tokens ({max_new_tokens}) = "
-                           f"{ids.size + max_new_tokens} exceeds the model's max_seq {c.max_seq}")
+        ids = check_request(c, prompt_ids, max_new_tokens)
         host = np.zeros(c.max_seq, np.int32)
         host[:ids.size] = ids
         self.backend.upload(self.buf.tokens, host)
@@ -405,6 +396,12 @@ class DecodeEngine:
                     reason = sticky.reason
             self._lazy = saved  # the captured operations never ran: undo what lazy code recorded
             return None, reason
+        except BaseException:
+            # not a capture problem (a programming error, an interrupt): end the capture, undo
+            # the host state, and let the error through; the engine stays usable
+            be.abort_capture()
+            self._lazy = saved
+            raise
         self._graphs[plan.key] = graph
         return graph, None
 

@@ -158,3 +158,19 @@ def random_model(cfg: ModelConfig, seed: int = 0) -> Model:
         else:
             w[name] = (rng.standard_normal(shape) / np.sqrt(shape[1])).astype(np.float32)
     return Model(cfg, w, Tokenizer(cfg.vocab), f"random(seed={seed})")
+
+
+def check_request(cfg: ModelConfig, prompt_ids, n_tokens: int) -> np.ndarray:
+    """The prompt as int32 ids, after the checks every decoder shares (the engine and the float64
+    reference): a non-empty 1-D prompt of known ids, n_tokens >= 0, prompt + tokens <= max_seq."""
+    ids = np.asarray(prompt_ids, dtype=np.int32)
+    if ids.ndim != 1 or ids.size == 0:
+        raise LabError("the prompt must be a non-empty sequence of token ids")
+    if ids.min() < 0 or ids.max() >= cfg.vocab_size:
+        raise LabError(f"token ids must lie in [0, {cfg.vocab_size})")
+    if n_tokens < 0:
+        raise LabError("the number of tokens to generate must be >= 0")
+    if ids.size + n_tokens > cfg.max_seq:
+        raise LabError(f"prompt ({ids.size}) + tokens ({n_tokens}) = {ids.size + n_tokens} "
+                       f"exceeds the model's max_seq {cfg.max_seq}")
+    return ids

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import Model
+from .model import Model, check_request
 
 
 def rope_tables(head_dim: int, max_seq: int, theta: float, dtype=np.float64):
@@ -64,6 +64,7 @@ def generate(model: Model, prompt_ids, n_tokens: int, return_logits: bool = Fals
     Returns all token ids (prompt + generated) and, if asked, the logits of every step that
     produced a generated token ([n_tokens, vocab], float64).
     """
+    prompt_ids = check_request(model.cfg, prompt_ids, n_tokens)
     ref = Reference(model)
     tokens = [int(t) for t in prompt_ids]
     logits_out = []

@@ -1,4 +1,5 @@
 """The CLI: output on success; one-line errors and exit 2 on bad input, never a traceback."""
+import json
 import subprocess
 import sys
 
@@ -77,3 +78,42 @@ def test_save_dot_without_a_graph_is_an_error(tmp_path, capsys):
     assert main(["generate", "--prompt", "ROMEO:", "--tokens", "3", "--backend", "sim", "--eager",
                  "--save-dot", str(tmp_path / "x.dot")]) == 2
     assert "no graph was captured" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--tokens", "0"], "--tokens 0: give at least 1"),
+    (["--tokens", "-3"], "--tokens -3: give at least 1"),
+    (["--reps", "1"], "--reps 1: a standard error needs at least 2"),
+    (["--json", "no/such/dir/out.json"], "--json no/such/dir/out.json: folder no/such/dir does not exist"),
+    (["--plot", "out.xyz"], "--plot out.xyz: unknown file type .xyz"),
+])
+@pytest.mark.parametrize("cmd", [["ab", "--a", "LAB_GRAPH=0", "--b", "LAB_GRAPH=1"],
+                                 ["loo", "--factors", "GRAPH"],
+                                 ["sweep", "--contexts", "64", "--arms", "LAB_GRAPH=1"]],
+                         ids=["ab", "loo", "sweep"])
+def test_bench_bad_arguments_fail_before_any_work(cmd, extra, needle, capsys, monkeypatch):
+    import lab.bench as bench
+    monkeypatch.setattr(bench, "make_arm", lambda *a, **k: pytest.fail("work started"))
+    assert main(["bench", *cmd, "--backend", "sim", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("decode-lab: error:") and needle in err and "Traceback" not in err
+
+
+def test_bench_announces_every_file_it_writes(tmp_path, capsys):
+    js, png = tmp_path / "r.json", tmp_path / "r.png"
+    assert main(["bench", "loo", "--factors", "GRAPH", "--reps", "2", "--tokens", "2",
+                 "--backend", "sim", "--json", str(js), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {js}" in out and f"wrote {png}" in out
+    assert json.loads(js.read_text())["factors"] == ["GRAPH"]
+
+
+def test_reference_generate_has_the_engine_limits(model):
+    from lab.errors import LabError
+    from lab.reference import generate
+    with pytest.raises(LabError, match="non-empty"):
+        generate(model, [], 3)
+    with pytest.raises(LabError, match="exceeds the model's max_seq"):
+        generate(model, [1, 2], model.cfg.max_seq)
+    with pytest.raises(LabError, match=">= 0"):
+        generate(model, [1, 2], -1)

@@ -208,3 +208,12 @@ class Backend(ABC):
 
     @abstractmethod
     def is_capturing(self, stream: str = "main") -> bool: ...
+
+    def abort_capture(self) -> None:
+        """End an open capture, whatever state it is in, raising nothing: the cleanup after an
+        error inside a capture (the error itself is what gets reported)."""
+        if self.is_capturing():
+            try:
+                self.end_capture()
+            except Exception:   # noqa: BLE001
+                pass

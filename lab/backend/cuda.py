@@ -391,6 +391,22 @@ class CudaBackend(Backend):
             raise
         self._capturing = True
 
+    def abort_capture(self) -> None:
+        """End the capture with the runtime call itself (not through a failing wrapper), then
+        restore what begin_capture changed: the collector on, no capture open."""
+        try:
+            if self._capturing or self.is_capturing():
+                cudart = _cudart()
+                err, graph = cudart.cudaStreamEndCapture(self.stream.ptr)
+                if int(err) == 0 and graph is not None and int(graph):
+                    cudart.cudaGraphDestroy(graph)             # the half-captured graph
+        except Exception:   # noqa: BLE001  (the error that led here is the one to report)
+            pass
+        finally:
+            gc.enable()
+            self._capturing = False
+            self._offence = None
+
     def end_capture(self, stream: str = "main") -> CudaGraph:
         offence, self._offence = self._offence, None
         try:

@@ -177,6 +177,10 @@ class SimBackend(Backend):
     def is_capturing(self, stream: str = "main") -> bool:
         return self._capture_of(stream) is not None
 
+    def abort_capture(self) -> None:
+        self._captures.clear()
+        self._issued = 0
+
     def begin_capture(self, stream: str = "main") -> None:
         if self._captures:
             raise CaptureError("a capture is already open")

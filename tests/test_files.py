@@ -1,0 +1,41 @@
+"""Output files are written whole or not at all, and output paths are checked before a run."""
+import json
+
+import pytest
+
+from lab.errors import LabError
+from lab.files import atomic_write, atomic_write_text, check_output, plot_formats
+
+
+def test_a_failure_mid_write_leaves_the_old_file_and_no_temp(tmp_path):
+    path = tmp_path / "out.json"
+    path.write_text(json.dumps({"old": True}))
+
+    def half(tmp):
+        tmp.write_text('{"new": tr')          # a partial write, then the process "dies"
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(path, half)
+    assert json.loads(path.read_text()) == {"old": True}
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_a_complete_write_replaces_the_file(tmp_path):
+    path = atomic_write_text(tmp_path / "x.dot", "digraph {}")
+    assert path.read_text() == "digraph {}"
+
+
+@pytest.mark.parametrize("name,flag,kinds,needle", [
+    ("missing/x.json", "--json", None, "does not exist"),
+    ("x.xyz", "--plot", "plots", "unknown file type .xyz"),
+    (".", "--json", None, "is a folder"),
+])
+def test_bad_output_paths(tmp_path, monkeypatch, name, flag, kinds, needle):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LabError, match=needle):
+        check_output(name, flag, plot_formats() if kinds else None)
+
+
+def test_png_is_a_plot_format():
+    assert {"png", "pdf", "svg"} <= plot_formats()
