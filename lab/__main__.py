@@ -43,10 +43,13 @@ def _print_ledger(engine) -> None:
 
 
 def cmd_generate(args) -> int:
+    if args.tokens < 1:
+        raise LabError(f"--tokens {args.tokens}: give at least 1 token to generate")
     eng = _engine(args, **({"graph": False} if args.eager else {}))
     gen = eng.generate(args.prompt, args.tokens, progress=args.progress)
     print(gen.prompt + gen.text)
-    print(f"\n[{gen.steps} steps, {gen.ms_per_token:.3f} ms/token, "
+    print(f"\n[{gen.steps - args.tokens} prompt steps + {args.tokens} tokens, "
+          f"{gen.ms_per_token:.3f} ms per step ({gen.ms_per_token:.3f} ms/token), "
           f"{'graph' if eng.cfg.graph else 'eager'}; {gen.source}]")
     if args.ledger:
         _print_ledger(eng)
@@ -119,7 +122,7 @@ def cmd_conformance(args) -> int:
     from .model import DEFAULT_WEIGHTS, load_model
 
     report = run(load_model(args.weights or DEFAULT_WEIGHTS), data_dir=args.data,
-                 progress=True if args.progress else None)
+                 progress=args.progress)
     print(format_report(report))
     return 0 if all(r.ok for r in report["rows"]) else 1
 
@@ -177,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--backend", choices=("auto", "cuda", "sim"), default=None,
                         help="overrides LAB_BACKEND")
         sp.add_argument("--weights", default=None, help="weights .npz (default: data/tiny_model.npz)")
-        sp.add_argument("--progress", action="store_true", help="show a progress bar")
+        sp.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bars (default: on a terminal only)")
 
     g = sub.add_parser("generate", help="greedy generation from a prompt")
     g.add_argument("--prompt", required=True)
@@ -202,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--data", default=None, metavar="DIR",
                    help="recorded GPU files (default: data/gpu)")
     c.add_argument("--weights", default=None, help="weights .npz (default: data/tiny_model.npz)")
-    c.add_argument("--progress", action="store_true", help="show progress bars")
+    c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bars (default: on a terminal only)")
     c.set_defaults(fn=cmd_conformance)
     return p
 

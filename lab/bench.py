@@ -131,7 +131,7 @@ def _bar(total: int, desc: str, progress):
         return None
     from tqdm.auto import tqdm
     return tqdm(total=total, desc=desc, unit="run", disable=None if progress is None else False,
-                leave=False)
+                leave=True)
 
 
 def interleave(arms: list[Arm], reps: int, run: Callable, progress=False, desc: str = "reps",
@@ -631,7 +631,7 @@ def parse_arm(text: str, base: LabConfig) -> LabConfig:
 def main_bench(args, base: LabConfig, model) -> int:
     """Run one `decode-lab bench` subcommand; print its table; save --json / --plot."""
     check_args(args)
-    progress = True if args.progress else None          # None: a bar only on a terminal
+    progress = args.progress                            # None: a bar only on a terminal
     common = dict(progress=progress, kv_init=args.kv_init)
     if args.bench == "ab":
         a, b = parse_arm(args.a, base), parse_arm(args.b, base)

@@ -409,15 +409,17 @@ class DecodeEngine:
     def encode(self, prompt: str) -> np.ndarray:
         return self.model.tokenizer.encode(prompt)
 
-    def generate(self, prompt: str, n_tokens: int, progress: bool = False) -> Generation:
-        """Greedy generation of `n_tokens` after `prompt`; times the whole decode."""
+    def generate(self, prompt: str, n_tokens: int, progress: bool | None = False) -> Generation:
+        """Greedy generation of `n_tokens` after `prompt`; times the whole decode. `progress`:
+        True shows a bar, None shows one on a terminal once the decode takes over a second."""
         ids = self.encode(prompt)
         self.reset(ids, n_tokens)
         steps = ids.size - 1 + n_tokens
         it = range(steps)
-        if progress:
+        if progress is not False:
             from tqdm.auto import tqdm
-            it = tqdm(it, desc="decode", unit="tok")
+            it = tqdm(it, desc="decode", unit="step", disable=None if progress is None else False,
+                      delay=0.0 if progress else 1.0, leave=True)
         t0 = self.backend.clock()   # waits for issued work: wall time on a GPU, model time in sim
         for _ in it:
             self.step()

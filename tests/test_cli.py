@@ -117,3 +117,14 @@ def test_reference_generate_has_the_engine_limits(model):
         generate(model, [1, 2], model.cfg.max_seq)
     with pytest.raises(LabError, match=">= 0"):
         generate(model, [1, 2], -1)
+
+
+def test_generate_summary_separates_prompt_steps_from_tokens(capsys):
+    assert main(["generate", "--prompt", "ROMEO.\n", "--tokens", "5", "--backend", "sim",
+                 "--no-progress"]) == 0
+    assert "[6 prompt steps + 5 tokens, " in capsys.readouterr().out   # 'ROMEO.\n' is 7 ids
+
+
+def test_generate_zero_tokens_is_refused(capsys):
+    assert main(["generate", "--prompt", "ROMEO.", "--tokens", "0", "--backend", "sim"]) == 2
+    assert "--tokens 0: give at least 1 token" in capsys.readouterr().err
