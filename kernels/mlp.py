@@ -14,9 +14,7 @@ from kernels._spec import kernel
 from kernels.matvec import MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS, WARP, grid_for, row_dot
 from kernels.pdl import pdl_launch_dependents, pdl_wait
 
-SWIGLU_THREADS = MATVEC_THREADS
-SWIGLU_ROWS_PER_BLOCK = MATVEC_ROWS_PER_BLOCK
-__all__ = ["swiglu_up", "grid_for", "SWIGLU_THREADS", "SWIGLU_ROWS_PER_BLOCK"]
+__all__ = ["swiglu_up", "grid_for"]   # grid_for: matvec's warp-per-row geometry
 
 
 def swiglu_up_twin(grid, block, W_gate, W_up, h, act):

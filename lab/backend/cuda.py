@@ -77,13 +77,14 @@ class CudaGraph(Graph):
         """Edges of the graph by type (default / programmatic), through cuda-bindings."""
         cudart = _cudart()
         h = _graph_handle(self.graph)
+        get = cudart.cudaGraphGetEdges
         try:
-            res = cudart.cudaGraphGetEdges(h, 0)
-        except TypeError:
-            res = cudart.cudaGraphGetEdges_v2(h, 0)
-        values = _check(res)
-        n = values[-1]
-        full = _check(cudart.cudaGraphGetEdges(h, n))
+            res = get(h, 0)
+        except TypeError:   # a cuda-bindings where the edge-data form is the _v2 call
+            get = cudart.cudaGraphGetEdges_v2
+            res = get(h, 0)
+        n = _check(res)[-1]
+        full = _check(get(h, n))
         if len(full) == 4:
             _, _, edge_data, _ = full
             out: dict[str, int] = {}
@@ -94,7 +95,7 @@ class CudaGraph(Graph):
         return {"default": int(n)}
 
     def launch(self, stream: str = "main") -> None:
-        self.graph.launch(self._backend.stream)
+        self.graph.launch(self._backend.streams[stream])
 
     def dot(self) -> str:
         import os
@@ -140,7 +141,6 @@ class CudaBackend(Backend):
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.streams = {"main": self.stream, "side": cp.cuda.Stream(non_blocking=True)}
         self._nbstreams = {k: cuda.external_stream(v.ptr) for k, v in self.streams.items()}
-        self._nbstream = self._nbstreams["main"]
         # events for fork/join, created up front (no creation inside a capture), used round-robin
         self._events = [cp.cuda.Event(disable_timing=True) for _ in range(64)]
         self._next_event = 0
@@ -354,13 +354,14 @@ class CudaBackend(Backend):
         self._capture_guard(f"event {src} -> {dst}", fork_join)
 
     def synchronize(self) -> None:
+        """Wait for every stream the engine uses (main and side), as the simulator does."""
         if self.is_capturing():
             self._op("synchronize", "stream")
-        self._capture_guard("stream synchronize", self.stream.synchronize)
+        for st in self.streams.values():
+            self._capture_guard("stream synchronize", st.synchronize)
 
     def clock(self) -> float:
         self.synchronize()
-        self.streams["side"].synchronize()
         return time.perf_counter()
 
     # ---- capture ----------------------------------------------------------------------------
