@@ -362,11 +362,12 @@ def _quiet_heap(eng) -> None:
     gc.freeze()
 
 
-def record_fission(model, base: LabConfig, eng, out: Path, progress, reps=5, tokens=64) -> None:
+def record_fission(model, base: LabConfig, eng, out: Path, progress, reps=15, tokens=64) -> None:
     """fission.json: one-kernel combine (A) vs merge + project (B), eagerly and captured, paired
     A/Bs on this engine. Recorded here because its eager half is host-bound and the host's
     speed differs between processes (up to 1.5x on one lease): the model's host costs come from
-    this process. A whole-step figure: nothing of it enters kernel_costs.json."""
+    this process. A whole-step figure: nothing of it enters kernel_costs.json. 15 reps: with 5,
+    the eager effect (about 4 launches' host time) had a standard error of a third of itself."""
     pool = {(base.backend, base.kv_dtype, base.bugs, "zeros"): eng}
     fission = {"what": "fission under capture: one-kernel combine (A) vs merge + project (B)"}
     for mode in ("eager", "graph"):
