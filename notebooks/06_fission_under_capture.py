@@ -158,17 +158,16 @@ show(f"H200: {report['gpu_source']}; simulator: {report['cost_source']}")
 # Eagerly the prediction and the measurement both show a clear cost: the pre-bound host
 # submits of four more launches, tens of microseconds per token — far more than any grid could win
 # back (through numba's dispatcher each of those launches would cost several times more). The
-# simulator's figures in this table need not match its A/B above: a conformance row uses the
-# recording's settings (more tokens per run, so longer contexts, where the attention kernels'
-# node times differ) and a short run (two reps, each arm on its own simulated host, so the arms
-# do not share the host's drift). The eager row is the noisier of the two: the simulated host's
-# drift from rep to rep is of the same size as the effect, and the A/B above, with more reps on
-# one engine, is the sharper prediction. At the captured row's size the setup alone moves the
-# figure.
+# simulator's figures in this table need not match its A/B above: a conformance row is the
+# model's EXPECTATION (noise off, both arms on one engine) at the recording's settings (more
+# tokens per run, so longer contexts, where the attention kernels' node times differ), while the
+# A/B above carries the simulated host's noise. The eager row's recording is itself noisy: its
+# standard error (printed with the recording above) is a large share of the effect, so a 25%
+# band around it can miss a right prediction; recording it with more reps decides.
 #
 # Captured, the effect is under a microsecond per token, and here the H200 teaches a measurement
-# lesson rather than a kernel one: **its sign is not stable between processes**. Three
-# recordings this round measured −0.38, +0.6 and −0.84 us/token, each behind a passing A/A gate
+# lesson rather than a kernel one: **its sign is not stable between processes**. Four
+# recordings this round measured −0.38, +0.6, −0.84 and −0.41 us/token, each behind a passing A/A gate
 # with a standard error of a few hundredths of a microsecond. Within one process both arms run
 # on one engine, so the A/A samples only run-to-run noise; a new process puts the buffers at
 # other addresses, and identical engines differ by one to two microseconds per token from
