@@ -14,6 +14,9 @@ Nothing here imports CUDA or compiles anything: importing `kernels` is safe on a
 """
 from __future__ import annotations
 
+import functools
+import inspect
+
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -29,6 +32,12 @@ class KernelSpec:
     reads: tuple[int, ...]
     writes: tuple[int, ...]
     doc: str = field(default="", compare=False)
+
+    @functools.cached_property
+    def arg_names(self) -> tuple[str, ...]:
+        """The kernel's parameter names, in order (inspect.signature costs microseconds: once
+        per kernel, never per launch; the launch log and the cost model read them)."""
+        return tuple(inspect.signature(self.py_func).parameters)
 
     def __repr__(self) -> str:  # keep launch logs short
         return f"<kernel {self.name}>"

@@ -11,8 +11,6 @@ labels and `LaunchRecord` objects are made when the log is read (`records`), onc
 """
 from __future__ import annotations
 
-import functools
-import inspect
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -22,14 +20,8 @@ import numpy as np
 from .backend.base import Buffer, Launch, RawArray
 
 
-@functools.lru_cache(maxsize=None)
-def _parameters(py_func) -> tuple[str, ...]:
-    # inspect.signature costs microseconds: once per kernel, not once per launch
-    return tuple(inspect.signature(py_func).parameters)
-
-
 def arg_names(kernel) -> list[str]:
-    return list(_parameters(kernel.py_func))
+    return list(kernel.arg_names)
 
 
 def provenance(value) -> str:
@@ -94,7 +86,7 @@ class LaunchLog:
         # entries keep the launch alive, so its id is not reused while it is cached here)
         args = self._args.get(id(launch))
         if args is None:
-            names = _parameters(launch.kernel.py_func)
+            names = launch.kernel.arg_names
             args = self._args[id(launch)] = tuple((n, provenance(v)) for n, v in zip(names, launch.args))
         return args
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import json
 import math
 from dataclasses import dataclass, field
@@ -55,11 +54,6 @@ MECHANISMS = ("dispatcher", "prebound")
 TWIN_OF = {"rmsnorm_late_wait": "rmsnorm", "attn_partial_len": "attn_partial",
            "rope_kv_append_row": "rope_kv_append"}
 KV_ARGS = ("k_cache", "v_cache")
-
-
-@functools.lru_cache(maxsize=None)
-def _arg_names(py_func) -> tuple[str, ...]:
-    return tuple(inspect.signature(py_func).parameters)
 
 
 def _buffer(a):
@@ -82,7 +76,7 @@ def cost_key(launch: Launch) -> str:
 def launch_bytes(launch: Launch, context: int) -> int:
     """Bytes a launch moves: its buffers, of the KV cache only the rows it touches (`context`
     rows for attention, one for an append)."""
-    names = _arg_names(launch.kernel.py_func)
+    names = launch.kernel.arg_names
     total = 0
     for name, a in zip(names, launch.args):
         b = _buffer(a)
@@ -99,7 +93,7 @@ def launch_bytes(launch: Launch, context: int) -> int:
 def launch_context(launch: Launch, arrays) -> int:
     """The context length a launch works on, read as the device would: the `pos` it reads
     (context = pos + 1) or a by-value `ctx_len`; 1 for a launch with neither."""
-    names = _arg_names(launch.kernel.py_func)
+    names = launch.kernel.arg_names
     if "ctx_len" in names:
         return int(arrays[names.index("ctx_len")])
     if "pos" in names:
