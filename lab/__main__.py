@@ -127,14 +127,51 @@ def cmd_conformance(args) -> int:
     return 0 if all(r.ok for r in report["rows"]) else 1
 
 
+def _check_bench_args(args) -> None:
+    """Every `bench` argument checked before any work: a bad one is a LabError (exit 2)."""
+    from .files import check_output, plot_formats
+
+    if args.reps < 2:
+        raise LabError(f"--reps {args.reps}: a standard error needs at least 2 reps")
+    if args.tokens < 1:
+        raise LabError(f"--tokens {args.tokens}: give at least 1 decoded token per rep")
+    if getattr(args, "per_token", 0) < 0:
+        raise LabError(f"--per-token {args.per_token}: give 0 (skip) or more")
+    if getattr(args, "aa_threshold", 1.0) <= 0:
+        raise LabError(f"--aa-threshold {args.aa_threshold}: must be > 0")
+    if args.json:
+        check_output(args.json, "--json")
+    if args.plot:
+        check_output(args.plot, "--plot", plot_formats())
+
+
 def cmd_bench(args) -> int:
-    from .bench import main_bench
+    """Run one `decode-lab bench` subcommand; print its table; save --json / --plot."""
+    from . import bench, report
     from .model import DEFAULT_WEIGHTS, load_model
 
-    cfg = from_env()
+    _check_bench_args(args)
+    base = from_env()
     if args.backend:
-        cfg = cfg.replace(backend=args.backend)
-    return main_bench(args, cfg, load_model(args.weights or DEFAULT_WEIGHTS))
+        base = base.replace(backend=args.backend)
+    model = load_model(args.weights or DEFAULT_WEIGHTS)
+    common = dict(progress=args.progress, kv_init=args.kv_init)   # progress None: on a terminal
+    if args.bench == "ab":
+        a, b = bench.parse_arm(args.a, base), bench.parse_arm(args.b, base)
+        res = bench.run_ab(model, a, b, reps=args.reps, tokens=args.tokens, per_token=args.per_token,
+                           aa_threshold=args.aa_threshold, names=("A", "B"), **common)
+        print(report.format_ab(res))
+    elif args.bench == "loo":
+        res = bench.run_loo(model, args.factors, base=base, reps=args.reps, tokens=args.tokens, **common)
+        print(report.format_loo(res))
+    else:
+        arms = {text: bench.parse_arm(text, base) for text in args.arms}
+        res = bench.run_sweep(model, arms, bench.parse_contexts(args.contexts), reps=args.reps,
+                              tokens=args.tokens, **common)
+        print(report.format_sweep(res))
+    for path in report.save(res, args.json, args.plot):
+        print(f"wrote {path}")
+    return 0
 
 
 def _bench_parsers(sub, common) -> None:

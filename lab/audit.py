@@ -10,21 +10,21 @@ between steps. Every value that differs between steps is what a capture would fr
 A capture-key value is HANDLED when it is constant within every plan key (the engine captures
 one graph per key); a value to promote is never handled. The clean engine has none unhandled.
 
-`detect_lazy_init(model, cfg)` captures from a fresh engine whose warm-up is skipped, once per
-plan key, in global mode, and reports each initialisation that fired inside a capture (table
-upload, scratch allocation, compilation, array-interface sync): where it fired (caller site,
-which launch needed it) and where its error showed -- which can be a later launch or
-end_capture, since CUDA's capture errors are sticky.
+`detect_lazy_init(model, cfg)` decodes from a fresh engine whose warm-up is skipped, one step at
+the start of each plan (each a capture, in global mode), and reports each initialisation that
+fired inside a capture (table upload, scratch allocation, compilation, array-interface sync):
+where it fired (caller site, which launch needed it) and where its error showed -- which can be
+a later launch or end_capture, since CUDA's capture errors are sticky.
+
+Both use the engine's public API only: `step()`, `seek()`, `step_launches()`, the launch log,
+the ledger, `capture_failures` and the backend's record of host operations (`backend.ops`).
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .backend.base import Buffer, Launch, RawArray
 from .config import LabConfig
-from .errors import CaptureError
-from .instrument import arg_names
 from .plan import plan_boundaries
 
 AUDIT_PROMPT = "ROMEO.\n"
@@ -77,14 +77,17 @@ class AuditReport:
         return "\n".join(lines)
 
 
-def _arg_value(a):
-    if isinstance(a, (Buffer, RawArray)):
-        return ("pointer", a.label)
-    return ("by value", repr(a.item() if hasattr(a, "item") else a))
+def _arg_value(provenance: str) -> tuple[str, str]:
+    """(kind, value) of one logged argument: a buffer label is a pointer, "value x" a by-value."""
+    if provenance.startswith("value "):
+        return "by value", provenance[len("value "):]
+    return "pointer", provenance
 
 
 def audit(engine, prompt: str = AUDIT_PROMPT, tokens: int | None = None) -> AuditReport:
-    """Run eager steps across at least two plan changes and list what differs between them."""
+    """Run eager steps across at least two plan changes and list what differs between them:
+    every launch as the engine's launch log recorded it, and every host write into device
+    memory made before a step's first launch (the backend's record of host operations)."""
     c = engine.model.cfg
     bounds = plan_boundaries(c.max_seq)
     if tokens is None:  # cross the first two plan boundaries
@@ -98,16 +101,12 @@ def audit(engine, prompt: str = AUDIT_PROMPT, tokens: int | None = None) -> Audi
         keys: dict[int, tuple] = {}
         writes: dict[int, list] = {}
         for _ in range(len(prompt) - 1 + tokens):
-            pos = engine.position
-            keys[pos] = engine.plan().key
             n_ops = len(be.ops)
-            engine._host_prelude(engine.plan())          # what the step does on the host ...
-            writes[pos] = [(o.kind, o.detail) for o in be.ops[n_ops:] if o.kind == "upload"]
-            items = list(engine.build_step(engine.plan()))
-            steps[pos] = [x for x in items if isinstance(x, Launch)]
-            for item in items:                           # ... then its launches
-                engine._issue(item)
-            engine.position += 1
+            entry = engine.step()
+            keys[entry.position] = entry.plan_key
+            steps[entry.position] = engine.log.for_step(entry.step)
+            writes[entry.position] = [o.detail for o in be.ops[n_ops:]
+                                      if o.kind == "upload" and o.issued == 0]
     finally:
         engine.cfg = saved
     positions = sorted(steps)
@@ -115,14 +114,13 @@ def audit(engine, prompt: str = AUDIT_PROMPT, tokens: int | None = None) -> Audi
     observed: dict[tuple, dict] = defaultdict(dict)   # (index, what, kind) -> {pos: value}
     meta: dict[tuple, tuple] = {}
     for pos in positions:
-        for i, launch in enumerate(steps[pos]):
-            names = arg_names(launch.kernel)
-            for what, kind, value in ([("kernel", "kernel", launch.name), ("grid", "grid", launch.grid),
-                                       ("block", "block", launch.block)]
-                                      + [(n, *_arg_value(a)) for n, a in zip(names, launch.args)]):
+        for i, rec in enumerate(steps[pos]):
+            for what, kind, value in ([("kernel", "kernel", rec.kernel), ("grid", "grid", rec.grid),
+                                       ("block", "block", rec.block)]
+                                      + [(n, *_arg_value(p)) for n, p in rec.args]):
                 observed[(i, what, kind)][pos] = value
-                meta.setdefault((i, what, kind), (launch.name, launch.layer))
-        for j, (kind, detail) in enumerate(writes[pos]):
+                meta.setdefault((i, what, kind), (rec.kernel, rec.layer))
+        for j, detail in enumerate(writes[pos]):
             observed[(-1, f"host write {j}", "host write")][pos] = f"{detail} (upload)"
             meta.setdefault((-1, f"host write {j}", "host write"), ("(host)", None))
     varying = []
@@ -148,16 +146,20 @@ def audit(engine, prompt: str = AUDIT_PROMPT, tokens: int | None = None) -> Audi
 class LazyInit:
     kind: str                  # table upload | scratch allocation | compilation | ...
     detail: str                # which buffer or kernel
-    site: str                  # caller site, e.g. "engine.py:160 in _ensure_rope_tables"
+    site: str                  # caller site, e.g. "bugs.py:123 in upload_tables_on_first_use"
     plan_key: tuple
     launch_index: int          # the launch that needed it (the next one issued)
     kernel: str
     legal: bool                # compilation is legal inside a capture (but warm up anyway)
     surfaced_at: str           # where the capture error showed: "launch 4 (attn_partial)", "end_capture", "-"
+    surfaced_index: int | None = None   # launches issued before it showed (None: end_capture or "-")
 
     @property
     def shows_later(self) -> bool:
-        return self.surfaced_at not in ("-", f"launch {self.launch_index} ({self.kernel})")
+        """The capture error showed after the launch that needed the initialisation."""
+        if self.surfaced_at == "-":
+            return False
+        return self.surfaced_index is None or self.surfaced_index > self.launch_index
 
 
 @dataclass
@@ -186,7 +188,9 @@ class LazyInitReport:
 
 
 def detect_lazy_init(model, cfg: LabConfig, prompt: str = AUDIT_PROMPT, backend=None) -> LazyInitReport:
-    """Capture one step per plan key from a fresh engine with warm-up skipped (global mode)."""
+    """Decode one step at the start of each plan from a fresh engine with warm-up skipped, as a
+    generation would meet them (a failed capture falls back to eager, which then initialises),
+    and list every host operation the backend saw inside a capture (global mode)."""
     from .engine import DecodeEngine
 
     eng = DecodeEngine(model, cfg.replace(graph=True), backend=backend, warm_up=False)
@@ -195,41 +199,20 @@ def detect_lazy_init(model, cfg: LabConfig, prompt: str = AUDIT_PROMPT, backend=
     findings, captures = [], {}
     for position in [0] + plan_boundaries(model.cfg.max_seq):
         plan = eng.plan(position)
+        launches = eng.step_launches(plan)            # a query: names the launch each op needed
         n_ops = len(be.ops)
-        issued: list = []
-        surfaced: list[str] = []
-        eng._host_prelude(plan)
-        be.begin_capture()
-        builder = eng.build_step(plan)
-        while True:
-            try:
-                launch = next(builder)
-            except StopIteration:
-                break
-            except CaptureError as exc:   # raised while building: shows before its launch
-                surfaced.append(f"building launch {len(issued)}: {exc.reason}")
-                continue
-            try:
-                eng._issue(launch)
-            except CaptureError:
-                surfaced.append(f"launch {len(issued)} ({getattr(launch, 'name', 'event')})")
-            if isinstance(launch, Launch):
-                issued.append(launch)
-        try:
-            be.end_capture()
-            captures[plan.key] = "ok"
-        except CaptureError as exc:
-            surfaced.append("end_capture")
-            captures[plan.key] = f"failed: {exc.reason}"
+        eng.seek(position)
+        entry = eng.step()
+        failure = eng.capture_failures.get(plan.key) if entry.outcome == "fallback" else None
+        captures[plan.key] = "ok" if failure is None else f"failed: {failure.reason}"
         for op in be.ops[n_ops:]:
             if not op.capturing or op.kind not in _KINDS:
                 continue
             legal = op.kind in _LEGAL_IN_CAPTURE
-            shown = "-" if legal else (surfaced[0] if surfaced else "-")
-            kernel = (issued[op.issued].name if op.issued < len(issued)
-                      else "never issued: the step's build failed")
+            shown = "-" if legal or failure is None else failure.shown_at
+            kernel = launches[op.issued].name if op.issued < len(launches) else "(after the last launch)"
             findings.append(LazyInit(_KINDS[op.kind], op.detail, op.site, plan.key, op.issued,
-                                     kernel, legal, shown))
+                                     kernel, legal, shown, None if shown == "-" else failure.launch_index))
     return LazyInitReport(findings, captures, be.describe())
 
 

@@ -18,14 +18,14 @@ Rules every function here follows:
 - `run_sweep` reaches long contexts with `DecodeEngine.seek` (timing only: the skipped KV rows
   are never written, so outputs there are not comparable).
 - Every result carries `source` (backend.describe(): measured on which GPU, or simulated).
+
+Results are plain dicts; `lab/report.py` turns them into tables, plots and files, and the
+command line (`decode-lab bench`) lives with the other commands in `lab/__main__.py`.
 """
 from __future__ import annotations
 
 import datetime as dt
-import json
-import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -33,7 +33,6 @@ import numpy as np
 from .config import TOGGLES, LabConfig
 from .engine import DecodeEngine
 from .errors import LabError
-from .files import atomic_write, atomic_write_text, check_output, plot_formats
 from .stats import (AA_T_THRESHOLD, aa_verdict, loo_rows, mean_sem, outputs_differ,  # noqa: F401
                     paired_t, paired_test, percentiles, welch)
 
@@ -66,6 +65,20 @@ class Arm:
                 "mean_ms": m, "sem_ms": s, "tok_per_s": 1000.0 / m if m else float("nan"),
                 "launches_per_token": len(eng.step_launches(eng.plan(eng.position))),
                 "nodes_per_graph": graph.node_count if graph is not None else 0}
+
+
+def parse_arm(text: str, base: LabConfig) -> LabConfig:
+    """`LAB_GRAPH=0` or `LAB_GRAPH=0,LAB_SPLIT_COMBINE=1` (the LAB_ prefix may be left out)."""
+    assignments = {}
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        if "=" not in item:
+            raise LabError(f"arm {text!r}: expected LAB_NAME=VALUE[,LAB_NAME=VALUE ...]")
+        k, v = (s.strip() for s in item.split("=", 1))
+        k = k.upper()
+        assignments[k if k.startswith("LAB_") else f"LAB_{k}"] = v
+    return base.with_toggles(assignments)
 
 
 def default_backend(cfg: LabConfig, index: int):
@@ -258,82 +271,6 @@ def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
     return out
 
 
-def narrow(result: dict) -> dict:
-    """A copy of an A/B or leave-one-out result whose arms keep only the toggles that differ
-    between them: a table that fits a page or a notebook cell."""
-    aa = result.get("aa") or {}
-    every = result["arms"] + aa.get("arms", [])
-    names = dict.fromkeys(k for a in every for k in a["toggles"])
-    keep = [k for k in names if len({a["toggles"].get(k) for a in every}) > 1]
-
-    def cut(arm):
-        return {**arm, "toggles": {k: arm["toggles"].get(k, "0") for k in keep}}
-
-    out = {**result, "arms": [cut(a) for a in result["arms"]]}
-    if aa:
-        out["aa"] = {**aa, "arms": [cut(a) for a in aa["arms"]]}
-    return out
-
-
-def wrapped(text: str, width: int = 100) -> str:
-    """`text` with every line longer than `width` wrapped (indented continuation lines)."""
-    import textwrap
-    return "\n".join(textwrap.fill(line, width, subsequent_indent="    ") if len(line) > width
-                     else line for line in str(text).splitlines() or [""])
-
-
-def _toggle_text(toggles: dict) -> str:
-    return " ".join(f"{k[4:]}={v}" for k, v in toggles.items() if k != "LAB_BACKEND")
-
-
-def _tw(arms) -> int:
-    """Width of the toggles column: the widest toggle text of these arms."""
-    return max([7] + [len(_toggle_text(a["toggles"])) for a in arms])
-
-
-def _f(x, fmt=".4f") -> str:
-    return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
-
-
-def _ab_rows(result: dict) -> list[tuple[str, dict]]:
-    """(label, arm) for the A/A pair (when present) and the A/B pair."""
-    aa = [(f"{a['name']} (A/A)", a) for a in result["aa"]["arms"]] if result.get("aa") else []
-    return aa + [(a["name"], a) for a in result["arms"]]
-
-
-def format_ab(result: dict) -> str:
-    lines = []
-    aa = result.get("aa")
-    if aa:
-        lines.append(f"A/A gate ({aa['arms'][0]['name']} vs {aa['arms'][1]['name']}): "
-                     f"{'PASS' if aa['ok'] else 'FAIL'}  paired t = {aa['t']:.2f} "
-                     f"(threshold {aa['threshold']:g}), outputs "
-                     f"{'byte-identical' if aa['outputs_identical'] else 'DIFFER'}")
-    tw = _tw([a for _, a in _ab_rows(result)])
-    lines.append(f"{'arm':<13} {'toggles':<{tw}} {'ms/token':>9} {'± sem us':>9} {'p50 ms':>8} "
-                 f"{'p99 ms':>8} {'launches/tok':>12} {'nodes/graph':>11}")
-    for label, arm in _ab_rows(result):
-        pt = arm.get("per_token") or {}
-        lines.append(f"{label:<13} {_toggle_text(arm['toggles']):<{tw}} "
-                     f"{arm['mean_ms']:>9.4f} {_f(arm['sem_ms'] * 1000, '.2f'):>9} "
-                     f"{_f(pt.get('p50')):>8} {_f(pt.get('p99')):>8} "
-                     f"{arm['launches_per_token']:>12} {arm['nodes_per_graph']:>11}")
-    p = result.get("p")
-    a, b = (arm["name"] for arm in result["arms"])
-    lines.append(f"{b} - {a} = {result['diff_b_minus_a_ms']:+.4f} ms/token ± {result['diff_sem_ms']:.4f} "
-                 f"(paired t = {result['t']:.1f}{'' if p is None else f', p = {p:.2g}'}); "
-                 f"{a}/{b} ratio {result['speedup_a_over_b']:.2f}x; "
-                 f"{result['reps']} reps x {result['tokens']} tokens")
-    if "sem_ratio_a_over_b" in result:
-        lines.append(f"sem ratio {a}/{b} {result['sem_ratio_a_over_b']:.1f}x" + (
-            f"; per-token p50/p99 over {result['per_token_samples']} tokens per arm (separate "
-            f"pass, clock per step)" if result.get("per_token_samples") else ""))
-    if result.get("meaningful") is False:
-        lines.append(f"NOT MEANINGFUL: {result['reason']}")
-    lines.append(f"source: {result['source']}")
-    return "\n".join(lines)
-
-
 # ---- the launch-mechanism ladder ---------------------------------------------------------------
 LADDER = (("dispatcher", dict(graph=False, launch="dispatcher"),
            "eager, numba's dispatcher: types and flattens every argument at every launch"),
@@ -368,20 +305,6 @@ def run_ladder(model, base: LabConfig | None = None, reps: int = 5, tokens: int 
             "arms": rows, "run_order": order, "outputs_identical": same,
             "graph_over_prebound": rows[1]["mean_ms"] / rows[2]["mean_ms"],
             "graph_over_dispatcher": rows[0]["mean_ms"] / rows[2]["mean_ms"]}
-
-
-def format_ladder(result: dict) -> str:
-    lines = [f"{'rung':<11} {'ms/token':>9} {'± sem us':>9} {'launches/tok':>12} {'us/launch':>9}"
-             f"  what it removes"]
-    for a in result["arms"]:
-        lines.append(f"{a['name']:<11} {a['mean_ms']:>9.4f} {_f(a['sem_ms'] * 1000, '.2f'):>9} "
-                     f"{a['launches_per_token']:>12} {a['us_per_launch']:>9.2f}  {a['what']}")
-    lines.append(f"graph replay: {result['graph_over_prebound']:.1f}x less time per token than "
-                 f"pre-bound eager, {result['graph_over_dispatcher']:.1f}x less than the "
-                 f"dispatcher; outputs {'byte-identical' if result['outputs_identical'] else 'DIFFER'}")
-    lines.append(f"{result['reps']} reps x {result['tokens']} tokens, interleaved on one engine; "
-                 f"source: {result['source']}")
-    return "\n".join(lines)
 
 
 # ---- context sweep -----------------------------------------------------------------------------
@@ -426,16 +349,6 @@ def run_sweep(model, arms: dict[str, LabConfig], contexts, reps: int = 3, tokens
     return {**_meta(bench[0].engine.backend.describe(), "decode speed per context length "
                     "(seek: timing only)", reps=reps, tokens=tokens, kv_init=kv_init),
             "contexts": list(contexts), "arms": list(arms), "rows": rows}
-
-
-def format_sweep(result: dict) -> str:
-    lines = [f"{'context':>7} {'splits':>6} {'arm':<22} {'ms/token':>9} {'± sem us':>9} {'tok/s':>9}"]
-    for r in result["rows"]:
-        lines.append(f"{r['context']:>7} {r['splits']:>6} {r['arm']:<22} {r['mean_ms']:>9.4f} "
-                     f"{_f(r['sem_ms'] * 1000, '.2f'):>9} {r['tok_per_s']:>9.0f}")
-    lines.append(f"{result['reps']} reps x {result['tokens']} tokens per context, kv_init "
-                 f"{result['kv_init']}; source: {result['source']}")
-    return "\n".join(lines)
 
 
 # ---- leave-one-out -----------------------------------------------------------------------------
@@ -501,151 +414,3 @@ def run_loo(model, factors, base: LabConfig | None = None, reps: int = 5, tokens
             "rows": loo_rows(ms, factors),
             "baseline": {**plain.summary(), "gap_ms": gap["diff"], "gap_sem_ms": gap["sem"],
                          "z": gap["z"], "ok": not flags, "reason": "; ".join(flags)}}
-
-
-def format_loo(result: dict) -> str:
-    tw = _tw(result["arms"])
-    lines = [f"{'arm':<20} {'toggles':<{tw}} {'ms/token':>9} {'± sem us':>9}"]
-    for a in result["arms"]:
-        lines.append(f"{a['name']:<20} {_toggle_text(a['toggles']):<{tw}} {a['mean_ms']:>9.4f} "
-                     f"{_f(a['sem_ms'] * 1000, '.2f'):>9}")
-    lines.append("")
-    lines.append(f"{'factor':<20} {'worth = off - all-on (ms/token)':>32} {'± sem us':>9} {'t':>8}")
-    for r in result["rows"]:
-        lines.append(f"{r['factor']:<20} {r['worth_ms']:>+32.4f} {_f(r['sem_ms'] * 1000, '.2f'):>9} "
-                     f"{_f(r['t'], '.1f'):>8}")
-    b = result["baseline"]
-    lines.append(f"baseline (all-off, un-interleaved): {b['mean_ms']:.4f} ± {_f(b['sem_ms'])} "
-                 f"ms/token; gap {b['gap_ms']:+.4f} ± {b['gap_sem_ms']:.4f} -> "
-                 f"{'ok' if b['ok'] else 'FLAGGED: ' + b['reason']}")
-    lines.append(f"{result['reps']} reps x {result['tokens']} tokens; source: {result['source']}")
-    return "\n".join(lines)
-
-
-# ---- output ------------------------------------------------------------------------------------
-def source_label(source: str) -> str:
-    return "simulated" if source.startswith("simulated") else source.split(",")[0]
-
-
-def plot(result: dict, ax=None):
-    """One figure per result kind (A/B, sweep, leave-one-out); the title names the source."""
-    import matplotlib.pyplot as plt
-    label = source_label(result["source"])
-    if "rows" in result and "contexts" in result:                       # sweep
-        if ax is None:
-            _, ax = plt.subplots(figsize=(6, 3.5))
-        for name in result["arms"]:
-            rs = [r for r in result["rows"] if r["arm"] == name]
-            ax.errorbar([r["context"] for r in rs], [r["mean_ms"] for r in rs],
-                        yerr=[r["sem_ms"] for r in rs], marker="o", capsize=3, label=name)
-        ax.set_xlabel("context length")
-        ax.set_ylabel("ms / token")
-        ax.set_yscale("log")
-        ax.legend(fontsize=8)
-        ax.set_title(f"decode speed vs context [{label}]", fontsize=9)
-    elif "factors" in result:                                           # leave-one-out
-        if ax is None:
-            _, ax = plt.subplots(figsize=(6, 3))
-        rows = result["rows"]
-        ax.barh([r["factor"] for r in rows], [r["worth_ms"] for r in rows],
-                xerr=[r["sem_ms"] for r in rows], capsize=3, color="#1f77b4")
-        ax.axvline(0, color="black", linewidth=0.5)
-        ax.set_xlabel("ms/token added when switched off (± sem)")
-        ax.set_title(f"leave-one-out [{label}]", fontsize=9)
-    else:                                                               # A/B
-        rows = _ab_rows(result)
-        arms = [a for _, a in rows]
-        if ax is None:
-            _, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-        else:
-            axes = ax
-        names = [label for label, _ in rows]
-        axes[0].bar(names, [a["mean_ms"] for a in arms], yerr=[a["sem_ms"] for a in arms],
-                    capsize=4, color="#1f77b4")
-        axes[0].set_ylabel("ms / token (± sem)")
-        axes[0].set_title(f"A/A and A/B [{label}]", fontsize=9)
-        axes[1].bar(names, [a["sem_ms"] * 1000 for a in arms], color="#d62728")
-        axes[1].set_yscale("log")
-        axes[1].set_ylabel("standard error (us / token)")
-        axes[1].set_title(f"noise per arm, {result['reps']} reps [{label}]", fontsize=9)
-        ax = axes
-    return ax
-
-
-def save(result: dict, json_path=None, plot_path=None) -> list[str]:
-    """Write the result as JSON and/or its plot, each file whole or not at all; the paths."""
-    written = []
-    if json_path:
-        text = json.dumps(result, indent=2, default=_jsonable)
-        written.append(str(atomic_write_text(json_path, text)))
-    if plot_path:
-        import matplotlib.pyplot as plt
-        ax = plot(result)
-        fig = (ax[0] if isinstance(ax, (list, tuple, np.ndarray)) else ax).figure
-        fig.tight_layout()
-        fmt = Path(plot_path).suffix.lstrip(".").lower()
-        written.append(str(atomic_write(plot_path, lambda tmp: fig.savefig(tmp, dpi=120, format=fmt))))
-        plt.close(fig)
-    return written
-
-
-def check_args(args) -> None:
-    """Every `bench` argument checked before any work: a bad one is a LabError (exit 2)."""
-    if args.reps < 2:
-        raise LabError(f"--reps {args.reps}: a standard error needs at least 2 reps")
-    if args.tokens < 1:
-        raise LabError(f"--tokens {args.tokens}: give at least 1 decoded token per rep")
-    if getattr(args, "per_token", 0) < 0:
-        raise LabError(f"--per-token {args.per_token}: give 0 (skip) or more")
-    if getattr(args, "aa_threshold", 1.0) <= 0:
-        raise LabError(f"--aa-threshold {args.aa_threshold}: must be > 0")
-    if args.json:
-        check_output(args.json, "--json")
-    if args.plot:
-        check_output(args.plot, "--plot", plot_formats())
-
-
-def _jsonable(x):
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
-
-
-# ---- command line (`decode-lab bench ab|loo|sweep`) --------------------------------------------
-def parse_arm(text: str, base: LabConfig) -> LabConfig:
-    """`LAB_GRAPH=0` or `LAB_GRAPH=0,LAB_SPLIT_COMBINE=1` (the LAB_ prefix may be left out)."""
-    assignments = {}
-    for item in (x.strip() for x in text.split(",")):
-        if not item:
-            continue
-        if "=" not in item:
-            raise LabError(f"arm {text!r}: expected LAB_NAME=VALUE[,LAB_NAME=VALUE ...]")
-        k, v = (s.strip() for s in item.split("=", 1))
-        k = k.upper()
-        assignments[k if k.startswith("LAB_") else f"LAB_{k}"] = v
-    return base.with_toggles(assignments)
-
-
-def main_bench(args, base: LabConfig, model) -> int:
-    """Run one `decode-lab bench` subcommand; print its table; save --json / --plot."""
-    check_args(args)
-    progress = args.progress                            # None: a bar only on a terminal
-    common = dict(progress=progress, kv_init=args.kv_init)
-    if args.bench == "ab":
-        a, b = parse_arm(args.a, base), parse_arm(args.b, base)
-        res = run_ab(model, a, b, reps=args.reps, tokens=args.tokens, per_token=args.per_token,
-                     aa_threshold=args.aa_threshold, names=("A", "B"), **common)
-        print(format_ab(res))
-    elif args.bench == "loo":
-        res = run_loo(model, args.factors, base=base, reps=args.reps, tokens=args.tokens, **common)
-        print(format_loo(res))
-    else:
-        arms = {text: parse_arm(text, base) for text in args.arms}
-        res = run_sweep(model, arms, parse_contexts(args.contexts), reps=args.reps,
-                        tokens=args.tokens, **common)
-        print(format_sweep(res))
-    for path in save(res, args.json, args.plot):
-        print(f"wrote {path}")
-    return 0

@@ -15,12 +15,21 @@ illegal (the capture fails; the eager fallback keeps the output right; the ledge
 race (only under LAB_PDL=1: a programmatic launch starts before its predecessor ends):
   late_wait          a kernel reads its input before its PDL wait (rmsnorm_late_wait)
 
-The engine asks `has(cfg, name)` at the few places a bug changes what it does; everything else
-about the bug (what it freezes, how it is caught, the fix) is described here for the notebooks.
+Each bug is a named override of one or two pieces of the clean step (lab/step.py): the classes
+at the end of this file are the whole of what a bug changes. `step_class(cfg.bugs)` composes the
+switched-on bugs with the clean step; the `Bug` rows say what each freezes, how it is caught and
+the fix, for the notebooks.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
+
+from kernels import attention, rmsnorm, rope
+from .backend import Buffer
+from .errors import CaptureError
+from .step import HostWork, Step, launch
 
 
 @dataclass(frozen=True)
@@ -54,7 +63,114 @@ BUGS: dict[str, Bug] = {b.name: b for b in (
 )}
 
 
-def has(cfg, name: str) -> bool:
-    if name not in BUGS:
-        raise KeyError(f"unknown bug {name!r}")
-    return name in cfg.bugs
+# ---- each bug as the pieces of the step it overrides ---------------------------------------------
+class _Buggy(Step):
+    rebuilt_each_step = True   # its launches or host work depend on the position or on host state
+
+
+class FrozenKvRow(_Buggy):
+    def append_kv(self, plan, layer):
+        """The host picks the KV row: a pointer (cache + position * row bytes) the graph freezes."""
+        c, b, be = self.engine.model.cfg, self.engine.buf, self.engine.backend
+        row = plan.position
+        return launch(rope.rope_kv_append_row, rope.grid_for(c.n_head, c.head_dim),
+                      (b.qkv, b.pos, b.cos, b.sin, b.q, be.row(b.k_cache[layer], row),
+                       be.row(b.v_cache[layer], row)), layer)
+
+
+class CtxByValue(_Buggy):
+    def attention(self, plan, layer, part_o, part_ml, scale):
+        """The context length passed by value: a loop bound the graph freezes."""
+        c, b = self.engine.model.cfg, self.engine.buf
+        return launch(attention.attn_partial_len, attention.partial_grid(c.n_head, plan.splits, c.head_dim),
+                      (b.q, b.k_cache[layer], b.v_cache[layer], np.int32(plan.position + 1),
+                       part_o, part_ml, scale), layer)
+
+
+class PosOutsideGraph(_Buggy):
+    def prelude(self, plan):
+        """The host uploads the position before the step: at capture time only, for a graph."""
+        self.engine.backend.upload(self.engine.buf.pos, np.array([plan.position], np.int32))
+
+    def advance(self):
+        return []     # no kernel advances the position inside the step
+
+
+class LazyTable(_Buggy):
+    tables_at_start_up = False
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.lazy["rope_uploaded"] = False
+
+    def prepare_rope(self, layer):
+        if not self.lazy["rope_uploaded"]:
+            yield HostWork("upload the RoPE tables on first use", self.upload_tables_on_first_use)
+
+    def upload_tables_on_first_use(self):
+        """Upload the RoPE tables on first use, "best effort": a failed upload is only noted (an
+        all too common pattern), so inside a capture the failure does not show here; the sticky
+        capture error shows later, at end_capture."""
+        self.lazy["rope_uploaded"] = True        # marked first, as such code usually is
+        be, b, (cos, sin) = self.engine.backend, self.engine.buf, self.engine.rope_host
+        try:
+            be.upload(b.cos, cos)
+            be.upload(b.sin, sin)
+        except CaptureError as exc:
+            self.engine.warnings.append(f"rope table upload failed: {exc}")
+
+
+class LazyScratch(_Buggy):
+    scratch_splits_at_start = 1
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.lazy["scratch_splits"] = self.scratch_splits_at_start
+
+    def prepare_attention(self, plan):
+        if plan.splits > self.lazy["scratch_splits"]:
+            yield HostWork(f"grow the attention scratch to {plan.splits} splits",
+                           lambda: self.grow_scratch(plan.splits))
+
+    def grow_scratch(self, splits):
+        """Allocate scratch for `splits` when the plan needs more than there is."""
+        self.lazy["scratch_splits"] = splits     # capacity recorded, then allocated
+        self.engine.alloc_scratch(splits)
+
+    def scratch(self, splits):
+        if splits <= self.lazy["scratch_splits"]:
+            return self.engine.partials[splits]
+        # a query before the growth: the buffers this step would allocate do not exist yet
+        c = self.engine.model.cfg
+        return (Buffer("part_o (not yet allocated)", 0, (c.n_head, splits, c.head_dim), np.dtype(np.float32)),
+                Buffer("part_ml (not yet allocated)", 0, (c.n_head, splits, 2), np.dtype(np.float32)))
+
+
+class RawArrayArg(_Buggy):
+    def norm_input(self, layer):
+        """Layer 0's norm gets x as the raw framework array (numba synchronises on it)."""
+        x = self.engine.buf.x
+        return self.engine.backend.raw(x) if layer == 0 else x
+
+
+class LateWait(_Buggy):
+    rebuilt_each_step = False           # the same launches every step: only a kernel differs
+    attn_norm_kernel = rmsnorm.rmsnorm_late_wait
+
+
+OVERRIDES: dict[str, type[Step]] = {
+    "frozen_kv_row": FrozenKvRow, "ctx_by_value": CtxByValue, "pos_outside_graph": PosOutsideGraph,
+    "lazy_table": LazyTable, "lazy_scratch": LazyScratch, "raw_array": RawArrayArg,
+    "late_wait": LateWait,
+}
+
+
+def step_class(names, base: type[Step] = Step) -> type[Step]:
+    """`base` (the clean step, or a variant of it) with the named bugs' overrides on top (the
+    bugs override distinct pieces)."""
+    chosen = tuple(OVERRIDES[n] for n in BUGS if n in set(names))
+    if not chosen:
+        return base
+    rebuilt = base.rebuilt_each_step or any(c.rebuilt_each_step for c in chosen)
+    return type(f"{base.__name__}+" + "+".join(sorted(names)), (*chosen, base),
+                {"rebuilt_each_step": rebuilt})

@@ -1,12 +1,14 @@
-"""DecodeEngine: owns every buffer, builds a decode step as a list of launches, and runs it
-eagerly or as a CUDA graph (one graph per plan key), falling back to eager when a capture fails.
+"""DecodeEngine: owns every buffer, issues the decode step (lab/step.py: its launches, in named
+pieces) eagerly or as a CUDA graph (one graph per plan key), falling back to eager when a
+capture fails.
 
 Read top to bottom: allocate (weights, state, scratch) -> warm up -> reset(prompt) -> step():
 decode_plan(position) -> graph for plan.key (capture on a miss) or the eager launches.
 
 A clean engine builds each plan's step once and issues the SAME Launch objects at every later
 step with that plan key (eager or captured), so a backend can prepare each launch once
-(LAB_LAUNCH=prebound). With a deliberate bug on, the step is rebuilt and issued as it is built.
+(LAB_LAUNCH=prebound). A deliberate bug (lab/bugs.py) overrides pieces of the step; most make the
+step depend on the position or on host state, so it is rebuilt and issued as it is built.
 
 Device-resident state (read by kernels at run time, so a replay decodes the NEXT token):
   tokens [max_seq] int32  the prompt, then each generated id (written by argmax_next)
@@ -22,15 +24,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import kernels
-from kernels import attention, embed, matvec, mlp, position, rmsnorm, rope, sample
 from . import bugs
 from .backend import Launch, StreamWait, make_backend
 from .config import LabConfig
 from .errors import CaptureError, LabError
 from .instrument import LaunchLog
 from .model import Model, check_request
-from .plan import MAX_SPLITS, Plan, decode_plan
+from .plan import Plan, decode_plan
 from .reference import rope_tables
+from .step import HostWork, Step
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,13 @@ class LedgerEntry:
     plan_key: tuple
     outcome: str            # "eager" | "capture" (new graph, then replayed) | "replay" | "fallback"
     reason: str = ""        # why a fallback happened
+
+
+@dataclass(frozen=True)
+class CaptureFailure:
+    reason: str             # the first offence, as the backend names it
+    shown_at: str           # where the error showed: "launch 4 (attn_partial)", "end_capture", ...
+    launch_index: int | None  # launches issued before it showed (None: at end_capture)
 
 
 @dataclass
@@ -79,7 +88,10 @@ class _Buffers:
 
 class DecodeEngine:
     def __init__(self, model: Model, cfg: LabConfig | None = None, backend=None,
-                 kv_init: str = "zeros", warm_up: bool = True):
+                 kv_init: str = "zeros", warm_up: bool = True, step: type[Step] = Step):
+        """`step`: the step's pieces (lab/step.py); a subclass of Step is a variant for an
+        experiment (e.g. a step with a join dropped). Deliberate bugs (cfg.bugs) override pieces
+        on top of it."""
         self.model = model
         self._cfg = cfg or LabConfig()
         self.backend = backend or make_backend(self._cfg)
@@ -87,14 +99,13 @@ class DecodeEngine:
         self.backend.log = self.log
         self.ledger: list[LedgerEntry] = []
         self._graphs: dict[tuple, object] = {}
-        self._step_items: dict[tuple, list] = {}   # plan key -> the step's items (clean engine)
-        self._uncapturable: dict[tuple, str] = {}
+        self._built: dict[tuple, list] = {}        # plan key -> the step's items (clean engine)
+        self._failed: dict[tuple, CaptureFailure] = {}   # plan keys whose capture failed
         self.position = 0
         self.n_prompt = 0
         self._steps = 0
-        # host-side state that lazy initialisation changes (only the deliberate bugs use it);
-        # a failed capture restores it, since the captured operations never ran
-        self._lazy: dict = {}
+        # the step's pieces: the clean step, or the deliberate bugs' overrides of it (lab/bugs.py)
+        self.pieces: Step = bugs.step_class(self._cfg.bugs, step)(self)
         self._retired: list = []  # buffers replaced by a lazy re-allocation; graphs may point at them
         self.warnings: list[str] = []
         self._alloc(kv_init)
@@ -143,7 +154,7 @@ class DecodeEngine:
     # ---- allocation (once) -------------------------------------------------------------------
     def _alloc(self, kv_init: str) -> None:
         c, be = self.model.cfg, self.backend
-        D, F, V, H, hd = c.d_model, c.d_ff, c.vocab_size, c.n_head, c.head_dim
+        D, F, V, hd = c.d_model, c.d_ff, c.vocab_size, c.head_dim
         self.w = {}
         for name, arr in self.model.weights.items():
             self.w[name] = be.alloc(name, arr.shape, np.float32)
@@ -156,17 +167,12 @@ class DecodeEngine:
                         ("logits", V)):
             setattr(b, name, be.alloc(name, (n,), np.float32))
         # scratch for the largest plan, once (the lazy_scratch bug starts with one split instead)
-        cap = 1 if bugs.has(self.cfg, "lazy_scratch") else MAX_SPLITS
-        self._lazy["scratch_splits"] = cap
-        b.part_o = be.alloc("part_o", (H * cap * hd,), np.float32)
-        b.part_ml = be.alloc("part_ml", (H * cap * 2,), np.float32)
+        self.alloc_scratch(self.pieces.scratch_splits_at_start)
         cos, sin = rope_tables(hd, c.max_seq, c.rope_theta, np.float32)
         b.cos = be.alloc("rope_cos", cos.shape, np.float32)
         b.sin = be.alloc("rope_sin", sin.shape, np.float32)
-        self._rope_host = (cos, sin)
-        if bugs.has(self.cfg, "lazy_table"):
-            self._lazy["rope_uploaded"] = False       # BUG: uploaded on first use instead
-        else:
+        self.rope_host = (cos, sin)
+        if self.pieces.tables_at_start_up:                # (lazy_table: on first use instead)
             be.upload(b.cos, cos)
             be.upload(b.sin, sin)
         kv = np.dtype(self.cfg.kv_dtype)
@@ -174,139 +180,57 @@ class DecodeEngine:
             b.k_cache.append(be.alloc(f"k_cache.{i}", (c.max_seq, D), kv, init=kv_init))
             b.v_cache.append(be.alloc(f"v_cache.{i}", (c.max_seq, D), kv, init=kv_init))
         # row views for LAB_OVERLAP: wqkv rows [0, D) -> q, [D, 3D) -> k and v
-        self._wqkv_views = [(be.rows(self.w[f"layers.{i}.wqkv"], 0, D),
-                             be.rows(self.w[f"layers.{i}.wqkv"], D, 3 * D)) for i in range(c.n_layer)]
-        self._qkv_views = (be.rows(b.qkv, 0, D), be.rows(b.qkv, D, 3 * D))
-        # views of the partials for each plan, made here so no step ever creates one
-        self._partials = {}
+        self.wqkv_views = [(be.rows(self.w[f"layers.{i}.wqkv"], 0, D),
+                            be.rows(self.w[f"layers.{i}.wqkv"], D, 3 * D)) for i in range(c.n_layer)]
+        self.qkv_views = (be.rows(b.qkv, 0, D), be.rows(b.qkv, D, 3 * D))
+
+    def alloc_scratch(self, splits: int) -> None:
+        """Attention scratch for plans of up to `splits` splits, and its views for each plan
+        (made here, so no step ever creates one)."""
+        c, be, b = self.model.cfg, self.backend, self.buf
+        if b.part_o is not None:
+            self._retired += [b.part_o, b.part_ml]  # a graph may still point at them
+        b.part_o = be.alloc("part_o", (c.n_head * splits * c.head_dim,), np.float32)
+        b.part_ml = be.alloc("part_ml", (c.n_head * splits * 2,), np.float32)
+        self.partials = {}
         s = 1
-        while s <= cap:
-            self._partials[s] = (be.reshape(b.part_o, (H, s, hd)), be.reshape(b.part_ml, (H, s, 2)))
+        while s <= splits:
+            self.partials[s] = (be.reshape(b.part_o, (c.n_head, s, c.head_dim)),
+                                be.reshape(b.part_ml, (c.n_head, s, 2)))
             s *= 2
 
-    # ---- lazy initialisation: only the deliberate bugs (lab/bugs.py) take these paths ---------
-    def _ensure_rope_tables(self) -> None:
-        """BUG lazy_table: upload the RoPE tables on first use, "best effort": a failed upload
-        is only noted (an all too common pattern), so inside a capture the failure does not
-        show here; the sticky capture error shows later, at end_capture."""
-        if not self._lazy.get("rope_uploaded", True):
-            self._lazy["rope_uploaded"] = True        # marked first, as such code usually is
-            try:
-                self.backend.upload(self.buf.cos, self._rope_host[0])
-                self.backend.upload(self.buf.sin, self._rope_host[1])
-            except CaptureError as exc:
-                self.warnings.append(f"rope table upload failed: {exc}")
-
-    def _partials_for(self, splits: int):
-        """The partial buffers viewed for `splits`; BUG lazy_scratch grows them on demand."""
-        if splits > self._lazy["scratch_splits"]:
-            c, be, b = self.model.cfg, self.backend, self.buf
-            self._lazy["scratch_splits"] = splits     # capacity recorded, then allocated
-            self._retired += [b.part_o, b.part_ml]
-            b.part_o = be.alloc("part_o", (c.n_head * splits * c.head_dim,), np.float32)
-            b.part_ml = be.alloc("part_ml", (c.n_head * splits * 2,), np.float32)
-            self._partials = {}
-        if splits not in self._partials:
-            c, be, b = self.model.cfg, self.backend, self.buf
-            self._partials[splits] = (be.reshape(b.part_o, (c.n_head, splits, c.head_dim)),
-                                      be.reshape(b.part_ml, (c.n_head, splits, 2)))
-        return self._partials[splits]
-
-    def _host_prelude(self, plan: Plan) -> None:
-        """Host work before a step's launches. Clean engine: none. BUG pos_outside_graph: the
-        host uploads the position -- at capture time only, so replays never see it again."""
-        if bugs.has(self.cfg, "pos_outside_graph"):
-            self.backend.upload(self.buf.pos, np.array([plan.position], np.int32))
-
-    # ---- one step as launches ----------------------------------------------------------------
+    # ---- one step ----------------------------------------------------------------------------
     def plan(self, position: int | None = None) -> Plan:
         return decode_plan(self.position if position is None else position, self.model.cfg, self.cfg)
 
     def step_launches(self, plan: Plan) -> list[Launch]:
-        """The decode step's kernel launches for `plan`, in issue order (for a clean engine, the
-        very objects its steps issue)."""
-        return [x for x in self._items(plan) if isinstance(x, Launch)]
+        """The decode step's kernel launches for `plan`, in issue order. A query: nothing is
+        issued, cached, allocated or uploaded (for a clean engine whose step for this plan key
+        was already issued, the very objects its steps issue)."""
+        items = self._built.get(plan.key)
+        if items is not None:
+            return [x for x in items if isinstance(x, Launch)]
+        return self.pieces.launches(plan)
 
     def _items(self, plan: Plan):
         """The step's items to issue. Clean engine: the list built once per plan key (its build
-        does no host work and does not depend on the position). With a deliberate bug on: the
-        build itself, issued as it yields, so the bug's host work happens between launches,
-        where a capture sees it (and where the lazy-init detector places it)."""
-        if self.cfg.bugs:
-            return self.build_step(plan)
-        items = self._step_items.get(plan.key)
+        does no host work and does not depend on the position). A step rebuilt each step (most
+        deliberate bugs): the build itself, issued as it yields, so the bug's host work happens
+        between launches, where a capture sees it (and where the lazy-init detector places it)."""
+        if self.pieces.rebuilt_each_step:
+            return self.pieces.items(plan)
+        items = self._built.get(plan.key)
         if items is None:
-            items = self._step_items[plan.key] = list(self.build_step(plan))
+            items = self._built[plan.key] = list(self.pieces.items(plan))
         return items
 
     def _issue(self, item) -> None:
-        if isinstance(item, StreamWait):
+        if isinstance(item, Launch):
+            self.backend.launch(item)
+        elif isinstance(item, StreamWait):
             self.backend.record_wait(item.src, item.dst)
         else:
-            self.backend.launch(item)
-
-    def build_step(self, plan: Plan):
-        """Yield the step's launches one at a time. The engine issues each as it is yielded, so
-        any host work done while building (only the deliberate bugs do some) happens right
-        before the launch that needs it -- where a capture would see it."""
-        c, b, w = self.model.cfg, self.buf, self.w
-        D, F, V, H, hd = c.d_model, c.d_ff, c.vocab_size, c.n_head, c.head_dim
-        eps, scale = np.float32(c.norm_eps), np.float32(1.0 / np.sqrt(hd))
-        # launch geometry comes from each kernel's own module, the one the kernel tests use
-        rows = matvec.grid_for                              # one warp per output row
-        norm = (rmsnorm.RMSNORM_GRID, rmsnorm.RMSNORM_BLOCK)
-        bug = lambda name: bugs.has(self.cfg, name)  # noqa: E731  (deliberate bugs, lab/bugs.py)
-
-        def L(kern, geometry, args, layer=None, stream="main") -> Launch:
-            grid, block = geometry
-            return Launch(kern, tuple(grid), tuple(block), tuple(args), layer, stream)
-
-        yield L(embed.embed, embed.grid_for(D), (b.tokens, b.pos, w["tok_emb"], b.x))
-        for i in range(c.n_layer):
-            p = f"layers.{i}."
-            x_in = self.backend.raw(b.x) if bug("raw_array") and i == 0 else b.x
-            norm_k = rmsnorm.rmsnorm_late_wait if bug("late_wait") else rmsnorm.rmsnorm
-            yield L(norm_k, norm, (x_in, w[p + "attn_norm"], b.h, eps), i)
-            if self.cfg.overlap:  # q on the main stream, k and v on a side stream, in parallel
-                wq, wkv = self._wqkv_views[i]
-                q_out, kv_out = self._qkv_views
-                yield StreamWait("main", "side")                      # fork: side waits for h
-                yield L(matvec.matvec, rows(2 * D), (wkv, b.h, kv_out), i, "side")
-                yield L(matvec.matvec, rows(D), (wq, b.h, q_out), i)
-                yield StreamWait("side", "main")                      # join before rope
-            else:
-                yield L(matvec.matvec, rows(3 * D), (w[p + "wqkv"], b.h, b.qkv), i)
-            self._ensure_rope_tables()
-            if bug("frozen_kv_row"):  # the host picks the row: a pointer the graph freezes
-                row = plan.position
-                yield L(rope.rope_kv_append_row, rope.grid_for(H, hd), (b.qkv, b.pos, b.cos, b.sin,
-                        b.q, self.backend.row(b.k_cache[i], row), self.backend.row(b.v_cache[i], row)), i)
-            else:
-                yield L(rope.rope_kv_append, rope.grid_for(H, hd),
-                        (b.qkv, b.pos, b.cos, b.sin, b.q, b.k_cache[i], b.v_cache[i]), i)
-            part_o, part_ml = self._partials_for(plan.splits)  # [H, splits, hd], [H, splits, 2]
-            partial = attention.partial_grid(H, plan.splits, hd)
-            if bug("ctx_by_value"):   # a loop bound by value: the graph freezes it
-                yield L(attention.attn_partial_len, partial, (b.q, b.k_cache[i], b.v_cache[i],
-                        np.int32(plan.position + 1), part_o, part_ml, scale), i)
-            else:
-                yield L(attention.attn_partial, partial,
-                        (b.q, b.k_cache[i], b.v_cache[i], b.pos, part_o, part_ml, scale), i)
-            if plan.split_combine:  # fission: merge, then project (bit-identical to the fused form)
-                yield L(attention.attn_merge, attention.merge_grid(H, hd), (part_o, part_ml, b.o), i)
-                yield L(matvec.matvec_residual, rows(D), (w[p + "wo"], b.o, b.x), i)
-            else:
-                yield L(attention.attn_combine, attention.combine_grid(D),
-                        (part_o, part_ml, w[p + "wo"], b.x), i)
-            yield L(rmsnorm.rmsnorm, norm, (b.x, w[p + "mlp_norm"], b.h, eps), i)
-            yield L(mlp.swiglu_up, mlp.grid_for(F), (w[p + "w_gate"], w[p + "w_up"], b.h, b.act), i)
-            yield L(matvec.matvec_residual, rows(D), (w[p + "w_down"], b.act, b.x), i)
-        yield L(rmsnorm.rmsnorm, norm, (b.x, w["final_norm"], b.h, eps))
-        yield L(matvec.matvec, rows(V), (w["lm_head"], b.h, b.logits))
-        yield L(sample.argmax_next, (sample.ARGMAX_GRID, sample.ARGMAX_BLOCK),
-                (b.logits, b.pos, b.n_prompt, b.tokens))
-        if not bug("pos_outside_graph"):  # (the bug uploads the position in _host_prelude)
-            yield L(position.advance, (position.ADVANCE_GRID, position.ADVANCE_BLOCK), (b.pos,))
+            item.run()                                   # HostWork (deliberate bugs only)
 
     # ---- requests ----------------------------------------------------------------------------
     def reset(self, prompt_ids, max_new_tokens: int = 0) -> None:
@@ -356,36 +280,42 @@ class DecodeEngine:
         return entry
 
     def _eager(self, plan: Plan, outcome: str, reason: str = "") -> LedgerEntry:
-        self._host_prelude(plan)
+        self.pieces.prelude(plan)
         for item in self._items(plan):
             self._issue(item)
         return LedgerEntry(self._steps, self.position, plan.key, outcome, reason)
 
     def _graph_step(self, plan: Plan) -> LedgerEntry:
         key = plan.key
-        if key in self._uncapturable:
-            return self._eager(plan, "fallback", self._uncapturable[key])
+        if key in self._failed:
+            return self._eager(plan, "fallback", self._failed[key].reason)
         graph, outcome = self._graphs.get(key), "replay"
         if graph is None:
-            graph, reason = self.capture(plan)
+            graph, failure = self.capture(plan)
             if graph is None:
-                self._uncapturable[key] = reason
-                return self._eager(plan, "fallback", reason)
+                self._failed[key] = failure
+                return self._eager(plan, "fallback", failure.reason)
             outcome = "capture"
         graph.launch()
         self.log.record_replay(key, graph.node_count)
         return LedgerEntry(self._steps, self.position, key, outcome)
 
     def capture(self, plan: Plan):
-        """Capture the step for `plan` into a graph: (graph, None), or (None, reason) after
-        ending the failed capture cleanly so that the caller can re-issue the step eagerly."""
-        be = self.backend
-        saved = dict(self._lazy)
-        self._host_prelude(plan)
+        """Capture the step for `plan` into a graph: (graph, None), or (None, CaptureFailure)
+        after ending the failed capture cleanly so that the caller can re-issue the step eagerly."""
+        be, pieces = self.backend, self.pieces
+        saved = dict(pieces.lazy)
+        pieces.prelude(plan)
+        n, at = 0, "begin_capture"
         try:
             be.begin_capture()
             for item in self._items(plan):
+                at = (f"launch {n} ({item.name})" if isinstance(item, Launch) else
+                      f"host work before launch {n} ({item.what})" if isinstance(item, HostWork) else
+                      f"stream wait before launch {n}")
                 self._issue(item)
+                n += isinstance(item, Launch)
+            at, n = "end_capture", None
             graph = be.end_capture()
         except CaptureError as exc:
             reason = exc.reason
@@ -394,16 +324,21 @@ class DecodeEngine:
                     be.end_capture()
                 except CaptureError as sticky:
                     reason = sticky.reason
-            self._lazy = saved  # the captured operations never ran: undo what lazy code recorded
-            return None, reason
+            pieces.lazy = saved  # the captured operations never ran: undo what lazy code recorded
+            return None, CaptureFailure(reason, at, n)
         except BaseException:
             # not a capture problem (a programming error, an interrupt): end the capture, undo
             # the host state, and let the error through; the engine stays usable
             be.abort_capture()
-            self._lazy = saved
+            pieces.lazy = saved
             raise
         self._graphs[plan.key] = graph
         return graph, None
+
+    @property
+    def capture_failures(self) -> dict:
+        """{plan key: CaptureFailure} for every plan whose capture failed (it runs eagerly)."""
+        return dict(self._failed)
 
     # ---- generation --------------------------------------------------------------------------
     def encode(self, prompt: str) -> np.ndarray:

@@ -20,14 +20,11 @@ import numpy as np
 from .backend.base import Buffer, Launch, RawArray
 
 
-def arg_names(kernel) -> list[str]:
-    return list(kernel.arg_names)
-
-
 def provenance(value) -> str:
+    """A buffer's label (allocation + offset), or "value x" for an argument passed by value."""
     if isinstance(value, (Buffer, RawArray)):
         return value.label
-    return f"value {value!r}"
+    return f"value {value.item() if isinstance(value, np.generic) else value!r}"
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,6 @@ class Plan:
         return ("splits", self.splits, "split_combine", self.split_combine, "pdl", self.pdl,
                 "overlap", self.overlap)
 
-    @property
-    def attn_grid(self) -> tuple[int, int]:
-        return (self.n_head, self.splits)
-
 
 def splits_for(context: int) -> int:
     """Smallest power of two with context / splits <= CHUNK_TARGET, capped at MAX_SPLITS."""

@@ -17,7 +17,8 @@ import numpy as np
 
 
 @dataclass
-class Arm:
+class Decoded:
+    """What one side of the check decoded (a bench `Arm` is something else: a timed config)."""
     tokens: np.ndarray          # generated ids [replays]
     logits: np.ndarray          # [replays, vocab], float32 as the device wrote them
 
@@ -25,8 +26,8 @@ class Arm:
 @dataclass
 class PromptCheck:
     prompt_ids: np.ndarray
-    eager: Arm
-    graph: Arm
+    eager: Decoded
+    graph: Decoded
     ledger: list = field(default_factory=list)   # the graph arm's ledger entries
 
     @property
@@ -64,7 +65,7 @@ class ReplayReport:
         return "\n".join(lines)
 
 
-def run_arm(engine, prompt_ids, steps: int, graph: bool) -> tuple[Arm, list]:
+def decode_after_prompt(engine, prompt_ids, steps: int, graph: bool) -> tuple[Decoded, list]:
     """Ingest the prompt eagerly, then decode `steps` tokens (as graph replays if `graph`)."""
     cfg = engine.cfg
     try:
@@ -79,7 +80,7 @@ def run_arm(engine, prompt_ids, steps: int, graph: bool) -> tuple[Arm, list]:
             engine.step()
             logits.append(engine.logits())
         tokens = engine.tokens(len(prompt_ids) + steps)[len(prompt_ids):]
-        return Arm(tokens, np.array(logits)), engine.ledger[start:]
+        return Decoded(tokens, np.array(logits)), engine.ledger[start:]
     finally:
         engine.cfg = cfg
 
@@ -91,7 +92,7 @@ def replay_check(engine, prompts, replays: int = 8) -> ReplayReport:
     checks = []
     for p in prompts:
         ids = engine.encode(p) if isinstance(p, str) else np.asarray(p, np.int32)
-        eager, _ = run_arm(engine, ids, replays, graph=False)
-        graph, ledger = run_arm(engine, ids, replays, graph=True)
+        eager, _ = decode_after_prompt(engine, ids, replays, graph=False)
+        graph, ledger = decode_after_prompt(engine, ids, replays, graph=True)
         checks.append(PromptCheck(ids, eager, graph, ledger))
     return ReplayReport(replays, checks)

@@ -32,7 +32,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lab import bench, plots
+from lab import bench, plots, report
 from lab.config import LabConfig
 from lab.engine import DecodeEngine
 from lab.instrument import launch_bill
@@ -91,10 +91,10 @@ print(f"\n{b.kernels_per_layer} kernels/layer x {b.layers} layers x {RANKS} rank
 print(f"{'mode':<18} {'launches/token':>14} {'ms/token':>9} {'us/launch':>9}  source")
 for b in bills:
     print(f"{b.mode:<18} {b.launches_per_token:>14} {b.ms_per_token:>9.4f} {b.us_per_launch:>9.2f}"
-          f"  {bench.source_label(b.source)}")
+          f"  {report.source_label(b.source)}")
 show(f"source: {bills[0].source}")
 ax = plots.bill_bars(bills)
-ax.set_title(f"launch bill [{bench.source_label(bills[0].source)}]", fontsize=9)
+ax.set_title(f"launch bill [{report.source_label(bills[0].source)}]", fontsize=9)
 ax.tick_params(axis="x", labelsize=8)
 plt.show()
 
@@ -185,7 +185,7 @@ for j, (res, color) in enumerate(series):
     arms = {a["name"]: a for a in res["arms"]}
     x = np.arange(len(rungs)) + (j - (len(series) - 1) / 2) * width
     ms = [arms[n]["mean_ms"] for n in rungs]
-    label = bench.source_label(res["source"])
+    label = report.source_label(res["source"])
     label += (f" ({res['date'][:10]})" if label != "simulated"
               else " (prediction from kernel_costs.json)")
     sem = [arms[n]["sem_ms"] for n in rungs]
@@ -205,7 +205,7 @@ plt.show()
 for res, _ in series:
     ms = {a["name"]: a["mean_ms"] for a in res["arms"]}
     steps = ", ".join(f"{a} / {b} = {ms[a] / ms[b]:.2f}x" for a, b in zip(rungs, rungs[1:]))
-    label = "simulated" if bench.source_label(res["source"]) == "simulated" else "H200"
+    label = "simulated" if report.source_label(res["source"]) == "simulated" else "H200"
     print(f"{label:<10} {steps}")
 
 # %% [markdown]

@@ -34,6 +34,7 @@ from lab.plan import decode_plan, plan_boundaries
 from lab.verify import replay_check
 from lab.backend.sim import SimBackend
 from lab import plots
+from kernels import attention
 
 model = load_model()
 engine = DecodeEngine(model, LabConfig())        # graph on; backend auto (GPU if usable)
@@ -41,7 +42,8 @@ print("backend:", engine.backend.describe())
 print("plan boundaries (first position of each new plan):", plan_boundaries(model.cfg.max_seq))
 for pos in (0, 31, 32, 100, 1000):
     p = decode_plan(pos, model.cfg, engine.cfg)
-    print(f"  position {pos:>4}: splits {p.splits:>2}, attention grid {p.attn_grid}, key {p.key}")
+    grid, _ = attention.partial_grid(model.cfg.n_head, p.splits, model.cfg.head_dim)
+    print(f"  position {pos:>4}: splits {p.splits:>2}, attention grid {grid}, key {p.key}")
 
 # %% [markdown]
 # ## Capture the step
@@ -51,7 +53,7 @@ for pos in (0, 31, 32, 100, 1000):
 
 # %%
 plan = engine.plan(0)
-graph, reason = engine.capture(plan)
+graph, failure = engine.capture(plan)          # failure: None, or why the capture failed
 launches = engine.step_launches(plan)
 print(f"launches per step: {len(launches)}; graph nodes: {graph.node_count}; node types: {graph.node_types()}")
 
@@ -112,6 +114,6 @@ print(f"simulated: eager {sims[False]:.1f} us/token, graph {sims[True]:.1f} us/t
 # %%
 import json
 from pathlib import Path
-from lab.bench import format_ab
+from lab.report import format_ab
 rec = Path("../data/gpu/decode_eager_vs_graph.json")
 print(format_ab(json.loads(rec.read_text())) if rec.exists() else "no recorded GPU figures yet")

@@ -49,7 +49,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from scipy import stats as st   # a dev extra, like the notebook build itself
 
-from lab import bench, conformance, stats
+from lab import bench, conformance, report, stats
 from lab.backend.costmodel import CostModel
 from lab.backend.sim import SimBackend
 from lab.config import LabConfig
@@ -62,10 +62,10 @@ EAGER, GRAPH = SIM.replace(graph=False), SIM.replace(graph=True)
 
 
 def show(text):
-    print(bench.wrapped(text))
+    print(report.wrapped(text))
 
 
-narrow = bench.narrow
+narrow = report.narrow
 
 
 measured = CostModel.load()
@@ -103,7 +103,7 @@ if not aa["ok"]:
     print("(nothing differs between A and A' here: a correct A/A fails by chance about one time "
           "in 25\n at this threshold, see 'How often does a correct A/A fail?' below)")
 print()
-show(bench.format_ab(narrow(ab)))
+show(report.format_ab(narrow(ab)))
 
 # %% [markdown]
 # ### An A/A that fails
@@ -119,7 +119,7 @@ show(bench.format_ab(narrow(ab)))
 noisy = measured.replace(host_scale=3.0, launch_jitter=1.0)
 bad = bench.run_ab(model, EAGER, GRAPH, reps=3, tokens=12, per_token=0, names=("eager", "graph"),
                    backend_factory=lambda cfg, i: SimBackend(noisy if i == 1 else measured, seed=i))
-show(bench.format_ab(narrow(bad)))
+show(report.format_ab(narrow(bad)))
 
 # %% [markdown]
 # ### How often does a correct A/A fail?
@@ -155,7 +155,7 @@ show(f"false alarms: {alarms} of {len(ts)} seeds ({alarms / len(ts):.0%}); nomin
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
-bench.plot(ab, ax=axes)
+report.plot(ab, ax=axes)
 fig.tight_layout()
 plt.show()
 print(f"sem eager / sem graph = {ab['sem_ratio_a_over_b']:.0f}x (simulated)")
@@ -177,8 +177,8 @@ print(f"sem eager / sem graph = {ab['sem_ratio_a_over_b']:.0f}x (simulated)")
 # %%
 sweep = bench.run_sweep(model, {"eager": EAGER, "graph": GRAPH}, [64, 256, 512, 1000],
                         reps=3, tokens=8)
-show(bench.format_sweep(sweep))
-bench.plot(sweep)
+show(report.format_sweep(sweep))
+report.plot(sweep)
 plt.show()
 print("simulated, us/token:")
 for arm in sweep["arms"]:
@@ -234,8 +234,8 @@ for kv_init in ("empty", "zeros"):
 
 # %%
 loo = bench.run_loo(model, "GRAPH,SPLIT_COMBINE", base=SIM, reps=4, tokens=16)
-show(bench.format_loo(narrow(loo)))
-bench.plot(loo)
+show(report.format_loo(narrow(loo)))
+report.plot(loo)
 plt.show()
 
 # %% [markdown]
@@ -252,8 +252,8 @@ plt.show()
 # They are shown here next to the simulated ones when present.
 
 # %%
-FORMAT = {"bench_ab": lambda r: bench.format_ab(narrow(r)), "bench_sweep": bench.format_sweep,
-          "bench_loo": lambda r: bench.format_loo(narrow(r))}
+FORMAT = {"bench_ab": lambda r: report.format_ab(narrow(r)), "bench_sweep": report.format_sweep,
+          "bench_loo": lambda r: report.format_loo(narrow(r))}
 SIMULATED = {"bench_ab": ab, "bench_sweep": sweep, "bench_loo": loo}
 recorded = sorted(glob.glob("../data/gpu/bench_*.json"))
 if not recorded:
@@ -272,12 +272,12 @@ for path in recorded:
         if name == "bench_ab":
             fig.set_size_inches(10, 6)
             axes = fig.subplots(2, 2)
-            bench.plot(rec, ax=axes[0])
-            bench.plot(SIMULATED[name], ax=axes[1])
+            report.plot(rec, ax=axes[0])
+            report.plot(SIMULATED[name], ax=axes[1])
         else:
             axes = fig.subplots(1, 2)
-            bench.plot(rec, ax=axes[0])
-            bench.plot(SIMULATED[name], ax=axes[1])
+            report.plot(rec, ax=axes[0])
+            report.plot(SIMULATED[name], ax=axes[1])
         fig.tight_layout()
         plt.show()
 
@@ -328,9 +328,9 @@ else:
 # and counts agree exactly.
 
 # %%
-report = conformance.run(model)
-show(conformance.format_report(report))
-failed = [r for r in report["rows"] if not r.ok]
+table = conformance.run(model)
+show(conformance.format_report(table))
+failed = [r for r in table["rows"] if not r.ok]
 print()
 print("rows that fail:" if failed else "every row passes")
 for r in failed:

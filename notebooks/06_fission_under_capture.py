@@ -31,11 +31,11 @@ import json
 import textwrap
 from pathlib import Path
 
-from lab import bench, conformance
+from lab import bench, conformance, report
 from lab.config import LabConfig
 from lab.engine import DecodeEngine
 from lab.model import load_model
-from lab.verify import run_arm
+from lab.verify import decode_after_prompt
 
 model = load_model()
 cfg = LabConfig()
@@ -56,7 +56,7 @@ ids = model.tokenizer.encode("ROMEO.\n")
 arms, launches = {}, {}
 for split in (False, True):
     eng = DecodeEngine(model, cfg.replace(graph=False, split_combine=split))
-    arms[split] = run_arm(eng, ids, 40, graph=False)[0]
+    arms[split] = decode_after_prompt(eng, ids, 40, graph=False)[0]
     step = eng.step_launches(eng.plan(0))
     launches[split] = len(step)
     show(f"split_combine={int(split)}: {len(step)} launches/token, layer 0: "
@@ -99,7 +99,7 @@ for mode in ("eager", "graph"):
     aa = res["aa"]
     show(f"[{mode}] one kernel {a['mean_ms']:.4f}, two kernels {b['mean_ms']:.4f} ms/token -> "
          f"B - A = {1000 * res['diff_b_minus_a_ms']:+.2f} ± {1000 * res['diff_sem_ms']:.2f} "
-         f"us/token [{bench.source_label(res['source'])}]")
+         f"us/token [{report.source_label(res['source'])}]")
     show(f"        A/A: A' - A = {1000 * aa['diff_ms']:+.2f} ± {1000 * aa['sem_ms']:.2f} us/token "
          f"-> {'meaningful' if res['meaningful'] else 'NOT meaningful: ' + res['reason']}")
 d = sim_ab["eager"]
@@ -143,8 +143,8 @@ else:
 # simulator with the recording's settings; its two fission rows:
 
 # %%
-report = conformance.run(model)
-rows = [row for row in report["rows"] if row.lesson.startswith("fission")]
+table = conformance.run(model)
+rows = [row for row in table["rows"] if row.lesson.startswith("fission")]
 print(f"{'lesson':<34} {'unit':<9} {'simulated':>10} {'H200':>10}  verdict")
 for row in rows:
     print(f"{row.lesson:<34} {row.unit:<9} {row.sim:>+10.2f} {row.gpu:>+10.2f}  "
@@ -152,7 +152,7 @@ for row in rows:
 for row in rows:
     if row.note != "fission.json":
         show(f"  note, {row.lesson}: {row.note}")
-show(f"H200: {report['gpu_source']}; simulator: {report['cost_source']}")
+show(f"H200: {table['gpu_source']}; simulator: {table['cost_source']}")
 
 # %% [markdown]
 # Eagerly the prediction and the measurement both show a clear cost: the pre-bound host

@@ -33,12 +33,13 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lab import bench, conformance, plots
+from lab import bench, conformance, plots, report
 from lab.backend import StreamWait
 from lab.backend.sim import SimBackend
 from lab.config import LabConfig
 from lab.engine import DecodeEngine
 from lab.model import load_model
+from lab.step import Step
 from lab.pdl_check import wait_first_violations
 
 model = load_model()
@@ -47,10 +48,10 @@ SIM = LabConfig(backend="sim")
 
 
 def show(text):
-    print(bench.wrapped(text))
+    print(report.wrapped(text))
 
 
-narrow = bench.narrow
+narrow = report.narrow
 
 # %% [markdown]
 # ## The static check: is the wait first?
@@ -96,16 +97,17 @@ for bugs in (frozenset(), {"late_wait"}):
 PROMPT, N = "ROMEO.\n", 24
 
 
-class NoJoin(DecodeEngine):
-    """The overlap step with its join dropped: the main stream no longer waits for the side."""
+class NoJoin(Step):
+    """The overlap step with its join dropped: the main stream no longer waits for the side.
+    A variant of the step overrides a piece of it (here the whole item list, filtered)."""
 
-    def build_step(self, plan):
-        return iter([x for x in super().build_step(plan)
+    def items(self, plan):
+        return iter([x for x in super().items(plan)
                      if not (isinstance(x, StreamWait) and (x.src, x.dst) == ("side", "main"))])
 
 
-def decode(config, order, engine_cls=DecodeEngine):
-    eng = engine_cls(model, config, backend=SimBackend(seed=0, order=order))
+def decode(config, order, step=Step):
+    eng = DecodeEngine(model, config, backend=SimBackend(seed=0, order=order), step=step)
     return eng.generate(PROMPT, N), eng
 
 
@@ -113,16 +115,16 @@ ref, _ = decode(SIM.replace(graph=False), "issue")
 n_prompt = len(model.tokenizer.encode(PROMPT))
 show(f"reference (eager, no PDL, issue order): {ref.text!r}")
 LATE = SIM.replace(bugs={"late_wait"})
-CASES = [("late wait, PDL, eager", LATE.replace(graph=False, pdl=True), DecodeEngine),
-         ("late wait, PDL, graph", LATE.replace(pdl=True), DecodeEngine),
-         ("late wait, no PDL, graph", LATE, DecodeEngine),
+CASES = [("late wait, PDL, eager", LATE.replace(graph=False, pdl=True), Step),
+         ("late wait, PDL, graph", LATE.replace(pdl=True), Step),
+         ("late wait, no PDL, graph", LATE, Step),
          ("dropped join, eager", SIM.replace(graph=False, overlap=True), NoJoin),
          ("dropped join, graph", SIM.replace(overlap=True), NoJoin)]
 print(f"{'case':<25} {'order':<12} {'tokens':<24} {'races':>5}  {'text (first 24 chars)'}")
 hazards = {}
-for name, config, engine_cls in CASES:
+for name, config, step in CASES:
     for order in ("adversarial", "issue"):
-        gen, eng = decode(config, order, engine_cls)
+        gen, eng = decode(config, order, step)
         diff = np.flatnonzero(gen.tokens != ref.tokens)
         verdict = f"WRONG from new token {diff[0] - n_prompt + 1}" if diff.size else "= reference"
         hazards[name, order] = (gen, eng)
@@ -184,7 +186,7 @@ plt.show()
 
 # %%
 loo = bench.run_loo(model, "GRAPH,PDL,OVERLAP,SPLIT_COMBINE", base=cfg, reps=3, tokens=24)
-show(bench.format_loo(narrow(loo)))
+show(report.format_loo(narrow(loo)))
 
 # %% [markdown]
 # ## Recorded on the H200
@@ -204,9 +206,9 @@ for name in ("overlap_loo", "pdl", "overlap"):
         continue
     r = json.loads(rec.read_text())
     if name == "overlap_loo":
-        show(bench.format_loo(narrow(r)))
+        show(report.format_loo(narrow(r)))
     else:
-        show(bench.format_ab(narrow(r)))
+        show(report.format_ab(narrow(r)))
     if name == "pdl":
         print("graph edges:", r["edge_types"],
               f"-> PDL worth {100 * r['pdl_worth_fraction']:.1f}% of the graph arm")
@@ -223,8 +225,8 @@ for name in ("overlap_loo", "pdl", "overlap"):
 # recorded in another process, may show a larger gain than the components predict.
 
 # %%
-report = conformance.run(model)
-rows = [row for row in report["rows"] if row.lesson.startswith(("graph: ms", "graph+pdl", "PDL",
+table = conformance.run(model)
+rows = [row for row in table["rows"] if row.lesson.startswith(("graph: ms", "graph+pdl", "PDL",
                                                                   "overlap"))]
 w = max(len(row.lesson) for row in rows)
 print(f"{'lesson':<{w}} {'unit':<9} {'simulated':>10} {'H200':>10} {'ratio':>6}  verdict")
@@ -232,7 +234,7 @@ for row in rows:
     fmt = "10.4f" if row.unit == "ms" else "+10.2f"
     print(f"{row.lesson:<{w}} {row.unit:<9} {row.sim:{fmt}} {row.gpu:{fmt}} "
           f"{row.ratio:>6.2f}  {'PASS' if row.ok else 'FAIL'}")
-show(f"H200: {report['gpu_source']}; simulator: {report['cost_source']}")
+show(f"H200: {table['gpu_source']}; simulator: {table['cost_source']}")
 
 # %% [markdown]
 # The whole-step rows are predictions: the simulator prices a PDL node from chains of one kernel

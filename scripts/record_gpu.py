@@ -16,7 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab.bench import format_ab, run_ab  # noqa: E402
+from lab.bench import run_ab  # noqa: E402
+from lab.report import format_ab  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
 from lab.engine import DecodeEngine  # noqa: E402
 from lab.model import load_model  # noqa: E402

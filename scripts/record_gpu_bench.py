@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab import bench  # noqa: E402
+from lab import bench, report  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
 from lab.model import DEFAULT_WEIGHTS, load_model  # noqa: E402
 
@@ -43,8 +43,8 @@ def main() -> int:
     eager, graph = cfg.replace(graph=False), cfg.replace(graph=True)
 
     def record(name, res, fmt):
-        (out / f"{name}.json").write_text(json.dumps(res, indent=2, default=bench._jsonable))
-        bench.save(res, plot_path=out / f"{name}.png")
+        (out / f"{name}.json").write_text(json.dumps(res, indent=2, default=report.jsonable))
+        report.save(res, plot_path=out / f"{name}.png")
         print(f"\n== {name} ==\n{fmt(res)}", flush=True)
 
     t0 = time.perf_counter()
@@ -53,14 +53,14 @@ def main() -> int:
     for arm in ab["arms"]:
         arm["us_per_launch"] = 1000.0 * arm["mean_ms"] / arm["launches_per_token"]
     ab["sem_ratio_eager_over_graph"] = ab["sem_ratio_a_over_b"]
-    record("bench_ab", ab, bench.format_ab)
+    record("bench_ab", ab, report.format_ab)
     sweep = bench.run_sweep(model, {"eager": eager, "graph": graph},
                             bench.parse_contexts(args.contexts), reps=args.reps,
                             tokens=args.sweep_tokens, progress=None)
-    record("bench_sweep", sweep, bench.format_sweep)
+    record("bench_sweep", sweep, report.format_sweep)
     loo = bench.run_loo(model, "GRAPH,SPLIT_COMBINE", base=cfg, reps=args.reps, tokens=64,
                         progress=None)
-    record("bench_loo", loo, bench.format_loo)
+    record("bench_loo", loo, report.format_loo)
     print(f"\nrecorded in {out} in {time.perf_counter() - t0:.0f} s; source: {ab['source']}")
     return 0
 

@@ -41,7 +41,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kernels import REGISTRY, probe  # noqa: E402
-from lab import bench  # noqa: E402
+from lab import bench, report  # noqa: E402
 from lab.backend import Launch, StreamWait  # noqa: E402
 from lab.backend.costmodel import cost_key, launch_bytes  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
@@ -347,8 +347,8 @@ def host_and_ladder(eng, model, base: LabConfig, cfgs, out: Path, progress, reps
              f"{host['dispatcher_step_sequence_us']:.2f} us, prebound "
              f"{host['prebound_step_sequence_us']:.2f} us; engine per step: eager "
              f"{engine_host['eager']:.2f} us, graph {engine_host['graph']:.2f} us")
-    (out / "ladder.json").write_text(json.dumps(ladder, indent=2, default=bench._jsonable))
-    progress("wrote ladder.json\n" + bench.format_ladder(ladder))
+    (out / "ladder.json").write_text(json.dumps(ladder, indent=2, default=report.jsonable))
+    progress("wrote ladder.json\n" + report.format_ladder(ladder))
     return host, engine_host
 
 
@@ -377,8 +377,8 @@ def record_fission(model, base: LabConfig, eng, out: Path, progress, reps=15, to
                                      pool=pool)
     fission.update(source=fission["graph"]["source"], date=fission["graph"]["date"],
                    recorded_by="scripts/record_gpu_costs.py")
-    (out / "fission.json").write_text(json.dumps(fission, indent=2, default=bench._jsonable))
-    progress("wrote fission.json\n" + "\n".join(f"[{m}]\n{bench.format_ab(fission[m])}"
+    (out / "fission.json").write_text(json.dumps(fission, indent=2, default=report.jsonable))
+    progress("wrote fission.json\n" + "\n".join(f"[{m}]\n{report.format_ab(fission[m])}"
                                                  for m in ("eager", "graph")))
     eng.cfg = base
 

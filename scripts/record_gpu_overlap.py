@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab import bench  # noqa: E402
+from lab import bench, report  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
 from lab.engine import DecodeEngine  # noqa: E402
 from lab.model import DEFAULT_WEIGHTS, load_model  # noqa: E402
@@ -40,12 +40,12 @@ def main() -> int:
     t0 = time.perf_counter()
 
     def record(name, res, text):
-        (out / f"{name}.json").write_text(json.dumps(res, indent=2, default=bench._jsonable))
+        (out / f"{name}.json").write_text(json.dumps(res, indent=2, default=report.jsonable))
         print(f"\n== {name} ==\n{text}", flush=True)
 
     loo = bench.run_loo(model, "GRAPH,PDL,OVERLAP,SPLIT_COMBINE", base=cfg, reps=args.reps,
                         tokens=args.tokens, progress=None)
-    record("overlap_loo", loo, bench.format_loo(loo))
+    record("overlap_loo", loo, report.format_loo(loo))
 
     pdl = bench.run_ab(model, cfg, cfg.replace(pdl=True), reps=args.reps, tokens=args.tokens,
                        names=("graph", "graph+pdl"), progress=None, per_token=200)
@@ -56,12 +56,12 @@ def main() -> int:
     ms_graph = pdl["arms"][0]["mean_ms"]
     pdl.update(edge_types=edges, nodes=graph.node_count,
                pdl_worth_fraction=(ms_graph - pdl["arms"][1]["mean_ms"]) / ms_graph)
-    record("pdl", pdl, bench.format_ab(pdl) + f"\nedges {edges}; PDL worth "
+    record("pdl", pdl, report.format_ab(pdl) + f"\nedges {edges}; PDL worth "
            f"{100 * pdl['pdl_worth_fraction']:.1f}% of the graph arm")
     overlap = bench.run_ab(model, cfg, cfg.replace(overlap=True), reps=args.reps,
                            tokens=args.tokens, names=("graph", "graph+overlap"), progress=None,
                            per_token=200)
-    record("overlap", overlap, bench.format_ab(overlap))
+    record("overlap", overlap, report.format_ab(overlap))
     print(f"\nrecorded in {out} in {time.perf_counter() - t0:.0f} s")
     return 0
 

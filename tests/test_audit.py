@@ -36,13 +36,13 @@ def test_detector_reports_site_and_launch_of_each_init(model, sim_cfg):
     by_kind = {f.kind: f for f in rep.illegal}
     assert by_kind["table upload"].launch_index == 3          # needed by rope_kv_append, layer 0
     assert by_kind["scratch allocation"].launch_index == 4    # needed by attn_partial, layer 0
-    assert "_partials_for" in by_kind["scratch allocation"].site
+    assert "grow_scratch" in by_kind["scratch allocation"].site
 
 
 def test_failed_capture_restores_lazy_state(model, sim_cfg):
     """The lazy table's flag is set before its upload fails inside the capture; the fallback
     must restore it, or the eager re-issue would run with a table that was never uploaded."""
     eng = DecodeEngine(model, sim_cfg.replace(bugs={"lazy_table"}))
-    graph, reason = eng.capture(eng.plan(0))
-    assert graph is None and "rope_cos" in reason
-    assert eng._lazy["rope_uploaded"] is False
+    graph, failure = eng.capture(eng.plan(0))
+    assert graph is None and "rope_cos" in failure.reason and failure.shown_at == "end_capture"
+    assert eng.pieces.lazy["rope_uploaded"] is False

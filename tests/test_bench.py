@@ -8,7 +8,7 @@ import string
 import numpy as np
 import pytest
 
-from lab import bench, stats
+from lab import bench, report, stats
 from lab.__main__ import main
 from lab.backend.costmodel import CostModel
 from lab.backend.sim import SimBackend
@@ -113,7 +113,7 @@ def test_aa_gate_fails_for_a_noisy_copy_of_a(small):
                        backend_factory=factory)
     assert not res["aa"]["ok"] and res["meaningful"] is False
     assert "A/A gate failed" in res["reason"] and "paired |t|" in res["reason"]
-    assert "NOT MEANINGFUL" in bench.format_ab(res)
+    assert "NOT MEANINGFUL" in report.format_ab(res)
 
 
 def test_interleaving_alternates_and_excludes_warm_up():

@@ -11,7 +11,7 @@ def _check(model, cfg):
                          "allocation of 'part_o'", first_step_fails=False)
     keys = {f.plan_key for f in lazy.illegal}
     assert all(k[1] > 1 for k in keys) and len(keys) >= 2   # splits 1 fits; every growth allocates
-    assert all("_partials_for" in f.site for f in lazy.illegal)
+    assert all("grow_scratch" in f.site for f in lazy.illegal)
 
 
 def test_sim(model):

@@ -11,7 +11,7 @@ def _check(model, cfg):
     lazy = check_illegal(model, cfg, "lazy_table", "table upload",
                          "synchronous host-to-device copy into rope_cos", first_step_fails=True)
     (f,) = [f for f in lazy.illegal if f.kind == "table upload"]
-    assert f.kernel == "rope_kv_append" and "_ensure_rope_tables" in f.site
+    assert f.kernel == "rope_kv_append" and "upload_tables_on_first_use" in f.site
     assert f.surfaced_at == "end_capture" and f.shows_later
 
 

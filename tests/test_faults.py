@@ -75,12 +75,12 @@ def test_error_inside_end_capture_leaves_the_engine_usable(model, clean):
 
 def test_lazy_state_is_restored_after_a_failed_capture(model):
     eng = DecodeEngine(model, LabConfig(backend="sim", bugs={"lazy_table"}))
-    before = dict(eng._lazy)
+    before = dict(eng.pieces.lazy)
     disarm = _arm_fault(eng, 5)
     with pytest.raises(Boom):
         eng.generate(PROMPT, 4)
     disarm()
-    assert eng._lazy == before
+    assert eng.pieces.lazy == before
 
 
 @pytest.mark.gpu
@@ -88,3 +88,22 @@ def test_lazy_state_is_restored_after_a_failed_capture(model):
 def test_gpu_error_at_a_capture_launch_leaves_the_engine_usable(model, at):
     clean = DecodeEngine(model, LabConfig(backend="cuda", graph=False)).generate(PROMPT, 20).tokens
     _check_fault_at(model, "cuda", at, clean)
+
+
+@pytest.mark.parametrize("backend", ["sim", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_an_invalidated_capture_still_counts_as_capturing_until_ended(model, backend):
+    """After an illegal operation the runtime's status is INVALIDATED, not NONE: the capture
+    must still be ended (the cuda backend reads the status, it does not match messages)."""
+    from lab.errors import CaptureError
+
+    eng = DecodeEngine(model, LabConfig(backend=backend))
+    be = eng.backend
+    be.begin_capture()
+    with pytest.raises(CaptureError):
+        be.upload(eng.buf.pos, np.zeros(1, np.int32))        # a synchronous copy: illegal here
+    assert be.is_capturing()
+    with pytest.raises(CaptureError):
+        be.end_capture()
+    assert not be.is_capturing() and gc.isenabled()
+    eng.reset(eng.encode(PROMPT), 4)                          # the stream is usable again
+    assert eng.step().outcome == "capture"

@@ -11,6 +11,7 @@ from lab.backend.sim import SimBackend
 from lab.config import LabConfig
 from lab.engine import DecodeEngine
 from lab.errors import LabError
+from lab.step import Step
 
 PROMPT = "ROMEO.\n"
 SIM = LabConfig(backend="sim")
@@ -18,8 +19,8 @@ FACTORS = ("graph", "pdl", "overlap", "split_combine")
 ORDERS = [("adversarial", 0)] + [("random", seed) for seed in (1, 2, 3)]
 
 
-def _gen(model, cfg, order="adversarial", seed=0, n=24, engine_cls=DecodeEngine):
-    eng = engine_cls(model, cfg, backend=SimBackend(seed=seed, order=order))
+def _gen(model, cfg, order="adversarial", seed=0, n=24, step=Step):
+    eng = DecodeEngine(model, cfg, backend=SimBackend(seed=seed, order=order), step=step)
     gen = eng.generate(PROMPT, n)
     return gen.tokens, eng.logits(), eng
 
@@ -62,49 +63,49 @@ def _without(items, drop):
     return [x for x in items if not (isinstance(x, StreamWait) and (x.src, x.dst) in drop)]
 
 
-class _NoJoin(DecodeEngine):
+class _NoJoin(Step):
     """The overlap step with its join dropped (rope reads the k/v projection unordered)."""
     drop = {("side", "main")}
 
-    def build_step(self, plan):
-        return iter(_without(list(super().build_step(plan)), self.drop))
+    def items(self, plan):
+        return iter(_without(list(super().items(plan)), self.drop))
 
 
 class _NoForkNoJoin(_NoJoin):
     drop = {("side", "main"), ("main", "side")}
 
 
-class _LateJoin(DecodeEngine):
+class _LateJoin(Step):
     """The join moved to the end of the step: the capture succeeds (the side stream is joined
     back), but rope may run before the k/v projection it reads."""
 
-    def build_step(self, plan):
-        items = _without(list(super().build_step(plan)), {("side", "main")})
+    def items(self, plan):
+        items = _without(list(super().items(plan)), {("side", "main")})
         return iter(items + [StreamWait("side", "main")])
 
 
-@pytest.mark.parametrize("engine_cls", [_NoJoin, _NoForkNoJoin], ids=["no-join", "no-fork-no-join"])
-def test_a_dropped_join_gives_wrong_tokens_eagerly(model, reference, engine_cls):
-    t, _, _ = _gen(model, SIM.replace(graph=False, overlap=True), engine_cls=engine_cls)
+@pytest.mark.parametrize("step", [_NoJoin, _NoForkNoJoin], ids=["no-join", "no-fork-no-join"])
+def test_a_dropped_join_gives_wrong_tokens_eagerly(model, reference, step):
+    t, _, _ = _gen(model, SIM.replace(graph=False, overlap=True), step=step)
     assert not np.array_equal(t, reference[0])
 
 
 def test_a_dropped_join_fails_the_capture_and_falls_back(model):
-    _, _, eng = _gen(model, SIM.replace(overlap=True), engine_cls=_NoJoin)
+    _, _, eng = _gen(model, SIM.replace(overlap=True), step=_NoJoin)
     assert eng.ledger_summary().get("fallback", 0) > 0
     assert all("not joined" in e.reason or "unjoined" in e.reason
                for e in eng.ledger if e.outcome == "fallback")
 
 
 def test_a_late_join_captures_and_gives_wrong_tokens(model, reference):
-    t, _, eng = _gen(model, SIM.replace(overlap=True), engine_cls=_LateJoin)
+    t, _, eng = _gen(model, SIM.replace(overlap=True), step=_LateJoin)
     assert set(eng.ledger_summary()) <= {"capture", "replay"}
     assert not np.array_equal(t, reference[0])
 
 
 def test_random_order_is_reproducible_per_seed(model):
-    a = _gen(model, SIM.replace(graph=False, overlap=True), "random", 7, engine_cls=_NoJoin)[0]
-    b = _gen(model, SIM.replace(graph=False, overlap=True), "random", 7, engine_cls=_NoJoin)[0]
+    a = _gen(model, SIM.replace(graph=False, overlap=True), "random", 7, step=_NoJoin)[0]
+    b = _gen(model, SIM.replace(graph=False, overlap=True), "random", 7, step=_NoJoin)[0]
     np.testing.assert_array_equal(a, b)
 
 

@@ -9,7 +9,7 @@ from lab.config import LabConfig, from_env
 from lab.engine import DecodeEngine
 from lab.errors import LabError
 from lab.instrument import LaunchLog, instrumentation_overhead_us
-from lab.verify import run_arm
+from lab.verify import decode_after_prompt
 
 PROMPT = "ROMEO.\n"
 
@@ -45,7 +45,7 @@ def test_sim_mechanisms_are_byte_identical(model, sim_cfg, graph):
     arms = []
     for mechanism in ("dispatcher", "prebound"):
         eng.cfg = sim_cfg.replace(launch=mechanism)
-        arms.append(run_arm(eng, ids, 40, graph)[0])
+        arms.append(decode_after_prompt(eng, ids, 40, graph)[0])
     assert np.array_equal(arms[0].tokens, arms[1].tokens)
     assert arms[0].logits.tobytes() == arms[1].logits.tobytes()
 
@@ -148,7 +148,7 @@ def test_instrumentation_overhead_is_measured():
 # ---- on a GPU ---------------------------------------------------------------------------------
 def _arm(eng, cfg, steps=40, graph=False):
     eng.cfg = cfg
-    return run_arm(eng, eng.encode(PROMPT), steps, graph)[0]
+    return decode_after_prompt(eng, eng.encode(PROMPT), steps, graph)[0]
 
 
 def _identical(a, b) -> bool:

@@ -8,7 +8,7 @@ from lab.backend.sim import SimBackend
 from lab.config import LabConfig
 from lab.engine import DecodeEngine
 from lab.errors import CaptureError
-from lab.verify import run_arm
+from lab.verify import decode_after_prompt
 
 FACTORS = ("graph", "pdl", "overlap", "split_combine")
 COMBOS = [dict(zip(FACTORS, bits)) for bits in itertools.product((False, True), repeat=4)]
@@ -16,7 +16,7 @@ COMBOS = [dict(zip(FACTORS, bits)) for bits in itertools.product((False, True), 
 
 def _run(model, cfg):
     eng = DecodeEngine(model, cfg)
-    return run_arm(eng, model.tokenizer.encode("ROMEO.\n"), 40, graph=cfg.graph)[0]
+    return decode_after_prompt(eng, model.tokenizer.encode("ROMEO.\n"), 40, graph=cfg.graph)[0]
 
 
 def _check_all_combos(model, backend):

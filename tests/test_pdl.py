@@ -6,12 +6,12 @@ import pytest
 from lab.backend.sim import SimBackend
 from lab.config import LabConfig
 from lab.engine import DecodeEngine
-from lab.verify import run_arm
+from lab.verify import decode_after_prompt
 
 
 def _arm(model, cfg, steps=40, backend=None):
     eng = DecodeEngine(model, cfg, backend=backend)
-    return run_arm(eng, model.tokenizer.encode("ROMEO.\n"), steps, graph=cfg.graph)[0]
+    return decode_after_prompt(eng, model.tokenizer.encode("ROMEO.\n"), steps, graph=cfg.graph)[0]
 
 
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
@@ -48,7 +48,7 @@ def test_sim_pdl_hides_part_of_the_per_node_gap(model):
 def test_gpu_pdl_byte_identical_and_programmatic_edges(model):
     base = _arm(model, LabConfig(backend="cuda"))
     eng = DecodeEngine(model, LabConfig(backend="cuda", pdl=True))
-    pdl = run_arm(eng, model.tokenizer.encode("ROMEO.\n"), 40, graph=True)[0]
+    pdl = decode_after_prompt(eng, model.tokenizer.encode("ROMEO.\n"), 40, graph=True)[0]
     assert base.tokens.tobytes() == pdl.tokens.tobytes()
     assert base.logits.tobytes() == pdl.logits.tobytes()
     edges = next(iter(eng.graphs.values())).edge_types()

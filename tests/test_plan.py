@@ -24,7 +24,7 @@ def test_boundaries_are_where_the_key_changes(model):
 def test_plan_key_names_the_combine_form(model):
     a = decode_plan(5, model.cfg, LabConfig(split_combine=False))
     b = decode_plan(5, model.cfg, LabConfig(split_combine=True))
-    assert a.key != b.key and a.attn_grid == (model.cfg.n_head, 1)
+    assert a.key != b.key and a.splits == b.splits == 1
 
 
 def test_positions_outside_the_model_are_refused(model):

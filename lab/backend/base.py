@@ -77,22 +77,24 @@ class Op:
     kind: str          # allocation | upload | download | synchronize | compilation | array-interface sync
     detail: str
     capturing: bool    # issued while a capture was open
-    issued: int        # launches already issued into the open capture when it happened
-    site: str          # the first caller outside lab/backend: "engine.py:123 in _partials_for"
+    issued: int        # launches already issued in this step, or into the open capture
+    site: str          # the callers outside lab/backend: "engine.py:190 in alloc_scratch <- ..."
 
 
 _BACKEND_DIR = Path(__file__).resolve().parent
 
 
-def caller_site() -> str:
-    """file:line in function of the innermost caller outside lab/backend (and outside numba/cupy)."""
+def caller_site(depth: int = 2) -> str:
+    """file:line in function of the `depth` innermost callers outside lab/backend (and outside
+    numba/cupy), innermost first: "engine.py:190 in alloc_scratch <- bugs.py:140 in grow_scratch"."""
+    sites = []
     f = sys._getframe(1)
-    while f is not None:
+    while f is not None and len(sites) < depth:
         path = Path(f.f_code.co_filename)
         if _BACKEND_DIR not in path.parents and path.parent.name in ("lab", "tests", "notebooks"):
-            return f"{path.name}:{f.f_lineno} in {f.f_code.co_name}"
+            sites.append(f"{path.name}:{f.f_lineno} in {f.f_code.co_name}")
         f = f.f_back
-    return "?"
+    return " <- ".join(sites) or "?"
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ class Backend(ABC):
         self.pdl = False                 # programmatic dependent launches (set by the engine)
         self.mechanism = "prebound"      # LAB_LAUNCH: "dispatcher" or "prebound" (set by the engine)
         self.ops: list[Op] = []          # host-side device operations, newest last
-        self._issued = 0                 # launches issued into the open capture
+        self._issued = 0                 # launches issued in this step (or into the open capture)
 
     def _op(self, kind: str, detail: str) -> None:
         self.ops.append(Op(kind, detail, self.is_capturing(), self._issued, caller_site()))
@@ -188,8 +190,9 @@ class Backend(ABC):
         work becomes parallel branches of the graph."""
 
     def host_step(self, mode: str) -> None:
-        """The engine is about to issue one step ("eager" or "graph"). A GPU ignores this; the
-        simulator charges the engine's own measured host work per step."""
+        """The engine is about to issue one step ("eager" or "graph"): launches are counted from
+        here (`Op.issued`). The simulator also charges the engine's own measured host work."""
+        self._issued = 0
 
     @abstractmethod
     def synchronize(self) -> None: ...

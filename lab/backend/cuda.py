@@ -278,8 +278,7 @@ class CudaBackend(Backend):
                                 bound.stream, bound.config, bound.kernel, *bound.args)
         else:
             self._launch_dispatcher(launch, disp)
-        if self._capturing:
-            self._issued += 1
+        self._issued += 1
 
     def _launch_dispatcher(self, launch: Launch, disp) -> None:
         """The dispatcher rung: numba types and flattens the arguments at every launch."""
@@ -366,14 +365,11 @@ class CudaBackend(Backend):
 
     # ---- capture ----------------------------------------------------------------------------
     def is_capturing(self, stream: str = "main") -> bool:
-        try:
-            return bool(self.streams[stream].is_capturing())
-        except RuntimeError as exc:
-            # CuPy raises when the capture was invalidated by an earlier error: still capturing
-            # (the capture must be ended before the stream is usable again)
-            if "invalidated" in str(exc):
-                return True
-            raise
+        """The runtime's capture status of the stream: ACTIVE, or INVALIDATED by an earlier
+        error (still capturing: the capture must be ended before the stream is usable again)."""
+        cudart = _cudart()
+        status = _check(cudart.cudaStreamIsCapturing(self.streams[stream].ptr))
+        return int(status) != int(cudart.cudaStreamCaptureStatus.cudaStreamCaptureStatusNone)
 
     def begin_capture(self, stream: str = "main") -> None:
         if self.is_capturing():

@@ -283,6 +283,7 @@ class SimBackend(Backend):
 
     def host_step(self, mode: str) -> None:
         """The engine's own host work for one step (plan, ledger, issue loop): measured cost."""
+        super().host_step(mode)
         self.host_us += self.cost.engine_step(mode) * self._host_speed()
 
     def launch(self, launch: Launch) -> None:
@@ -300,8 +301,8 @@ class SimBackend(Backend):
                          f"part of the open capture")
         if self.log is not None:
             self.log.record(launch, "capture" if cap else "eager")
+        self._issued += 1
         if cap is not None:
-            self._issued += 1
             if cap.offence is None:
                 st = launch.stream
                 deps = set(cap.pending.pop(st, set()))

@@ -370,13 +370,14 @@ def _verdict_cases():
                           v.kind, dict(v.values), keys, want))
             flagged.add((v.index, v.what))
         if bug is None:   # what the audit did NOT flag is fine: read it from the step's launches
-            from lab.instrument import arg_names
+            from lab.instrument import provenance
             seen: dict = {}
             for p in rep.positions:
                 for i, launch in enumerate(eng.step_launches(eng.plan(p))[:5]):
                     items = [("kernel", "kernel", launch.name), ("grid", "grid", launch.grid),
                              ("block", "block", launch.block)]
-                    items += [(n, *_arg_value(a)) for n, a in zip(arg_names(launch.kernel), launch.args)]
+                    items += [(n, *_arg_value(provenance(a)))
+                              for n, a in zip(launch.kernel.arg_names, launch.args)]
                     for what, kind, value in items:
                         seen.setdefault((i, launch.name, what, kind), {})[p] = value
             for (i, kname, what, kind), values in seen.items():

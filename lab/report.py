@@ -1,0 +1,207 @@
+"""Reading bench results: tables, plots and files. `lab/bench.py` measures and returns plain
+dicts; this module turns a result into what a person reads (a table that fits a notebook cell, a
+plot whose title names the source) and writes it (JSON and plots, each file whole or not at
+all). Every table ends with the result's source: the GPU and versions, or "simulated".
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .files import atomic_write, atomic_write_text
+
+
+def source_label(source: str) -> str:
+    return "simulated" if source.startswith("simulated") else source.split(",")[0]
+
+
+def wrapped(text: str, width: int = 100) -> str:
+    """`text` with every line longer than `width` wrapped (indented continuation lines)."""
+    import textwrap
+    return "\n".join(textwrap.fill(line, width, subsequent_indent="    ") if len(line) > width
+                     else line for line in str(text).splitlines() or [""])
+
+
+def narrow(result: dict) -> dict:
+    """A copy of an A/B or leave-one-out result whose arms keep only the toggles that differ
+    between them: a table that fits a page or a notebook cell."""
+    aa = result.get("aa") or {}
+    every = result["arms"] + aa.get("arms", [])
+    names = dict.fromkeys(k for a in every for k in a["toggles"])
+    keep = [k for k in names if len({a["toggles"].get(k) for a in every}) > 1]
+
+    def cut(arm):
+        return {**arm, "toggles": {k: arm["toggles"].get(k, "0") for k in keep}}
+
+    out = {**result, "arms": [cut(a) for a in result["arms"]]}
+    if aa:
+        out["aa"] = {**aa, "arms": [cut(a) for a in aa["arms"]]}
+    return out
+
+
+def _toggle_text(toggles: dict) -> str:
+    return " ".join(f"{k[4:]}={v}" for k, v in toggles.items() if k != "LAB_BACKEND")
+
+
+def _tw(arms) -> int:
+    """Width of the toggles column: the widest toggle text of these arms."""
+    return max([7] + [len(_toggle_text(a["toggles"])) for a in arms])
+
+
+def _f(x, fmt=".4f") -> str:
+    return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def _ab_rows(result: dict) -> list[tuple[str, dict]]:
+    """(label, arm) for the A/A pair (when present) and the A/B pair."""
+    aa = [(f"{a['name']} (A/A)", a) for a in result["aa"]["arms"]] if result.get("aa") else []
+    return aa + [(a["name"], a) for a in result["arms"]]
+
+
+def format_ab(result: dict) -> str:
+    lines = []
+    aa = result.get("aa")
+    if aa:
+        lines.append(f"A/A gate ({aa['arms'][0]['name']} vs {aa['arms'][1]['name']}): "
+                     f"{'PASS' if aa['ok'] else 'FAIL'}  paired t = {aa['t']:.2f} "
+                     f"(threshold {aa['threshold']:g}), outputs "
+                     f"{'byte-identical' if aa['outputs_identical'] else 'DIFFER'}")
+    tw = _tw([a for _, a in _ab_rows(result)])
+    lines.append(f"{'arm':<13} {'toggles':<{tw}} {'ms/token':>9} {'± sem us':>9} {'p50 ms':>8} "
+                 f"{'p99 ms':>8} {'launches/tok':>12} {'nodes/graph':>11}")
+    for label, arm in _ab_rows(result):
+        pt = arm.get("per_token") or {}
+        lines.append(f"{label:<13} {_toggle_text(arm['toggles']):<{tw}} "
+                     f"{arm['mean_ms']:>9.4f} {_f(arm['sem_ms'] * 1000, '.2f'):>9} "
+                     f"{_f(pt.get('p50')):>8} {_f(pt.get('p99')):>8} "
+                     f"{arm['launches_per_token']:>12} {arm['nodes_per_graph']:>11}")
+    p = result.get("p")
+    a, b = (arm["name"] for arm in result["arms"])
+    lines.append(f"{b} - {a} = {result['diff_b_minus_a_ms']:+.4f} ms/token ± {result['diff_sem_ms']:.4f} "
+                 f"(paired t = {result['t']:.1f}{'' if p is None else f', p = {p:.2g}'}); "
+                 f"{a}/{b} ratio {result['speedup_a_over_b']:.2f}x; "
+                 f"{result['reps']} reps x {result['tokens']} tokens")
+    if "sem_ratio_a_over_b" in result:
+        lines.append(f"sem ratio {a}/{b} {result['sem_ratio_a_over_b']:.1f}x" + (
+            f"; per-token p50/p99 over {result['per_token_samples']} tokens per arm (separate "
+            f"pass, clock per step)" if result.get("per_token_samples") else ""))
+    if result.get("meaningful") is False:
+        lines.append(f"NOT MEANINGFUL: {result['reason']}")
+    lines.append(f"source: {result['source']}")
+    return "\n".join(lines)
+
+
+def format_ladder(result: dict) -> str:
+    lines = [f"{'rung':<11} {'ms/token':>9} {'± sem us':>9} {'launches/tok':>12} {'us/launch':>9}"
+             f"  what it removes"]
+    for a in result["arms"]:
+        lines.append(f"{a['name']:<11} {a['mean_ms']:>9.4f} {_f(a['sem_ms'] * 1000, '.2f'):>9} "
+                     f"{a['launches_per_token']:>12} {a['us_per_launch']:>9.2f}  {a['what']}")
+    lines.append(f"graph replay: {result['graph_over_prebound']:.1f}x less time per token than "
+                 f"pre-bound eager, {result['graph_over_dispatcher']:.1f}x less than the "
+                 f"dispatcher; outputs {'byte-identical' if result['outputs_identical'] else 'DIFFER'}")
+    lines.append(f"{result['reps']} reps x {result['tokens']} tokens, interleaved on one engine; "
+                 f"source: {result['source']}")
+    return "\n".join(lines)
+
+
+def format_sweep(result: dict) -> str:
+    lines = [f"{'context':>7} {'splits':>6} {'arm':<22} {'ms/token':>9} {'± sem us':>9} {'tok/s':>9}"]
+    for r in result["rows"]:
+        lines.append(f"{r['context']:>7} {r['splits']:>6} {r['arm']:<22} {r['mean_ms']:>9.4f} "
+                     f"{_f(r['sem_ms'] * 1000, '.2f'):>9} {r['tok_per_s']:>9.0f}")
+    lines.append(f"{result['reps']} reps x {result['tokens']} tokens per context, kv_init "
+                 f"{result['kv_init']}; source: {result['source']}")
+    return "\n".join(lines)
+
+
+def format_loo(result: dict) -> str:
+    tw = _tw(result["arms"])
+    lines = [f"{'arm':<20} {'toggles':<{tw}} {'ms/token':>9} {'± sem us':>9}"]
+    for a in result["arms"]:
+        lines.append(f"{a['name']:<20} {_toggle_text(a['toggles']):<{tw}} {a['mean_ms']:>9.4f} "
+                     f"{_f(a['sem_ms'] * 1000, '.2f'):>9}")
+    lines.append("")
+    lines.append(f"{'factor':<20} {'worth = off - all-on (ms/token)':>32} {'± sem us':>9} {'t':>8}")
+    for r in result["rows"]:
+        lines.append(f"{r['factor']:<20} {r['worth_ms']:>+32.4f} {_f(r['sem_ms'] * 1000, '.2f'):>9} "
+                     f"{_f(r['t'], '.1f'):>8}")
+    b = result["baseline"]
+    lines.append(f"baseline (all-off, un-interleaved): {b['mean_ms']:.4f} ± {_f(b['sem_ms'])} "
+                 f"ms/token; gap {b['gap_ms']:+.4f} ± {b['gap_sem_ms']:.4f} -> "
+                 f"{'ok' if b['ok'] else 'FLAGGED: ' + b['reason']}")
+    lines.append(f"{result['reps']} reps x {result['tokens']} tokens; source: {result['source']}")
+    return "\n".join(lines)
+
+
+def plot(result: dict, ax=None):
+    """One figure per result kind (A/B, sweep, leave-one-out); the title names the source."""
+    import matplotlib.pyplot as plt
+    label = source_label(result["source"])
+    if "rows" in result and "contexts" in result:                       # sweep
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 3.5))
+        for name in result["arms"]:
+            rs = [r for r in result["rows"] if r["arm"] == name]
+            ax.errorbar([r["context"] for r in rs], [r["mean_ms"] for r in rs],
+                        yerr=[r["sem_ms"] for r in rs], marker="o", capsize=3, label=name)
+        ax.set_xlabel("context length")
+        ax.set_ylabel("ms / token")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+        ax.set_title(f"decode speed vs context [{label}]", fontsize=9)
+    elif "factors" in result:                                           # leave-one-out
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 3))
+        rows = result["rows"]
+        ax.barh([r["factor"] for r in rows], [r["worth_ms"] for r in rows],
+                xerr=[r["sem_ms"] for r in rows], capsize=3, color="#1f77b4")
+        ax.axvline(0, color="black", linewidth=0.5)
+        ax.set_xlabel("ms/token added when switched off (± sem)")
+        ax.set_title(f"leave-one-out [{label}]", fontsize=9)
+    else:                                                               # A/B
+        rows = _ab_rows(result)
+        arms = [a for _, a in rows]
+        if ax is None:
+            _, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+        else:
+            axes = ax
+        names = [label for label, _ in rows]
+        axes[0].bar(names, [a["mean_ms"] for a in arms], yerr=[a["sem_ms"] for a in arms],
+                    capsize=4, color="#1f77b4")
+        axes[0].set_ylabel("ms / token (± sem)")
+        axes[0].set_title(f"A/A and A/B [{label}]", fontsize=9)
+        axes[1].bar(names, [a["sem_ms"] * 1000 for a in arms], color="#d62728")
+        axes[1].set_yscale("log")
+        axes[1].set_ylabel("standard error (us / token)")
+        axes[1].set_title(f"noise per arm, {result['reps']} reps [{label}]", fontsize=9)
+        ax = axes
+    return ax
+
+
+def jsonable(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def save(result: dict, json_path=None, plot_path=None) -> list[str]:
+    """Write the result as JSON and/or its plot, each file whole or not at all; the paths."""
+    written = []
+    if json_path:
+        text = json.dumps(result, indent=2, default=jsonable)
+        written.append(str(atomic_write_text(json_path, text)))
+    if plot_path:
+        import matplotlib.pyplot as plt
+        ax = plot(result)
+        fig = (ax[0] if isinstance(ax, (list, tuple, np.ndarray)) else ax).figure
+        fig.tight_layout()
+        fmt = Path(plot_path).suffix.lstrip(".").lower()
+        written.append(str(atomic_write(plot_path, lambda tmp: fig.savefig(tmp, dpi=120, format=fmt))))
+        plt.close(fig)
+    return written
