@@ -6,6 +6,7 @@
   decode-lab bench loo --factors GRAPH,SPLIT_COMBINE
   decode-lab bench sweep --contexts 64,256,1000 --arms LAB_GRAPH=0 LAB_GRAPH=1 [--kv-init empty]
   decode-lab conformance [--data DIR]   the simulator's predictions against the recorded GPU files
+  decode-lab selfcheck [--answers answers.json] [--solutions my_solutions.py] [--explain]
 
 Bad input (unknown characters, too many tokens, a corrupt weight file, an unknown LAB_* value,
 --backend cuda without a GPU) prints one line `decode-lab: error: ...` and exits with status 2.
@@ -73,6 +74,12 @@ def cmd_audit(args) -> int:
     print()
     print(detect_lazy_init(eng.model, eng.cfg).summary())
     return 0
+
+
+def cmd_selfcheck(args) -> int:
+    from .selfcheck.run import run_selfcheck
+
+    return run_selfcheck(args.answers, args.solutions, explain=args.explain)
 
 
 def cmd_demo(args) -> int:
@@ -246,6 +253,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bars (default: on a terminal only)")
     c.set_defaults(fn=cmd_conformance)
+    s = sub.add_parser("selfcheck", help="check the lecture's ten questions (--answers JSON) "
+                       "and the five exercises (--solutions .py); no arguments: print the "
+                       "questions (exit 1 unless all pass)")
+    s.add_argument("--answers", metavar="PATH", help='JSON object {"q1": answer, ...}')
+    s.add_argument("--solutions", metavar="PATH", help="Python file defining the exercises' "
+                   "functions (merge_partials, ..., replays_needed)")
+    s.add_argument("--explain", action="store_true",
+                   help="after each answered question, print its answer and why")
+    s.set_defaults(fn=cmd_selfcheck)
     return p
 
 

@@ -11,25 +11,39 @@
 # ---
 
 # %% [markdown]
-# # 08 — Self-check: five exercises with automatic checkers
+# # 08 — Self-check: five exercises and the lecture's ten questions
 #
 # Each exercise is a spec, a stub to fill in (`# FILL ME IN`) and a checker. The checker runs
 # your function against the project's own code — the NumPy twin of a kernel, the engine's launch
 # log, `lab.stats`, the capture audit, the replay check — on the CPU simulator, on several cases
 # including the edge cases, and prints one line: `PASS`, or `not yet` with the failing case, what
-# came back, what was expected and a hint. A wrong or unfinished answer never raises.
+# came back, what was expected and a hint. A wrong or unfinished answer never raises. Calling the
+# project's own implementation from your function (`lab.stats.paired_t`, `attn_merge_twin`, ...)
+# is noticed, and fails the check.
 #
 # Executed as shipped, the stubs are empty and every verdict below is `not yet`. Fill in a stub,
 # re-run its two cells. Notebooks 01 (launch bill), 03 (capture audit), 04 (replay bugs) and
 # 05 (measurement) hold everything the exercises need.
+#
+# The second half asks the lecture's ten self-check questions, each with an answer you can check
+# (a letter, a list of letters or a number). `decode-lab selfcheck` checks all fifteen from files.
 
 # %%
+import functools      # for the demonstrations below
 import math          # for your solutions: math.inf, math.sqrt, math.copysign
+import operator
 
 import numpy as np    # for your solutions
 
-from lab.selfcheck import (check_launch_bill, check_merge_partials, check_paired_t,
-                           check_replays_needed, check_verdict)
+from lab import reference, stats
+from lab.audit import audit, detect_lazy_init
+from lab.bugs import BUGS
+from lab.config import LabConfig
+from lab.engine import DecodeEngine
+from lab.model import load_model
+from lab.selfcheck import (answer, ask, check_launch_bill, check_merge_partials, check_paired_t,
+                           check_replays_needed, check_verdict, reveal, score)
+from lab.verify import replay_check
 
 # %% [markdown]
 # ## 1. The split-K merge
@@ -137,8 +151,234 @@ def replays_needed():
 r5 = check_replays_needed(replays_needed)
 
 # %% [markdown]
-# ## Score
+# ## The lecture's ten questions
+# `ask("qN")` prints a question, its options and the form of its answer. Put your answer in the
+# `answer("qN", ...)` call below it (`None` means not answered yet) and run the cell: it prints a
+# verdict and, after an attempt, the answer and why — and why your wrong picks are wrong.
+# `reveal("qN")` shows it without an attempt. Where the lab can show the answer on the engine, a
+# cell after the question does, on the simulator: run it after you answer.
 
 # %%
-results = [r1, r2, r3, r4, r5]
-print(f"{sum(r.passed for r in results)} of {len(results)} exercises pass")
+model = load_model()
+SIM = LabConfig(backend="sim")
+PROMPT = "ROMEO.\n"
+
+
+def decode(cfg, n, host_writes_position=False):
+    """n tokens after PROMPT, step by step: (their ids, their logits [n, vocab], ledger summary).
+    host_writes_position: the host writes the device position before every step (seek)."""
+    eng = DecodeEngine(model, cfg)
+    ids = eng.encode(PROMPT)
+    eng.reset(ids, n)
+    logits = []
+    for _ in range(ids.size - 1 + n):
+        if host_writes_position:
+            eng.seek(eng.position)
+        eng.step()
+        logits.append(eng.logits())
+    return eng.tokens()[ids.size:], np.array(logits[ids.size - 1:]), eng.ledger_summary()
+
+# %% [markdown]
+# ### q1 — Right first, wrong later (lecture §4)
+
+# %%
+ask("q1")
+
+# %%
+a1 = answer("q1", None)   # FILL ME IN: a list of letters
+
+# %% [markdown]
+# The replay check with one replay and with three, on each frozen-value bug of `lab/bugs.py`:
+
+# %%
+for name, bug in BUGS.items():
+    if bug.kind == "frozen":
+        seen = []
+        for n in (1, 3):
+            first = replay_check(DecodeEngine(model, SIM.replace(bugs={name})), [PROMPT],
+                                 replays=n).checks[0].first_mismatch
+            seen.append(f"{n} replay(s): " + ("identical" if first is None else
+                                              f"mismatch from replay {first}"))
+        print(f"{bug.env:<26} {'; '.join(seen)}")
+
+# %% [markdown]
+# ### q2 — Where the position lives (lecture §2)
+
+# %%
+ask("q2")
+
+# %%
+a2 = answer("q2", None)   # FILL ME IN: one letter
+
+# %% [markdown]
+# Twelve tokens decoded as graph replays, three ways: the clean engine (a kernel in the graph
+# advances the device position); `LAB_BUG_POS_OUTSIDE_GRAPH` (the host uploads the position in
+# code that runs at capture only); and the same bug with the host writing the device position
+# before every launch (`engine.seek(engine.position)`: a host write between launches).
+
+# %%
+for label, bugs, writes in (("clean engine", set(), False),
+                            ("pos_outside_graph", {"pos_outside_graph"}, False),
+                            ("pos_outside_graph + host writes", {"pos_outside_graph"}, True)):
+    new_ids, _, ledger = decode(SIM.replace(bugs=bugs), 12, host_writes_position=writes)
+    print(f"{label:<32} {model.tokenizer.decode(new_ids)!r:<18} {ledger}")
+
+# %% [markdown]
+# ### q3 — A loop bound and a grid size (lecture §2)
+
+# %%
+ask("q3")
+
+# %%
+a3 = answer("q3", None)   # FILL ME IN: one letter
+
+# %% [markdown]
+# The capture audit of `LAB_BUG_CTX_BY_VALUE` (the context length passed by value), layer 0; then
+# where a clean engine captures while it decodes 40 tokens.
+
+# %%
+for v in audit(DecodeEngine(model, SIM.replace(bugs={"ctx_by_value"}))).varying:
+    if v.layer == 0:
+        distinct = len(set(map(str, v.values.values())))
+        print(f"{v.kernel}.{v.what} ({v.kind}): {distinct} values over {len(v.values)} steps -> "
+              f"{v.verdict}{' (one value per plan key: handled)' if v.handled else ''}")
+eng = DecodeEngine(model, SIM)
+eng.generate(PROMPT, 40)
+print("clean engine, 40 tokens: captures at", [f"position {e.position} (splits "
+      f"{eng.plan(e.position).splits})" for e in eng.ledger if e.outcome == "capture"],
+      eng.ledger_summary())
+
+# %% [markdown]
+# ### q4 — What a smaller standard error buys (lecture §1)
+# Notebook 05 measures the noise of both arms with paired, interleaved reps.
+
+# %%
+ask("q4")
+
+# %%
+a4 = answer("q4", None)   # FILL ME IN: a number
+
+# %% [markdown]
+# ### q5 — The error names the wrong kernel (lecture §3)
+
+# %%
+ask("q5")
+
+# %%
+a5 = answer("q5", None)   # FILL ME IN: one letter
+
+# %% [markdown]
+# The lazy-init detector on `LAB_BUG_LAZY_TABLE` (the RoPE tables uploaded on first use): which
+# launch needed the upload, and where the capture error showed.
+
+# %%
+for f in detect_lazy_init(model, SIM.replace(bugs={"lazy_table"})).illegal:
+    print(f"{f.kind} ({f.detail}) needed by launch {f.launch_index} ({f.kernel}); "
+          f"the capture error shows at: {f.surfaced_at}")
+
+# %% [markdown]
+# ### q6 — Two runs of one build differ (lecture §5)
+
+# %%
+ask("q6")
+
+# %%
+a6 = answer("q6", None)   # FILL ME IN: one letter
+
+# %% [markdown]
+# An A/A at a sought context: two fresh eager engines of one configuration jump to position 200
+# with `seek` (the rows before it never written) and decode two tokens; their outputs compared.
+
+# %%
+def aa_after_seek(kv_init, position=200):
+    """Why two identical engines' outputs differ after a seek ("" when they are identical)."""
+    runs = []
+    for _ in range(2):
+        eng = DecodeEngine(model, SIM.replace(graph=False), kv_init=kv_init)
+        eng.reset(eng.encode(PROMPT), 0)
+        eng.seek(position)
+        eng.step()
+        eng.step()
+        runs.append((eng.tokens()[position + 1:], eng.logits()))
+    return stats.outputs_differ(runs[:1], runs[1:])
+
+
+for kv_init in ("empty", "zeros"):
+    why = aa_after_seek(kv_init)
+    print(f"kv_init={kv_init!r:<8} A/A after seek: {'FAIL, ' + why if why else 'PASS (identical)'}")
+
+# %% [markdown]
+# ### q7 — What capture makes worth doing (lecture §6)
+# Notebook 06 measures the split combine eagerly and captured.
+
+# %%
+ask("q7")
+
+# %%
+a7 = answer("q7", None)   # FILL ME IN: a list of letters
+
+# %% [markdown]
+# ### q8 — Reductions you may reorder (lecture §8)
+
+# %%
+ask("q8")
+
+# %%
+a8 = answer("q8", None)   # FILL ME IN: a list of letters
+
+# %% [markdown]
+# Each reduction over 4096 values, element by element in three orders; how many different bit
+# patterns come out.
+
+# %%
+rng = np.random.default_rng(0)
+x = rng.standard_normal(4096).astype(np.float32)                      # [4096]
+reductions = {"sum of float32": (operator.add, x),
+              "max of |x|": (max, np.abs(x)),
+              "product of float32": (operator.mul, (1 + x / 64).astype(np.float32)),
+              "bitwise OR of int64": (operator.or_, rng.integers(0, 2**40, 4096))}
+orders = (np.arange(x.size), np.arange(x.size)[::-1], rng.permutation(x.size))
+for name, (op, values) in reductions.items():
+    results = [functools.reduce(op, values[order]) for order in orders]
+    patterns = {r.tobytes() for r in results}
+    print(f"{name:<20} {len(patterns)} bit pattern(s): {', '.join(str(r) for r in results)}")
+
+# %% [markdown]
+# ### q9 — More precision, worse parity (lecture §9)
+
+# %%
+ask("q9")
+
+# %%
+a9 = answer("q9", None)   # FILL ME IN: one letter
+
+# %% [markdown]
+# Two measurements of a float32 and a float16 KV cache over 16 generated tokens: the error
+# against the float64 oracle (`lab/reference.py`), and the distance between the two engines
+# (parity with an implementation that keeps its cache in float16).
+
+# %%
+oracle_ids, oracle_logits = reference.generate(model, model.tokenizer.encode(PROMPT), 16,
+                                               return_logits=True)
+runs = {kv: decode(SIM.replace(graph=False, kv_dtype=kv), 16) for kv in ("float32", "float16")}
+for kv, (new_ids, logits, _) in runs.items():
+    print(f"{kv} cache: max |logit - float64 oracle| = {np.abs(logits - oracle_logits).max():.3g}"
+          f" (the oracle's tokens: {bool((new_ids == oracle_ids[-16:]).all())})")
+print(f"float32 cache vs float16 cache: max |logit difference| = "
+      f"{np.abs(runs['float32'][1] - runs['float16'][1]).max():.3g}")
+
+# %% [markdown]
+# ### q10 — The comparator fails the reference against itself (lecture §9)
+
+# %%
+ask("q10")
+
+# %%
+a10 = answer("q10", None)   # FILL ME IN: one letter
+
+# %% [markdown]
+# ## Score
+# The five exercises and the ten questions.
+
+# %%
+print(score([r1, r2, r3, r4, r5, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10]))

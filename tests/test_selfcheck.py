@@ -2,11 +2,16 @@
 solutions get a "not yet" with a message that names the failing case, and nothing but a
 non-callable makes a checker raise. The solutions live here, never in the package."""
 import math
+import sys
 
 import numpy as np
 import pytest
 
+from kernels.attention import attn_combine_twin
+from kernels.attention import attn_merge_twin as twin_under_an_alias
 from lab import selfcheck as sc
+from lab import stats
+from lab.instrument import LaunchBill
 
 
 def _not_yet(res, *words):
@@ -195,3 +200,84 @@ def test_no_solutions_ship():
     for stub in (ex.merge_partials, ex.launches_per_token, ex.per_launch_budget_us, ex.paired_t,
                  ex.verdict, ex.replays_needed):
         assert stub(*([None] * stub.__code__.co_argcount)) is None
+
+
+# ---------------------------------------------------------------- constant answers
+
+def test_constant_answers_do_not_pass():
+    _not_yet(sc.check_merge_partials(lambda part_o, part_ml: np.zeros(8)), "shape (8,)")
+    # 37 is the clean one-kernel bill: right for split_combine=False, wrong once the combine splits
+    _not_yet(sc.check_launch_bill(lambda *a, **k: 37, budget_ok), "split_combine=True", "37")
+    _not_yet(sc.check_launch_bill(launches_ok, lambda ms, n: 3.0), "eager, split_combine=False",
+             "per_launch_budget_us")
+    _not_yet(sc.check_paired_t(lambda a, b: (0.0, 0.0, 0.0)), "5 reps", "mean_diff = 0")
+    _not_yet(sc.check_verdict(lambda *a: "fine"), "clean engine", "the audit says")
+
+
+# ---------------------------------------------------------------- the project's own code: off limits
+
+def merge_via_twin(part_o, part_ml):            # the reference under another name
+    o = np.empty(part_o.shape[0] * part_o.shape[2], np.float32)
+    twin_under_an_alias((part_o.shape[0],), (part_o.shape[2],), part_o, part_ml, o)
+    return o
+
+
+def merge_via_combine(part_o, part_ml):         # the combine kernel's twin with Wo = identity
+    D = part_o.shape[0] * part_o.shape[2]
+    x = np.zeros(D, np.float32)
+    attn_combine_twin(None, None, part_o, part_ml, np.eye(D, dtype=np.float32), x)
+    return x
+
+
+def paired_t_via_mean_sem(a, b):
+    mean, sem = stats.mean_sem(np.asarray(b, float) - np.asarray(a, float))
+    return mean, sem, (mean / sem if sem else 0.0)
+
+
+def paired_t_via_paired_test(a, b):
+    r = stats.paired_test(a, b)
+    return r["diff"], r["sem"], r["t"]
+
+
+@pytest.mark.parametrize("fn, used", [
+    (merge_via_twin, "kernels.attention.attn_merge_twin"),
+    (merge_via_combine, "kernels.attention.attn_merge_twin"),
+])
+def test_merge_may_not_call_the_reference(fn, used):
+    _, part_o, part_ml, ref, _, _ = sc.exercises._merge_cases()[0]
+    assert np.array_equal(fn(part_o, part_ml), ref)      # it would pass, unwatched
+    _not_yet(sc.check_merge_partials(fn), "one slice per head", f"called {used}", "yourself")
+
+
+@pytest.mark.parametrize("fn, used", [
+    (lambda a, b: stats.paired_t(a, b), "lab.stats.paired_t"),
+    (paired_t_via_paired_test, "lab.stats.paired_t"),
+    (paired_t_via_mean_sem, "lab.stats.mean_sem"),
+])
+def test_paired_t_may_not_call_the_reference(fn, used):
+    _not_yet(sc.check_paired_t(fn), "5 reps", f"called {used}")
+
+
+def test_launch_bill_may_not_call_the_reference():
+    def budget_via_bill(ms_per_token, launches):
+        return LaunchBill("mine", 0, 0, 0, launches, ms_per_token, "").us_per_launch
+
+    _not_yet(sc.check_launch_bill(launches_ok, budget_via_bill), "eager, split_combine=False",
+             "called lab.instrument.LaunchBill.us_per_launch")
+
+
+def test_the_watch_leaves_other_profilers_in_place():
+    calls = []
+
+    def profiler(frame, event, arg):
+        calls.append(event)
+
+    before = sys.getprofile()
+    sys.setprofile(profiler)
+    try:
+        assert sc.check_paired_t(paired_t_ok).passed
+        assert not sc.check_paired_t(lambda a, b: stats.paired_t(a, b)).passed
+        assert sys.getprofile() is profiler
+    finally:
+        sys.setprofile(before)
+    assert "call" in calls                       # it was still called during the checks

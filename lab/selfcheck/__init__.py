@@ -1,6 +1,9 @@
-"""Self-check exercises in the GPU-Puzzles shape: a spec (the stub's docstring), a stub to fill in
-(`# FILL ME IN`), and a checker that runs your function against the project's own code on the
-simulator, prints a one-line verdict and returns a `CheckResult` (passed, message).
+"""Self-checks: five coding exercises in the GPU-Puzzles shape, and the lecture's ten questions.
+
+Exercises: a spec (the stub's docstring), a stub to fill in (`# FILL ME IN`), and a checker that
+runs your function against the project's own code on the simulator, prints a one-line verdict
+and returns a `CheckResult` (passed, message). Calling that reference code from your function
+fails the check.
 
   merge_partials        the split-K softmax merge          check_merge_partials  (attn_merge_twin)
   launches_per_token,   the launch bill: launches/token     check_launch_bill     (launch_bill over
@@ -9,15 +12,23 @@ simulator, prints a one-line verdict and returns a `CheckResult` (passed, messag
   verdict               what a capture would freeze          check_verdict         (lab.audit.audit)
   replays_needed        replays that expose a frozen bug    check_replays_needed  (lab.verify.replay_check)
 
+Questions (questions.py): `ask(qid)` prints one, `answer(qid, value)` checks an attempt and then
+reveals the answer and why, `reveal(qid)` reveals it without one; `QUESTIONS` holds q1 ... q10.
+`run_selfcheck` (run.py) checks an answers JSON and a solutions file: `decode-lab selfcheck`.
+
 Notebook 08_self_check walks through them. No solutions ship here: the tests write their own.
 """
 from .exercises import (VERDICTS, CheckResult, check_launch_bill, check_merge_partials,
                         check_paired_t, check_replays_needed, check_verdict, launches_per_token,
                         merge_partials, paired_t, per_launch_budget_us, replays_needed, verdict)
+from .questions import QUESTIONS, Question, QuestionResult, answer, ask, check_answer, reveal
+from .run import run_selfcheck, score
 
 __all__ = ["CheckResult", "VERDICTS",
            "merge_partials", "check_merge_partials",
            "launches_per_token", "per_launch_budget_us", "check_launch_bill",
            "paired_t", "check_paired_t",
            "verdict", "check_verdict",
-           "replays_needed", "check_replays_needed"]
+           "replays_needed", "check_replays_needed",
+           "QUESTIONS", "Question", "QuestionResult", "ask", "answer", "check_answer", "reveal",
+           "run_selfcheck", "score"]

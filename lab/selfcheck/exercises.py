@@ -8,12 +8,17 @@ launch bill is `lab.instrument.launch_bill` over a simulator engine's launch log
 
 A checker raises TypeError only when handed something that is not callable. A wrong, unfinished
 or crashing answer is a `CheckResult` with passed=False and a message that names the failing case
-(a notebook with unfilled stubs still executes); each check prints a one-line verdict.
+(a notebook with unfilled stubs still executes); each check prints a one-line verdict. So is an
+answer that calls the reference it is checked against (attn_merge_twin, launch_bill or
+LaunchBill.us_per_launch, lab.stats.paired_t or mean_sem): while the learner's function runs, a
+profile hook watches for those functions' code, however they were imported.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,15 +54,44 @@ def _need_callable(fn, check: str, what: str = "fn") -> None:
         raise TypeError(f"{check}({what}) needs a function, got {type(fn).__name__}: {fn!r}")
 
 
-def _call(fn, case: str, *args, **kwargs):
-    """Call the learner's function; an exception or a None becomes a failing case."""
-    name = getattr(fn, "__name__", "your function")
+@contextlib.contextmanager
+def _watching(references):
+    """Note, in the yielded list, the names of the `references` ((name, function) pairs) that run
+    inside the block: matched by code object, so an alias or an indirect call counts too."""
+    codes = {f.__code__: name for name, f in references}
+    used: list[str] = []
+    previous = sys.getprofile()
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code in codes and codes[frame.f_code] not in used:
+            used.append(codes[frame.f_code])
+        if callable(previous):
+            previous(frame, event, arg)
+
+    sys.setprofile(hook if codes else previous)
     try:
-        out = fn(*args, **kwargs)
-    except NotImplementedError:
-        raise _Fail(f"{name} raises NotImplementedError: the stub is not filled in yet") from None
-    except Exception as exc:   # the learner's bug, reported, never raised
-        raise _Fail(f"case '{case}': {name} raised {type(exc).__name__}: {exc}") from None
+        yield used
+    finally:
+        sys.setprofile(previous)
+
+
+def _call(fn, case: str, *args, refs=(), **kwargs):
+    """Call the learner's function; an exception or a None becomes a failing case, and so does a
+    call of one of `refs`, the project's own code that the checker compares against."""
+    name = getattr(fn, "__name__", "your function")
+    failure = None
+    with _watching(refs) as used:
+        try:
+            out = fn(*args, **kwargs)
+        except NotImplementedError:
+            failure = f"{name} raises NotImplementedError: the stub is not filled in yet"
+        except Exception as exc:   # the learner's bug, reported, never raised
+            failure = f"case '{case}': {name} raised {type(exc).__name__}: {exc}"
+    if used:
+        raise _Fail(f"case '{case}': {name} called {' and '.join(used)}, the project's own code "
+                    f"that this checker compares against: write the computation yourself")
+    if failure:
+        raise _Fail(failure)
     if out is None:
         raise _Fail(f"{name} returned None: fill in the stub (# FILL ME IN)")
     return out
@@ -139,12 +173,15 @@ def _merge_cases():
 
 
 def check_merge_partials(fn) -> CheckResult:
-    """Compare fn(part_o, part_ml) with kernels.attention.attn_merge_twin on 5 cases."""
+    """Compare fn(part_o, part_ml) with kernels.attention.attn_merge_twin on 5 cases; fn must not
+    call attn_merge_twin (attn_combine_twin calls it too)."""
+    from kernels.attention import attn_merge_twin
     _need_callable(fn, "check_merge_partials")
+    refs = (("kernels.attention.attn_merge_twin", attn_merge_twin),)
 
     def cases():
         for name, part_o, part_ml, ref, vmax, hint in _merge_cases():
-            out = _call(fn, name, part_o.copy(), part_ml.copy())
+            out = _call(fn, name, part_o.copy(), part_ml.copy(), refs=refs)
             try:
                 got = np.asarray(out, np.float64)
             except (TypeError, ValueError):
@@ -214,21 +251,25 @@ def _bills():
 
 def check_launch_bill(launches_fn, budget_fn) -> CheckResult:
     """Compare launches_per_token and per_launch_budget_us with the launch bills of simulator
-    engines (lab.instrument.launch_bill over a DecodeEngine's launch log)."""
+    engines (lab.instrument.launch_bill over a DecodeEngine's launch log); neither may call
+    launch_bill or LaunchBill.us_per_launch."""
+    from lab.instrument import LaunchBill, launch_bill
     _need_callable(launches_fn, "check_launch_bill", "launches_fn")
     _need_callable(budget_fn, "check_launch_bill", "budget_fn")
+    refs = (("lab.instrument.launch_bill", launch_bill),
+            ("lab.instrument.LaunchBill.us_per_launch", LaunchBill.us_per_launch.fget))
 
     def cases():
         for name, b in _bills():
             args = (b.kernels_per_layer, b.layers, b.other_kernels)
-            got = _call(launches_fn, name, *args)
+            got = _call(launches_fn, name, *args, refs=refs)
             if got != b.launches_per_token:
                 raise _Fail(f"case '{name}': launches_per_token{args} = {got!r}, the engine's log "
                             f"counts {b.launches_per_token} launches/token "
                             f"({b.kernels_per_layer} per layer in {b.layers} layers, "
                             f"{b.other_kernels} outside them)")
             yield name
-            got = _call(budget_fn, name, b.ms_per_token, b.launches_per_token)
+            got = _call(budget_fn, name, b.ms_per_token, b.launches_per_token, refs=refs)
             want = b.us_per_launch
             try:
                 ok = math.isclose(float(got), want, rel_tol=1e-9)   # float64 arithmetic only
@@ -248,7 +289,7 @@ def check_launch_bill(launches_fn, budget_fn) -> CheckResult:
             name = f"tensor parallel, ranks={ranks}"
             want = b.kernels_per_layer * b.layers * ranks + b.other_kernels   # notebook 01's formula
             got = _call(launches_fn, name, b.kernels_per_layer, b.layers, b.other_kernels,
-                        ranks=ranks)
+                        ranks=ranks, refs=refs)
             if got != want:
                 raise _Fail(f"case '{name}': launches_per_token({b.kernels_per_layer}, {b.layers}, "
                             f"{b.other_kernels}, ranks={ranks}) = {got!r}, expected {want} "
@@ -290,9 +331,12 @@ def _t_cases():
 
 
 def check_paired_t(fn) -> CheckResult:
-    """Compare fn(a, b) with lab.stats.paired_t on 6 cases (incl. identical arrays)."""
+    """Compare fn(a, b) with lab.stats.paired_t on 6 cases (incl. identical arrays); fn must not
+    call lab.stats.paired_t or mean_sem (paired_test and aa_verdict call paired_t)."""
+    from lab.stats import mean_sem
     from lab.stats import paired_t as ref_paired_t
     _need_callable(fn, "check_paired_t")
+    refs = (("lab.stats.paired_t", ref_paired_t), ("lab.stats.mean_sem", mean_sem))
 
     def same(x, y) -> bool:
         if math.isinf(y) or y == 0:
@@ -302,7 +346,7 @@ def check_paired_t(fn) -> CheckResult:
     def cases():
         for name, a, b, hint in _t_cases():
             want = ref_paired_t(a, b)
-            got = _call(fn, name, np.array(a, copy=True), np.array(b, copy=True))
+            got = _call(fn, name, np.array(a, copy=True), np.array(b, copy=True), refs=refs)
             try:
                 got = tuple(float(x) for x in got)
             except (TypeError, ValueError):
