@@ -25,6 +25,7 @@ loop runs it. `Step.launches(plan)` is therefore a query without side effects.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -56,7 +57,9 @@ class Step:
     rebuilt_each_step = False              # the same Launch objects at every step of a plan key
 
     def __init__(self, engine):
-        self.engine = engine
+        # a weak reference: the engine owns its step, and a cycle would keep a dropped engine's
+        # device memory alive until the next garbage collection
+        self.engine = weakref.proxy(engine)
         self.lazy: dict = {}   # host state lazy initialisation changes (a failed capture restores it)
 
     # ---- the pieces ----------------------------------------------------------------------------

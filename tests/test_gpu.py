@@ -1,6 +1,8 @@
 """The same claims on a real GPU (marked `gpu`, skipped without one): every kernel against its
 twin at the real model's dims, engine tokens equal to the float64 oracle, graph replays
 byte-identical to eager (1000 of them), the pool not growing, node count == launch count."""
+import gc
+
 import numpy as np
 import pytest
 
@@ -88,6 +90,7 @@ def test_cuda_node_count_equals_launches(model, cuda_engine):
 def test_cuda_1000_replays_identical_and_pool_flat(model, cuda_engine):
     cuda_engine.cfg = cuda_engine.cfg.replace(graph=True)
     cuda_engine.generate(PROMPT, 8)
+    gc.collect()              # what earlier tests dropped is not this engine's replays' doing
     before = cuda_engine.backend.pool_bytes()
     report = replay_check(cuda_engine, [PROMPT], replays=1000)
     assert report.ok, report.summary()

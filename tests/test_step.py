@@ -92,3 +92,18 @@ def test_a_variant_step_composes_with_a_bug(model, sim_cfg):
     eng.step()
     assert eng.device_position() == 0                    # nothing advanced it
     np.testing.assert_array_equal(eng.tokens(1), eng.encode(PROMPT)[:1])
+
+
+def test_a_dropped_engine_is_freed_without_a_garbage_collection(model, sim_cfg):
+    """The engine owns its step; the step refers back weakly, so there is no reference cycle
+    and a dropped engine's device memory goes at once (not at the next gc pass)."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        for bugs_on in (set(), {"lazy_scratch"}):
+            ref = weakref.ref(DecodeEngine(model, sim_cfg.replace(bugs=bugs_on)))
+            assert ref() is None
+    finally:
+        gc.enable()
