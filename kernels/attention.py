@@ -8,8 +8,10 @@ Owns
   to `attn_merge` then `matvec_residual(Wo, o, x)`, because it calls the same device functions
   (`merge_elem`, `row_dot`) in the same order and rounds o to float32 at the same point.
 
-The context length L = pos[0] + 1 is read from device memory; `splits` = gridDim.y is frozen by
-the captured graph, so the slice length chunk = ceil(L / splits) grows with L at run time.
+The context length L = pos[0] + 1 is read from device memory (a loop bound can be: the kernel
+reads it when it runs); `splits` = gridDim.y is part of the launch, fixed in a captured graph's
+node until the graph is recaptured (the engine's default at a plan change) or the node's
+parameters are updated, so the slice length chunk = ceil(L / splits) grows with L at run time.
 An empty slice (s * chunk >= L) writes m = -inf, l = 0, o = 0; the merge then weighs it by
 exp(-inf - M) = 0 (slice 0 is never empty, so M is finite and no NaN appears).
 """

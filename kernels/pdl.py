@@ -1,16 +1,32 @@
 """Programmatic dependent launch (PDL) primitives for numba.cuda kernels.
 
-numba-cuda has no griddepcontrol intrinsics, so they are emitted as inline PTX:
+PDL takes three pieces; each guarantees something different:
 
-- `pdl_wait()`: `griddepcontrol.wait` -- block until the grids this one depends on have
-  completed and their memory is visible. Every kernel's FIRST statement is `pdl_wait()`, so a
-  kernel launched early (programmatically) never reads a predecessor's output too soon. When the
-  launch is not programmatic the instruction returns at once.
-- `pdl_launch_dependents()`: `griddepcontrol.launch_dependents` -- allow the next kernel in the
-  stream to start its launch before this one finishes (it still waits in `pdl_wait`).
+1. the launch attribute, on the DEPENDENT's launch: programmatic stream serialisation
+   (cudaLaunchAttributeProgrammaticStreamSerialization; here `cuda.core.LaunchConfig(
+   programmatic_stream_serialization=True)` in lab/backend/cuda.py, under LAB_PDL=1). It lets
+   the dependent be launched before the kernel ahead of it on the stream has finished; without
+   it the stream orders the two as usual and the other two pieces change nothing. It guarantees
+   nothing about data.
+2. the primary's trigger, `pdl_launch_dependents()` (`griddepcontrol.launch_dependents`, CUDA
+   C++ cudaTriggerProgrammaticLaunchCompletion): once every block of the primary has triggered
+   (or exited), the dependent may start launching. A scheduling hint only: it neither means the
+   primary has finished nor makes its writes visible to the dependent.
+3. the dependent's wait, `pdl_wait()` (`griddepcontrol.wait`, cudaGridDependencySynchronize):
+   blocks until the grids this one depends on have COMPLETED and their memory is visible. The
+   only one of the three that orders data, so every kernel's FIRST statement is `pdl_wait()`
+   (lab/pdl_check.py enforces it): a kernel launched early never reads a predecessor's output
+   too soon. When the launch is not programmatic the wait returns at once.
 
-Both compile to nothing below sm_90 (the instructions do not exist there) and are plain no-op
-Python functions under numba's CUDA simulator.
+How much the dependent overlaps its predecessor is up to the hardware: a gain, never something
+correctness may rely on. Dependencies outside one stream's chain (the overlap's side stream)
+still need ordinary events. That the step's bytes are the same with LAB_PDL=1 and 0 is checked
+(tests/test_pdl.py, on the simulator and on a GPU), not assumed from the wait returning at once
+on an ordinary launch.
+
+numba-cuda has no griddepcontrol intrinsics, so they are emitted as inline PTX. Both compile to
+nothing below sm_90 (the instructions do not exist there) and are plain no-op Python functions
+under numba's CUDA simulator.
 """
 from numba import config
 

@@ -1,7 +1,9 @@
 """The step's last kernel: advance the device-resident position.
 
 Owns `advance`: pos[0] += 1. The host never writes the position during generation, so the next
-replay of the captured graph reads the new one.
+replay of the captured graph reads the new one. Advancing it inside the graph is this lab's
+design, not the only correct one: a host write of `pos` between graph launches works too
+(notebook 02); what breaks is a host write that ran only at capture (LAB_BUG_POS_OUTSIDE_GRAPH).
 """
 from numba import cuda
 

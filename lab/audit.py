@@ -4,15 +4,22 @@ first-use initialisation would fire inside one.
 `audit(engine)` runs eager steps at different positions and tokens and records every
 host-computed value that reaches a launch: kernel identity, grid and block, each pointer
 (buffer + offset) and each value passed by value -- plus host writes into device memory made
-between steps. Every value that differs between steps is what a capture would freeze:
+between steps. A captured launch keeps these values until the graph's nodes are updated (the
+memory they point to stays live), so every value that differs between steps is what a capture
+would freeze:
   - pointers, by-value sizes and loop bounds, host writes  -> "promote to device memory"
   - grid / block dims, kernel identity                      -> "capture key" (decode_plan)
-A capture-key value is HANDLED when it is constant within every plan key (the engine captures
-one graph per key); a value to promote is never handled. The clean engine has none unhandled.
+A capture-key value is HANDLED when it is constant within every plan key (the engine follows a
+plan change with a graph for the new key: recaptured, or its live graph updated in place;
+conditional nodes are CUDA's other way to follow a changing grid). A value to promote is never
+handled: nothing updates a node between two steps of one plan. The clean engine has none
+unhandled.
 
 `detect_lazy_init(model, cfg)` decodes from a fresh engine whose warm-up is skipped, one step at
 the start of each plan (each a capture, in global mode), and reports each initialisation that
 fired inside a capture (table upload, scratch allocation, compilation, array-interface sync):
+which kind of operation it was (`KIND_NOTES`: not every allocation is illegal in a capture --
+a stream-ordered one is capturable, growing a pool through a synchronous allocator is not),
 where it fired (caller site, which launch needed it) and where its error showed -- which can be
 a later launch or end_capture, since CUDA's capture errors are sticky.
 
@@ -32,6 +39,19 @@ _KINDS = {"upload": "table upload", "allocation": "scratch allocation",
           "compilation": "compilation", "array-interface sync": "array-interface synchronisation",
           "synchronize": "synchronisation", "download": "device-to-host copy"}
 _LEGAL_IN_CAPTURE = {"compilation"}   # module load is not a stream operation (it still costs)
+# What each kind of finding is, for the detector's message (the kinds above are the labels the
+# findings and the recorded GPU bug table carry, so they stay short and fixed).
+KIND_NOTES = {
+    "table upload": "a synchronous host-to-device copy: not capturable",
+    "scratch allocation": "a synchronous allocator growing its pool (cudaMalloc): not capturable; "
+                          "a stream-ordered allocation (cudaMallocAsync, captured as a graph "
+                          "memory node) would be",
+    "compilation": "a module load: legal in a capture, not a stream operation (warm up anyway: "
+                   "it costs)",
+    "array-interface synchronisation": "a stream synchronisation: not capturable",
+    "synchronisation": "a synchronisation: not capturable",
+    "device-to-host copy": "a synchronous device-to-host copy: not capturable",
+}
 
 
 @dataclass(frozen=True)
@@ -182,6 +202,8 @@ class LazyInitReport:
             lines.append(f"  {'illegal' if not f.legal else 'legal  '} {f.kind:<32} {f.detail:<18} "
                          f"for launch {f.launch_index} ({f.kernel}) at {f.site}; "
                          f"error shown at: {f.surfaced_at}")
+        for kind in dict.fromkeys(f.kind for f in self.findings):   # each kind seen, once
+            lines.append(f"  {kind}: {KIND_NOTES[kind]}")
         for key, outcome in self.captures.items():
             lines.append(f"  capture {key}: {outcome}")
         return "\n".join(lines)

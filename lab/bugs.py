@@ -5,11 +5,14 @@ Each is a real failure class of graph-resident decode, small enough to read in o
 frozen (right on replay 1, wrong from replay 2 -- a host value frozen into the graph):
   frozen_kv_row      the host computes the KV-cache row view k_cache[pos] and passes its pointer
   ctx_by_value       the context length reaches attention as a by-value loop bound
-  pos_outside_graph  the host uploads the position before each step instead of a kernel
-                     advancing it inside the step; a replay never re-runs that upload
+  pos_outside_graph  the host uploads the position before each eager step and before the
+                     capture, and no kernel advances it inside the step; a replay never re-runs
+                     that upload (a host write before EVERY launch would be correct: the fix)
 illegal (the capture fails; the eager fallback keeps the output right; the ledger says why):
   lazy_table         the RoPE tables are uploaded on first use instead of at start-up
-  lazy_scratch       the attention scratch is allocated when the plan needs more than it has
+  lazy_scratch       the attention scratch is grown through the pool's synchronous allocator
+                     when the plan needs more than it has (a stream-ordered allocation,
+                     cudaMallocAsync, would be capturable: it becomes a graph memory node)
   raw_array          a kernel receives a raw CuPy array, which numba synchronises on
                      (array-interface sync), instead of the once-wrapped device array
 race (only under LAB_PDL=1: a programmatic launch starts before its predecessor ends):
@@ -51,10 +54,12 @@ BUGS: dict[str, Bug] = {b.name: b for b in (
     Bug("ctx_by_value", "frozen", "loop bound: the context length passed by value", "audit",
         "read the context length from device memory (pos[0] + 1) inside the kernel"),
     Bug("pos_outside_graph", "frozen", "the position, uploaded by the host before the step", "audit",
-        "advance the position with a kernel inside the captured step"),
+        "advance the position with a kernel inside the captured step, or write the device "
+        "position before every graph launch, not only before the capture"),
     Bug("lazy_table", "illegal", "table upload on first use (synchronous host-to-device copy)",
         "lazy-init detector", "upload every table at start-up, before any capture"),
-    Bug("lazy_scratch", "illegal", "scratch allocation when the capacity is short",
+    Bug("lazy_scratch", "illegal",
+        "scratch allocation through the synchronous allocator when the capacity is short",
         "lazy-init detector", "allocate scratch for the largest plan once, at start-up"),
     Bug("raw_array", "illegal", "array-interface synchronisation of a raw CuPy argument",
         "lazy-init detector", "wrap each buffer once with cuda.as_cuda_array(x, sync=False)"),

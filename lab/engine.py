@@ -14,7 +14,11 @@ Device-resident state (read by kernels at run time, so a replay decodes the NEXT
   tokens [max_seq] int32  the prompt, then each generated id (written by argmax_next)
   pos    [1] int32        the step's position (advanced by the last kernel of the step)
   n_prompt [1] int32      generated ids are written only at positions >= n_prompt
-The host keeps `self.position`, a mirror used only to choose the plan.
+The host keeps `self.position`, a mirror used only to choose the plan. A captured launch keeps
+the argument values it was captured with (buffers by address) unless the graph's nodes are
+updated, but the memory behind them stays live: a replay reads whatever `pos` holds when it
+runs. Advancing `pos` inside the graph is this engine's choice; writing it between graph
+launches (an upload, or on a GPU a kernel-node parameter update) is correct too (notebook 02).
 """
 from __future__ import annotations
 
@@ -248,11 +252,16 @@ class DecodeEngine:
         """Jump the current request to `position` (device `pos` and host mirror) WITHOUT
         computing the positions before it: the KV rows in between are never written.
 
-        Valid for timing: a step at `position` does the work of a step at that context length
-        (same plan, same bytes read). INVALID for byte-compares: attention reads the unwritten
-        rows, i.e. whatever the cache held -- zeros with `kv_init="zeros"` (reproducible), stale
-        garbage with `kv_init="empty"` (two runs differ). Needs `reset(prompt)` first; the token
-        read at `position` is the prompt's or the id 0 that reset wrote there, a valid id.
+        What that is a fixture for depends on what the cache holds. With `kv_init="zeros"` (the
+        default) a step at `position` does the work of a step at that context length (same plan,
+        same bytes read) over reproducible zeros: usable for timing these kernels, whose work
+        does not depend on the values, and for a narrow A/A byte-compare -- but zeros are not a
+        real prefix, so it validates nothing about long-context outputs. With `kv_init="empty"`
+        attention reads uninitialised memory: two runs differ, so it is no byte-compare fixture,
+        and no trustworthy timing fixture either (garbage may hold NaN, inf or denormals, and
+        nobody checked that the timing does not depend on them). Needs `reset(prompt)` first;
+        the token read at `position` is the prompt's or the id 0 that reset wrote there, a valid
+        id. `seek(self.position)` writes only `pos`: a host write between graph launches.
         """
         limit = self.model.cfg.max_seq - 1      # one step at `position` writes position + 1
         if self.n_prompt == 0:

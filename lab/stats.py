@@ -22,7 +22,10 @@ AA_T_THRESHOLD = 3.0
 
 
 def mean_sem(values) -> tuple[float, float]:
-    """Mean and standard error of the mean (sample sd / sqrt(n)); sem is nan for n < 2."""
+    """Mean and standard error of the mean (sample sd / sqrt(n)); sem is nan for n < 2.
+    Two arms' sems with equal n compare their spreads: the ratio of their variances is the
+    square of the sems' ratio, a different statistic. A small sem says the MEAN is known well;
+    it says nothing about the tail (p99 needs its own, much larger sample: `percentiles`)."""
     v = np.asarray(values, dtype=np.float64)
     if v.size == 0:
         raise ValueError("no values")

@@ -1,11 +1,14 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -31,11 +34,18 @@ from lab.engine import DecodeEngine
 from lab.model import load_model
 from lab.backend.sim import SimBackend
 from lab import plots
+from lab.report import wrapped
 
 model = load_model()
 cfg = LabConfig(graph=False)          # backend "auto": the GPU if one is usable, else the simulator
 engine = DecodeEngine(model, cfg)
-print("backend:", engine.backend.describe())
+
+
+def show(text):
+    print(wrapped(text))
+
+
+show(f"backend: {engine.backend.describe()}")
 c = model.cfg
 print(f"model: {c.n_layer} layers, d_model {c.d_model}, {c.n_head} heads, d_ff {c.d_ff}, "
       f"vocab {c.vocab_size}, max_seq {c.max_seq}, "
@@ -50,19 +60,20 @@ print(f"model: {c.n_layer} layers, d_model {c.d_model}, {c.n_head} heads, d_ff {
 # %%
 gen = engine.generate("ROMEO.\n", 200)
 print(gen.prompt + gen.text)
-print(f"\n{gen.steps} steps, {gen.ms_per_token:.3f} ms/token — {gen.source}")
+show(f"\n{gen.steps} steps, {gen.ms_per_token:.3f} ms/token — {gen.source}")
 
 # %% [markdown]
 # ## The launch log of one step
 # Every launch is recorded with its kernel, layer, grid, block and each argument's provenance:
-# a buffer name (a device pointer) or a value passed *by value*. Step 10 is shown.
+# a buffer name (a device pointer) or a value passed *by value*. Step 10 is shown (each row's
+# arguments cut to fit the page).
 
 # %%
 rows = engine.log.table(10)
 print(f"{'#':>2} {'kernel':<16} {'layer':>5} {'grid':<9} {'block':<7} args")
 for r in rows:
     print(f"{r['#']:>2} {r['kernel']:<16} {str(r['layer']):>5} {str(r['grid']):<9} "
-          f"{str(r['block']):<7} {r['args'][:70]}")
+          f"{str(r['block']):<7} {r['args'][:56]}")
 
 # %%
 per_layer = engine.log.kernels_per_layer(10)
@@ -90,6 +101,15 @@ for ax, graph in zip(axes, (False, True)):
                    title=f"one decode step, {'graph replay' if graph else 'eager'}",
                    source="simulated")
 fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Top, eager: the host lane is a solid run of submits, one per launch, and the device lane is
+# mostly idle — each tiny kernel finishes long before the host has submitted the next. Bottom,
+# the graph: one dark submit on the host lane, and the device runs the step's kernels back to
+# back. Replaying a graph is not free — the submit remains, and each node still costs its run
+# time plus a gap before it (notebooks 01 and 07 price both) — but the host no longer paces
+# the device.
 
 # %% [markdown]
 # ## Recorded GPU figures
@@ -102,7 +122,7 @@ from pathlib import Path
 rec = Path("../data/gpu/decode_eager_vs_graph.json")
 if rec.exists():
     r = json.loads(rec.read_text())
-    print(r["source"], "—", r["date"])
+    show(f"{r['source']} — {r['date']}")
     for arm in r["arms"]:
         print(f"  {arm['name']:<6} {arm['mean_ms']:.4f} ± {arm['sem_ms']:.4f} ms/token, "
               f"{arm['launches_per_token']} launches/token, {arm['us_per_launch']:.2f} us/launch")

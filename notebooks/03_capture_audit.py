@@ -1,11 +1,14 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -14,29 +17,43 @@
 # # 03 — What a capture freezes
 #
 # A CUDA graph records each launch with its arguments **by value**: pointers, sizes, loop
-# bounds, grid and block dimensions, and the kernel itself. Anything the host computes *per
-# token* and passes to a launch is frozen at its capture-time value.
+# bounds, grid and block dimensions, and the kernel itself. A replay reuses those values until
+# the graph's node parameters are updated; the memory a pointer points to stays live. So
+# anything the host computes *per token* and passes to a launch keeps its capture-time value
+# in every replay of a graph nobody updates — and nothing in this lab updates a node between
+# two tokens of one plan.
 #
 # The **capture audit** finds those values before they bite: it runs eager steps at different
 # positions and tokens and lists every host-computed value that reaches a launch and differs
 # between steps. Each gets a verdict:
 #
 # - **promote to device memory** — pointers (buffer + offset), by-value sizes and loop bounds,
-#   host writes before a step: the kernel must read them from device memory at run time;
+#   host writes before a step: the kernel must read them from device memory at run time (or,
+#   on a GPU, the host would have to update the graph's nodes before every launch);
 # - **capture key** — grid and block dimensions, kernel choice: legitimate per-plan decisions,
-#   *handled* when they are constant within each `decode_plan` key (one graph per key).
+#   *handled* when they are constant within each `decode_plan` key. By default this engine
+#   recaptures at a plan change (one graph per key); updating the instantiated graph's kernel
+#   nodes (`cudaGraphExecKernelNodeSetParams`, `cudaGraphExecUpdate`) or a conditional node
+#   are the other ways to follow them (notebook 11).
 
 # %%
-from lab.audit import audit, detect_lazy_init
+from lab.audit import KIND_NOTES, audit, detect_lazy_init
 from lab.bugs import BUGS
 from lab.config import LabConfig
 from lab.engine import DecodeEngine
 from lab.model import load_model
+from lab.report import wrapped
 
 model = load_model()
 cfg = LabConfig()
+
+
+def show(text):
+    print(wrapped(text))
+
+
 report = audit(DecodeEngine(model, cfg))
-print(report.summary())
+show(report.summary())
 
 # %% [markdown]
 # The clean engine: the only values that change between steps are the attention grids, and
@@ -53,26 +70,41 @@ for name in ("frozen_kv_row", "ctx_by_value", "pos_outside_graph"):
     print(f"{bug.env}: {bug.what}")
     for v in rep.unhandled[:3]:
         r = v.row()
-        print(f"   flagged: launch #{r['launch']} {r['kernel']}.{r['value']} ({r['kind']}), "
-              f"{r['distinct']} distinct values, e.g. {r['sample']}")
-    print(f"   -> {rep.unhandled[0].verdict}; fix: {bug.fix}\n")
+        show(f"   flagged: launch #{r['launch']} {r['kernel']}.{r['value']} ({r['kind']}), "
+             f"{r['distinct']} distinct values, e.g. {r['sample']}")
+    show(f"   -> {rep.unhandled[0].verdict}; fix: {bug.fix}\n")
 
 # %% [markdown]
 # ## Lazy initialisation: the other way a capture breaks
 # Code that initialises on first use (uploads a table, allocates scratch, compiles a kernel)
-# works eagerly and fails inside a capture: in global mode those are illegal stream-capture
-# operations. The **lazy-init detector** captures from a fresh engine with warm-up skipped, one
-# capture per plan key, and reports each initialisation that fired inside a capture: what, where
-# (caller site), for which launch, and where the error *showed* — which need not be the launch at
-# fault: a swallowed failure shows only at `end_capture`, since capture errors are sticky.
+# works eagerly; inside a capture it depends on *which* operation it is. A synchronous copy is
+# not capturable. An allocation is not capturable when it makes a pool grow through a
+# synchronous allocator (`cudaMalloc`), as this lab's allocator does; a stream-ordered
+# allocation (`cudaMallocAsync`) is, and becomes a graph memory node. Loading a compiled
+# kernel's module is legal, but costly. The **lazy-init detector** captures from a fresh engine
+# with warm-up skipped, one capture per plan key, and reports each initialisation that fired
+# inside a capture: what kind it was (and so whether it is legal there), where (caller site),
+# for which launch, and where the error *showed* — which need not be the launch at fault: a
+# swallowed failure shows only at `end_capture`, since capture errors are sticky.
 
 # %%
-print(detect_lazy_init(model, cfg).summary().split("\n")[0])
+show(detect_lazy_init(model, cfg).summary().split("\n")[0])
 print("(compilation inside a capture is legal; warm-up moves it out of timed regions)\n")
 for name in ("lazy_table", "lazy_scratch", "raw_array"):
     rep = detect_lazy_init(model, cfg.replace(bugs={name}))
     f = rep.illegal[0]
     print(f"{BUGS[name].env}:")
-    print(f"   {f.kind} of {f.detail} at {f.site}, needed by launch {f.launch_index} ({f.kernel});")
-    print(f"   error showed at: {f.surfaced_at}; plan keys hit: {len({g.plan_key for g in rep.illegal})}")
-    print(f"   fix: {BUGS[name].fix}\n")
+    show(f"   {f.kind} of {f.detail} at {f.site}, needed by launch {f.launch_index} ({f.kernel});")
+    show(f"   kind: {KIND_NOTES[f.kind]}")
+    show(f"   error showed at: {f.surfaced_at}; plan keys hit: "
+         f"{len({g.plan_key for g in rep.illegal})}")
+    show(f"   fix: {BUGS[name].fix}\n")
+
+# %% [markdown]
+# Each bug fails a capture for its own kind of operation, and the detector says which. Each
+# fires just before the launch that needs it; where the error *shows* differs. The table
+# upload's failure is caught and only noted by its caller, so the capture error shows at
+# `end_capture`. The scratch allocation fails at once, at each plan boundary — every plan key
+# after the first, as the scratch grows; allocated once at start-up for the largest plan (the
+# clean engine), or stream-ordered, it would not break a capture. The raw array's
+# synchronisation fails at its own launch, in every plan key.

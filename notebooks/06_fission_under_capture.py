@@ -1,11 +1,14 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -21,9 +24,12 @@
 # - **two kernels** (`attn_merge` then `matvec_residual`): the merge runs once, on a grid sized
 #   for it, and the projection is a plain matvec.
 #
-# The two are **bit-identical** by construction (the same device functions in the same order).
-# Which one is faster depends on the launch mechanism: eagerly, each extra launch costs a host
-# submit; captured, it costs one more graph node — and the better grids might win it back.
+# The two are **bit-identical** by construction: the same device functions accumulate in the
+# same order, and neither uses atomics — deterministic kernels, so a byte-compare is a fair test
+# of the claim (a split that re-ordered a sum, or reduced with atomics, could only be held to a
+# tolerance). Which one is faster depends on the launch mechanism: eagerly, each extra launch
+# costs a host submit; captured, it costs one more graph node — cheaper, never free — and the
+# better grids might win it back.
 # `LAB_SPLIT_COMBINE` switches between them on one build.
 
 # %%

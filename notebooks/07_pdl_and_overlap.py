@@ -1,11 +1,14 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -13,15 +16,15 @@
 # %% [markdown]
 # # 07 — PDL and multi-stream overlap
 #
-# A CUDA graph removes the host cost of each launch. What is left between two dependent
-# kernels is a **device-side gap**: the second grid is launched only when the first has
-# finished. Two ways to shrink what remains:
+# A CUDA graph replaces the host's submit per launch with one submit per graph. It does not make
+# the nodes free: what is left between two dependent kernels is a **device-side gap** — the
+# second grid is launched only when the first has finished. Two ways to shrink what remains:
 #
 # - **PDL (programmatic dependent launch, sm_90+)**: the next kernel may be launched while the
 #   current one still runs; it blocks in `griddepcontrol.wait` (our `pdl_wait()`) until its
 #   predecessor has completed and its memory is visible. Safe only if every kernel waits
 #   before it reads what a predecessor wrote — here the wait is every kernel's first statement,
-#   and a static check enforces it.
+#   and a static check enforces it. PDL has three pieces, each with its own guarantee (next).
 # - **multi-stream overlap**: launches with no data dependency run side by side. Here the k/v
 #   projection runs on a side stream while the q projection runs on the main one, forked and
 #   joined with events; captured, they become parallel branches of the graph.
@@ -54,6 +57,59 @@ def show(text):
 narrow = report.narrow
 
 # %% [markdown]
+# ## PDL's three pieces, and what each guarantees
+# 1. **The launch attribute**, set on the *dependent's* launch: programmatic stream
+#    serialisation (`cudaLaunchAttributeProgrammaticStreamSerialization`; here
+#    `LaunchConfig(programmatic_stream_serialization=True)` under `LAB_PDL=1`, and captured as a
+#    programmatic graph edge). It allows the dependent to be launched before the kernel ahead of
+#    it has finished. It promises nothing about data; without it the stream orders the two
+#    kernels as usual and the other two pieces change nothing.
+# 2. **The primary's trigger**, `pdl_launch_dependents()` (`griddepcontrol.launch_dependents`):
+#    once every block of the primary has triggered or exited, the dependent may launch. A
+#    scheduling hint: it neither means the primary is done nor makes its writes visible.
+# 3. **The dependent's wait**, `pdl_wait()` (`griddepcontrol.wait`): blocks until the primary
+#    has completed and its memory is visible. The only piece that orders data.
+#
+# So how far a dependent overlaps its predecessor is an opportunity, never something
+# correctness may rest on, and work on *other* streams (the overlap below) still needs ordinary
+# events. Nor does "the wait returns at once on an ordinary launch" prove that the step's bytes
+# are the same with PDL on and off: `tests/test_pdl.py` compares them, on the simulator and on
+# a GPU. Where each piece sits in this lab:
+
+# %%
+import ast
+import inspect
+import textwrap
+
+from kernels import REGISTRY
+
+
+def calls(spec, fn):
+    """Does the kernel's source call `fn`?"""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(spec.py_func)))
+    return any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == fn
+               for n in ast.walk(tree))
+
+
+pdl_graph = DecodeEngine(model, SIM.replace(pdl=True))
+pdl_graph.generate("ROMEO.\n", 1)
+graph = next(iter(pdl_graph.graphs.values()))
+no_trigger = [k for k, s in REGISTRY.items() if not calls(s, "pdl_launch_dependents")]
+late = sorted(wait_first_violations())
+n = len(REGISTRY)
+print(f"1 attribute: on every launch under LAB_PDL=1; captured: "
+      f"{'programmatic' if graph.pdl else 'ordinary'} edges, {graph.node_count} nodes (simulated)")
+print(f"2 trigger:   {n - len(no_trigger)} of {n} registered kernels call pdl_launch_dependents()"
+      f"; not: {no_trigger}")
+print(f"3 wait:      {n - len(late)} of {n} registered kernels wait first; not: {late}")
+
+# %% [markdown]
+# Every kernel a step uses waits first and triggers right after — the trigger early, since it
+# only lets the next kernel's launch begin. The two exceptions are the cost recorder's `spin`
+# probe (meant to hold its stream until it ends) and the deliberate bug `rmsnorm_late_wait`,
+# which reads before it waits: the static check below names it, and the simulator's race
+# report and hazard table show what it does.
+#
 # ## The static check: is the wait first?
 
 # %%

@@ -1,11 +1,14 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -240,13 +243,13 @@ a3 = answer("q3", None)   # FILL ME IN: one letter
 for v in audit(DecodeEngine(model, SIM.replace(bugs={"ctx_by_value"}))).varying:
     if v.layer == 0:
         distinct = len(set(map(str, v.values.values())))
-        print(f"{v.kernel}.{v.what} ({v.kind}): {distinct} values over {len(v.values)} steps -> "
-              f"{v.verdict}{' (one value per plan key: handled)' if v.handled else ''}")
+        print(f"{v.kernel}.{v.what} ({v.kind}): {distinct} values over {len(v.values)} steps\n"
+              f"    -> {v.verdict}{' (one value per plan key: handled)' if v.handled else ''}")
 eng = DecodeEngine(model, SIM)
 eng.generate(PROMPT, 40)
 print("clean engine, 40 tokens: captures at", [f"position {e.position} (splits "
-      f"{eng.plan(e.position).splits})" for e in eng.ledger if e.outcome == "capture"],
-      eng.ledger_summary())
+      f"{eng.plan(e.position).splits})" for e in eng.ledger if e.outcome == "capture"])
+print("ledger:", eng.ledger_summary())
 
 # %% [markdown]
 # ### q4 — What a smaller standard error buys (lecture §1)

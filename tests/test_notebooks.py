@@ -1,20 +1,46 @@
-"""Examples are tests: every notebook executes on the simulator, and its committed .ipynb
-holds the same code as its jupytext source."""
+"""Examples are tests: every notebook executes on the simulator, its committed .ipynb holds the
+same cells as its jupytext source, and it opens in JupyterLab clean: the kernelspec JupyterLab
+writes, the jupytext pairing, outputs that fit a page, no stray matplotlib reprs, and every
+plot followed by text that reads it."""
+import json
+import re
 from pathlib import Path
 
 import jupytext
 import pytest
+from jupytext.config import load_jupytext_configuration_file
 
-from scripts.build_notebooks import NB_DIR, execute
+from scripts.build_notebooks import (FORMATS, KERNELSPEC, NB_DIR, execute, split_header,
+                                     sync_source_header)
 
 SOURCES = sorted(NB_DIR.glob("[0-9][0-9]_*.py"))
+WIDTH = 100   # the widest output line a notebook may print (the notebooks' show() wraps at it)
+REPR = re.compile(r"^(<(Axes|Figure|matplotlib)|Text\()")   # what a plot call's value prints as
+IDS = [s.stem for s in SOURCES]
+
+
+def _ipynb(source: Path) -> dict:
+    path = source.with_suffix(".ipynb")
+    assert path.is_file(), f"run: python scripts/build_notebooks.py {source.stem}"
+    return json.loads(path.read_text())
+
+
+def _text_outputs(cell):
+    """(kind, text, has_image) of each output of a code cell that shows text."""
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            yield "stream", "".join(out.get("text", "")), False
+        elif out.get("output_type") in ("execute_result", "display_data"):
+            data = out.get("data", {})
+            if "text/plain" in data:
+                yield out["output_type"], "".join(data["text/plain"]), "image/png" in data
 
 
 def test_there_are_notebooks():
     assert SOURCES
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
 def test_notebook_executes(source):
     nb = execute(source)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
@@ -22,10 +48,80 @@ def test_notebook_executes(source):
     assert not errors
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
 def test_ipynb_matches_its_source(source):
+    """Every cell, code and markdown: a paired notebook whose two files hold the same cells opens
+    in JupyterLab whichever of the two is newer."""
     ipynb = source.with_suffix(".ipynb")
     assert ipynb.is_file(), f"run: python scripts/build_notebooks.py {source.stem}"
-    want = [c.source for c in jupytext.read(source).cells if c.cell_type == "code"]
-    have = [c.source for c in jupytext.read(ipynb).cells if c.cell_type == "code"]
-    assert have == want, f"{ipynb.name} is stale: run python scripts/build_notebooks.py {source.stem}"
+    want = [(c.cell_type, c.source) for c in jupytext.read(source).cells]
+    have = [(c.cell_type, c.source) for c in jupytext.read(ipynb).cells]
+    assert have == want, f"{ipynb.name} is stale: python scripts/build_notebooks.py {source.stem}"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_notebook_opens_clean_and_paired_in_jupyterlab(source):
+    """The kernelspec exactly as JupyterLab writes it (else opening marks the notebook modified)
+    and the jupytext pairing, in both files of the pair."""
+    meta = _ipynb(source)["metadata"]
+    assert meta.get("kernelspec") == KERNELSPEC, f"{source.stem}.ipynb: {meta.get('kernelspec')}"
+    assert meta.get("jupytext", {}).get("formats") == FORMATS, f"{source.stem}.ipynb: not paired"
+    text_meta = jupytext.read(source).metadata
+    assert text_meta.get("kernelspec") == KERNELSPEC, f"{source.name}: {text_meta}"
+    assert text_meta.get("jupytext", {}).get("formats") == FORMATS, f"{source.name}: not paired"
+
+
+def test_the_notebooks_folder_pairs_every_notebook():
+    config = load_jupytext_configuration_file(str(NB_DIR / "jupytext.toml"))
+    assert config is not None and config.formats in (FORMATS, [FORMATS])
+
+
+def test_the_build_rewrites_only_a_sources_header(tmp_path):
+    """sync_source_header writes the pairing and the kernelspec into an old header and leaves
+    the body byte for byte; a second sync changes nothing."""
+    old = ("# ---\n# jupyter:\n#   kernelspec:\n#     display_name: Python 3\n"
+           "#     language: python\n#     name: python3\n# ---\n\n"
+           "# %% [markdown]\n# # Title\n\n# %%\nx = 1  # a comment\nprint(x)\n")
+    src = tmp_path / "00_x.py"
+    src.write_text(old)
+    assert sync_source_header(src)
+    header, body = split_header(src.read_text())
+    assert body == split_header(old)[1]
+    meta = jupytext.read(src).metadata
+    assert meta["kernelspec"] == KERNELSPEC and meta["jupytext"]["formats"] == FORMATS
+    assert "Python 3 (ipykernel)" in header
+    assert not sync_source_header(src)
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_outputs_fit_the_page(source):
+    wide = [(i, len(line), line[:60]) for i, cell in enumerate(_ipynb(source)["cells"])
+            if cell["cell_type"] == "code" for _, text, _ in _text_outputs(cell)
+            for line in text.splitlines() if len(line) > WIDTH]
+    assert not wide, f"{source.stem}: (cell, width, start) of lines over {WIDTH}: {wide[:5]}"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_no_stray_plot_reprs(source):
+    """A plot cell ends with plt.show() or `;`: its last call's value (`<Axes: ...>`, `Text(...)`)
+    is not printed as text beside, or instead of, the figure."""
+    stray = [(i, text[:60]) for i, cell in enumerate(_ipynb(source)["cells"])
+             if cell["cell_type"] == "code" for kind, text, image in _text_outputs(cell)
+             if kind != "stream" and not image and REPR.match(text)]
+    assert not stray, f"{source.stem}: (cell, output) {stray}"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_every_plot_is_read_in_the_text_after_it(source):
+    """The cell after a cell that draws a figure is prose about it (markdown, not a new heading)."""
+    cells = _ipynb(source)["cells"]
+    unread = []
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "code" or not any(
+                "image/png" in o.get("data", {}) for o in cell.get("outputs", [])):
+            continue
+        nxt = cells[i + 1] if i + 1 < len(cells) else None
+        text = "".join(nxt["source"]).lstrip() if nxt and nxt["cell_type"] == "markdown" else ""
+        if not text or text.startswith("#"):
+            unread.append(i)
+    assert not unread, f"{source.stem}: figures in cells {unread} have no text reading them"
