@@ -16,7 +16,12 @@ Rules every function here follows:
 - Per-token p50/p99 come from a separate pass with a clock() around EACH step (on a GPU that
   synchronizes per token, so it would distort the throughput pass).
 - `run_sweep` reaches long contexts with `DecodeEngine.seek` (timing only: the skipped KV rows
-  are never written, so outputs there are not comparable).
+  are never written, so outputs there are not comparable); `run_split_sweep` does the same for
+  attention split policies (a pinned split count against `decode_plan`'s policy).
+- The replay gate: each arm reports, from its engine's ledger, the share of its timed steps that
+  were graph replays. An arm configured for graphs whose share is under MIN_REPLAY_FRACTION is
+  not labelled "graph" (its `mode` is "fallback"), and no result that contains it is meaningful:
+  its `reason` names the arm, its share and the ledger's fallback reasons.
 - Every result carries `source` (backend.describe(): measured on which GPU, or simulated).
 
 Results are plain dicts; `lab/report.py` turns them into tables, plots and files, and the
@@ -33,11 +38,56 @@ import numpy as np
 from .config import TOGGLES, LabConfig
 from .engine import DecodeEngine
 from .errors import LabError
+from .plan import SPLIT_CHOICES, decode_plan
 from .stats import (AA_T_THRESHOLD, aa_verdict, loo_rows, mean_sem, outputs_differ,  # noqa: F401
                     paired_t, paired_test, percentiles, welch)
 
 BENCH_PROMPT = "ROMEO.\n"
 PER_TOKEN_SAMPLES = 1000   # p99 then rests on the 10 slowest tokens of each arm
+# A graph arm whose timed steps were under 99% replays measured (mostly) something else: eager
+# fallbacks or captures. One capture per plan key is paid in the untimed warm-up, so a healthy
+# graph arm's timed steps are all replays.
+MIN_REPLAY_FRACTION = 0.99
+# Ledger outcomes of a step in graph mode, and those that ran a graph without capturing one: a
+# replay, a replay of the live graph updated to the step's plan (LAB_PLAN_SWITCH=update), or a
+# step of the device loop (LAB_LOOP=device). A capture or an eager fallback is not a replay.
+GRAPH_OUTCOMES = ("capture", "replay", "update", "device", "fallback")
+REPLAY_OUTCOMES = ("replay", "update", "device")
+
+
+# ---- the replay gate ---------------------------------------------------------------------------
+def replay_fraction(outcomes: dict) -> float | None:
+    """Replays (REPLAY_OUTCOMES) over graph-mode steps (GRAPH_OUTCOMES) in a count of ledger
+    outcomes; None when no step ran in graph mode (an eager arm)."""
+    graph = sum(outcomes.get(k, 0) for k in GRAPH_OUTCOMES)
+    return sum(outcomes.get(k, 0) for k in REPLAY_OUTCOMES) / graph if graph else None
+
+
+def arm_mode(graph: bool, fraction: float | None) -> str:
+    """"eager", "graph", or "fallback": configured for graphs, under MIN_REPLAY_FRACTION replays."""
+    if not graph:
+        return "eager"
+    return "graph" if fraction is not None and fraction >= MIN_REPLAY_FRACTION else "fallback"
+
+
+def replay_gate(arms: list[dict]) -> str:
+    """Why these arm summaries cannot be compared: each one whose mode is "fallback", with its
+    replay share, its ledger and its fallback reasons ("" when there is none)."""
+    out = []
+    for a in arms:
+        if a.get("mode") != "fallback":
+            continue
+        f, ledger = a["replay_fraction"], a["ledger"]
+        why = "; ".join(f"{r} ({n} steps)" for r, n in a["fallback_reasons"].items()) or "none"
+        out.append(f"arm {a['name']} is not a graph arm: {_pct(f)} of its "
+                   f"{sum(ledger.get(k, 0) for k in GRAPH_OUTCOMES)} timed graph-mode steps were "
+                   f"replays (need {MIN_REPLAY_FRACTION:.0%}; ledger {ledger}); fallback reasons: "
+                   f"{why}")
+    return "; ".join(out)
+
+
+def _pct(fraction: float | None) -> str:
+    return "no" if fraction is None else f"{100 * fraction:.1f}%"
 
 
 # ---- arms --------------------------------------------------------------------------------------
@@ -48,23 +98,65 @@ class Arm:
     engine: DecodeEngine
     ms: list[float] = field(default_factory=list)      # ms/token, one per rep
     runs: list[tuple] = field(default_factory=list)    # (token ids, final logits), one per rep
+    outcomes: dict = field(default_factory=dict)       # ledger outcome -> timed steps
+    fallbacks: dict = field(default_factory=dict)      # fallback reason -> timed steps
 
     def clear(self) -> None:
-        self.ms, self.runs = [], []
+        self.ms, self.runs, self.outcomes, self.fallbacks = [], [], {}, {}
 
     def use(self) -> DecodeEngine:
         """The arm's engine, switched to the arm's toggles (arms may share one engine)."""
         self.engine.cfg = self.cfg
         return self.engine
 
+    def timed(self, run: Callable) -> None:
+        """One timed run on the arm's engine: its ms/token, its outputs, and the ledger entries
+        of its steps (what each step was: replay, capture, eager or fallback, and why)."""
+        eng = self.use()
+        first = len(eng.ledger)
+        ms, out = run(eng)
+        self.ms.append(ms)
+        self.runs.append(out)
+        for e in eng.ledger[first:]:
+            self.outcomes[e.outcome] = self.outcomes.get(e.outcome, 0) + 1
+            if e.outcome == "fallback":
+                self.fallbacks[e.reason] = self.fallbacks.get(e.reason, 0) + 1
+
     def summary(self) -> dict:
         m, s = mean_sem(self.ms)
         eng = self.use()
         graph = eng.graphs.get(eng.plan(0).key) if self.cfg.graph else None
+        fraction = replay_fraction(self.outcomes)
         return {"name": self.name, "toggles": self.cfg.toggles(), "ms_per_token": list(self.ms),
                 "mean_ms": m, "sem_ms": s, "tok_per_s": 1000.0 / m if m else float("nan"),
                 "launches_per_token": len(eng.step_launches(eng.plan(eng.position))),
-                "nodes_per_graph": graph.node_count if graph is not None else 0}
+                "nodes_per_graph": graph.node_count if graph is not None else 0,
+                "ledger": dict(self.outcomes), "replay_fraction": fraction,
+                "mode": arm_mode(self.cfg.graph, fraction),
+                "fallback_reasons": dict(self.fallbacks)}
+
+
+class SplitPolicyEngine(DecodeEngine):
+    """A DecodeEngine whose attention split count can be pinned: `splits` (one of
+    SPLIT_CHOICES) for every position, or None (the default) for decode_plan's policy. For
+    experiments on the policy: each split count is its own plan key, so its own graph, and the
+    scratch is already viewed for every split count, so switching `splits` allocates nothing."""
+    splits: int | None = None
+
+    def plan(self, position: int | None = None):
+        return decode_plan(self.position if position is None else position, self.model.cfg,
+                           self.cfg, splits=self.splits)
+
+
+@dataclass
+class SplitArm(Arm):
+    """An arm that is a split policy on a shared SplitPolicyEngine (None: decode_plan's)."""
+    splits: int | None = None
+
+    def use(self) -> DecodeEngine:
+        eng = super().use()
+        eng.splits = self.splits
+        return eng
 
 
 def parse_arm(text: str, base: LabConfig) -> LabConfig:
@@ -163,9 +255,7 @@ def interleave(arms: list[Arm], reps: int, run: Callable, progress=False, desc: 
         if before_rep is not None:
             before_rep(rep)
         for arm in (arms if rep % 2 == 0 else arms[::-1]):
-            ms, out = run(arm.use())
-            arm.ms.append(ms)
-            arm.runs.append(out)
+            arm.timed(run)
             order.append(arm.name)
             if bar is not None:
                 bar.update()
@@ -233,7 +323,9 @@ def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
     """A/A (A vs a second copy of A), then the interleaved paired A/B, then per-token p50/p99.
     Arms share one engine when only launch toggles differ (see make_arm); the A/A then runs A
     twice on it, interleaved like the A/B. Returns a JSON-ready dict; `meaningful` is False
-    (with `reason`) when the A/A gate fails."""
+    (with `reason`) when the A/A gate fails or an arm fails the replay gate (a graph arm whose
+    timed steps were under MIN_REPLAY_FRACTION replays); without an A/A and with both arms
+    through the replay gate it is None."""
     run = decode_run(prompt, tokens)
     pool = {} if pool is None else pool
     out = {}
@@ -250,6 +342,10 @@ def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
     for s in (sa, sb):
         s["per_token"] = percentiles(pt[s["name"]]) if pt[s["name"]] else None
     ok = out["aa"]["ok"] if aa else None
+    reasons = [f"A/A gate failed: {out['aa']['reason']}"] if aa and not ok else []
+    fell_back = replay_gate([sa, sb])
+    if fell_back:
+        reasons.append(fell_back)
     out.update(_meta(arm_a.engine.backend.describe(), "paired interleaved A/B behind an A/A gate",
                      reps=reps, tokens=tokens, prompt=prompt, kv_init=kv_init,
                      order="alternating per rep (A B, B A, ...), warm-up excluded"))
@@ -261,8 +357,7 @@ def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
         "sem_ratio_a_over_b": sa["sem_ms"] / sb["sem_ms"] if sb["sem_ms"] else float("inf"),
         "outputs_identical_ab": not outputs_differ(arm_a.runs, arm_b.runs),
         "per_token_samples": per_token,
-        "meaningful": ok, "reason": "" if ok or ok is None else f"A/A gate failed: "
-                                                                 f"{out['aa']['reason']}",
+        "meaningful": False if reasons else ok, "reason": "; ".join(reasons),
     })
     if aa and not ok and out["aa"]["diff_ms"]:
         # context, not a verdict: how the A/B effect compares with the offset A/A already shows
@@ -286,7 +381,8 @@ def run_ladder(model, base: LabConfig | None = None, reps: int = 5, tokens: int 
                backend_factory: Callable | None = None, before_rep: Callable | None = None,
                pool: dict | None = None) -> dict:
     """The launch-mechanism ladder: each rung's ms/token and us per launch, interleaved and
-    paired on ONE engine (the rungs differ only in launch toggles), outputs byte-compared.
+    paired on ONE engine (the rungs differ only in launch toggles), outputs byte-compared;
+    `meaningful` is False (with `reason`) when a graph rung fails the replay gate.
     `before_rep(rep)` runs before each round (the cost recorder measures host costs there)."""
     base = base or LabConfig()
     pool = {} if pool is None else pool
@@ -300,9 +396,11 @@ def run_ladder(model, base: LabConfig | None = None, reps: int = 5, tokens: int 
         rows.append({**sm, "what": what,
                      "us_per_launch": 1000.0 * sm["mean_ms"] / sm["launches_per_token"]})
     same = all(not outputs_differ(arms[0].runs, a.runs) for a in arms[1:])
+    why = replay_gate(rows)
     return {**_meta(arms[0].engine.backend.describe(), "launch-mechanism ladder", reps=reps,
                     tokens=tokens, prompt=prompt, kv_init=kv_init),
             "arms": rows, "run_order": order, "outputs_identical": same,
+            "meaningful": not why, "reason": why,
             "graph_over_prebound": rows[1]["mean_ms"] / rows[2]["mean_ms"],
             "graph_over_dispatcher": rows[0]["mean_ms"] / rows[2]["mean_ms"]}
 
@@ -318,11 +416,8 @@ def parse_contexts(text) -> list[int]:
     return vals
 
 
-def run_sweep(model, arms: dict[str, LabConfig], contexts, reps: int = 3, tokens: int = 16,
-              prompt: str = BENCH_PROMPT, progress=False, kv_init: str = "zeros",
-              backend_factory: Callable | None = None) -> dict:
-    """ms/token and tok/s per context per arm. Context c = tokens already in the cache: the
-    timed steps run at positions c .. c + tokens - 1, reached with seek (timing only)."""
+def check_contexts(model, contexts, tokens: int, prompt: str) -> None:
+    """A LabError unless each context is past the prompt and leaves room for `tokens` steps."""
     max_seq = model.cfg.max_seq
     n_prompt = len(model.tokenizer.encode(prompt))
     for c in contexts:
@@ -332,23 +427,61 @@ def run_sweep(model, arms: dict[str, LabConfig], contexts, reps: int = 3, tokens
             raise LabError(f"context {c} + {tokens} tokens = {c + tokens} passes max_seq {max_seq}"
                            f" (one position is the next token); the largest context for "
                            f"{tokens} tokens is {max_seq - 1 - tokens}")
+
+
+def sweep_arms(arms: list[Arm], contexts, reps: int, tokens: int, prompt: str, progress=False,
+               what: str = "decode speed per context length (seek: timing only)",
+               **meta) -> dict:
+    """The arms interleaved at each context in turn (seek: timing only); one row per context
+    per arm, with its split count and replay share; `meaningful` is False (with `reason`) when
+    a graph arm fails the replay gate at some context."""
+    rows = []
+    for c in contexts:
+        for arm in arms:
+            arm.clear()
+        interleave(arms, reps, context_run(prompt, c, tokens), progress, f"context {c}")
+        for arm in arms:
+            s = arm.summary()
+            rows.append({"context": c, "arm": arm.name, "splits": arm.use().plan(c).splits,
+                         **{k: s[k] for k in ("toggles", "mean_ms", "sem_ms", "tok_per_s",
+                                              "ms_per_token", "launches_per_token", "ledger",
+                                              "replay_fraction", "mode", "fallback_reasons")}})
+    why = replay_gate([{**r, "name": f"{r['arm']} at context {r['context']}"} for r in rows])
+    return {**_meta(arms[0].engine.backend.describe(), what, reps=reps, tokens=tokens, **meta),
+            "contexts": list(contexts), "arms": [a.name for a in arms], "rows": rows,
+            "meaningful": not why, "reason": why}
+
+
+def run_sweep(model, arms: dict[str, LabConfig], contexts, reps: int = 3, tokens: int = 16,
+              prompt: str = BENCH_PROMPT, progress=False, kv_init: str = "zeros",
+              backend_factory: Callable | None = None) -> dict:
+    """ms/token and tok/s per context per arm. Context c = tokens already in the cache: the
+    timed steps run at positions c .. c + tokens - 1, reached with seek (timing only)."""
+    check_contexts(model, contexts, tokens, prompt)
     pool: dict = {}
     bench = [make_arm(model, n, cfg, i, kv_init, backend_factory, pool)
              for i, (n, cfg) in enumerate(arms.items())]
-    rows = []
-    for c in contexts:
-        for arm in bench:
-            arm.clear()
-        interleave(bench, reps, context_run(prompt, c, tokens), progress, f"context {c}")
-        for arm in bench:
-            s = arm.summary()
-            rows.append({"context": c, "arm": arm.name, "toggles": s["toggles"],
-                         "mean_ms": s["mean_ms"], "sem_ms": s["sem_ms"], "tok_per_s": s["tok_per_s"],
-                         "ms_per_token": s["ms_per_token"], "splits": arm.use().plan(c).splits,
-                         "launches_per_token": s["launches_per_token"]})
-    return {**_meta(bench[0].engine.backend.describe(), "decode speed per context length "
-                    "(seek: timing only)", reps=reps, tokens=tokens, kv_init=kv_init),
-            "contexts": list(contexts), "arms": list(arms), "rows": rows}
+    return sweep_arms(bench, contexts, reps, tokens, prompt, progress, kv_init=kv_init)
+
+
+def run_split_sweep(model, policies: dict, contexts, cfg: LabConfig | None = None,
+                    reps: int = 3, tokens: int = 8, prompt: str = BENCH_PROMPT, progress=False,
+                    kv_init: str = "zeros", backend=None) -> dict:
+    """The attention split-count trade-off: ms/token per context for each policy in `policies`
+    (name -> a pinned split count from SPLIT_CHOICES, or None for decode_plan's policy),
+    interleaved on ONE SplitPolicyEngine (`cfg`, by default graph replay: the device's time,
+    not the host's launches). The result has run_sweep's shape; its arms are the policies."""
+    for name, splits in policies.items():
+        if splits is not None and splits not in SPLIT_CHOICES:
+            raise LabError(f"policy {name!r}: splits={splits!r}; use None (decode_plan's policy) "
+                           f"or one of {', '.join(map(str, SPLIT_CHOICES))}")
+    check_contexts(model, contexts, tokens, prompt)
+    cfg = cfg or LabConfig()
+    eng = SplitPolicyEngine(model, cfg, backend=backend or default_backend(cfg, 0), kv_init=kv_init)
+    arms = [SplitArm(name, cfg, eng, splits=splits) for name, splits in policies.items()]
+    what = "attention split policy per context length (seek: timing only)"
+    return {**sweep_arms(arms, contexts, reps, tokens, prompt, progress, what, kv_init=kv_init),
+            "policies": dict(policies)}
 
 
 # ---- leave-one-out -----------------------------------------------------------------------------
@@ -381,7 +514,8 @@ def run_loo(model, factors, base: LabConfig | None = None, reps: int = 5, tokens
             backend_factory: Callable | None = None) -> dict:
     """Leave-one-out: the arms of `loo_configs`, interleaved (sharing one engine when they differ
     only in launch toggles); then the all-off arm checked against a plain baseline (a fresh
-    engine, same config, its reps run back to back)."""
+    engine, same config, its reps run back to back). `meaningful` is False (with `reason`) when
+    an arm or the baseline fails the replay gate."""
     factors = parse_factors(factors)
     cfgs = loo_configs(base or LabConfig(), factors)
     run = decode_run(prompt, tokens)
@@ -395,9 +529,7 @@ def run_loo(model, factors, base: LabConfig | None = None, reps: int = 5, tokens
                      backend_factory or (lambda cfg, index: arms[0].engine.backend))
     run(plain.use())                                   # warm-up
     for _ in range(reps):
-        t, o = run(plain.engine)
-        plain.ms.append(t)
-        plain.runs.append(o)
+        plain.timed(run)
     off = next(a for a in arms if a.name == "all-off")
     gap = welch(off.ms, plain.ms)
     why = outputs_differ(off.runs, plain.runs)
@@ -408,9 +540,12 @@ def run_loo(model, factors, base: LabConfig | None = None, reps: int = 5, tokens
                      f"all-off arm")
     if why:
         flags.append(f"outputs differ from the baseline: {why}")
+    summaries, baseline = [a.summary() for a in arms], plain.summary()
+    fell_back = replay_gate(summaries + [baseline])
     return {**_meta(arms[0].engine.backend.describe(), "leave-one-out", reps=reps, tokens=tokens,
                     prompt=prompt, kv_init=kv_init),
-            "factors": factors, "arms": [a.summary() for a in arms], "run_order": order,
+            "factors": factors, "arms": summaries, "run_order": order,
             "rows": loo_rows(ms, factors),
-            "baseline": {**plain.summary(), "gap_ms": gap["diff"], "gap_sem_ms": gap["sem"],
-                         "z": gap["z"], "ok": not flags, "reason": "; ".join(flags)}}
+            "baseline": {**baseline, "gap_ms": gap["diff"], "gap_sem_ms": gap["sem"],
+                         "z": gap["z"], "ok": not flags, "reason": "; ".join(flags)},
+            "meaningful": not fell_back, "reason": fell_back}

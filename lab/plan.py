@@ -15,6 +15,8 @@ from dataclasses import dataclass
 # positions, rounded to a power of two so plans (and graphs) change only at a few boundaries.
 CHUNK_TARGET = 32
 MAX_SPLITS = 32
+# the split counts a plan may have: the engine views its attention scratch for each of them
+SPLIT_CHOICES = tuple(2 ** i for i in range(MAX_SPLITS.bit_length()))
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,18 @@ def splits_for(context: int) -> int:
     return splits
 
 
-def decode_plan(position: int, model_cfg, lab_cfg) -> Plan:
-    """The plan for the decode step at `position` (0-based) of a model and lab configuration."""
+def decode_plan(position: int, model_cfg, lab_cfg, splits: int | None = None) -> Plan:
+    """The plan for the decode step at `position` (0-based) of a model and lab configuration.
+    `splits` pins the attention split count (one of SPLIT_CHOICES), for experiments on the
+    policy; None (the default) follows the policy, `splits_for(position + 1)`."""
     if not 0 <= position < model_cfg.max_seq:
         raise ValueError(f"position {position} outside [0, {model_cfg.max_seq})")
-    return Plan(position, splits_for(position + 1), lab_cfg.split_combine, model_cfg.n_head,
-                lab_cfg.pdl, lab_cfg.overlap)
+    if splits is None:
+        splits = splits_for(position + 1)
+    elif splits not in SPLIT_CHOICES:
+        raise ValueError(f"splits={splits!r}: use one of {', '.join(map(str, SPLIT_CHOICES))}")
+    return Plan(position, splits, lab_cfg.split_combine, model_cfg.n_head, lab_cfg.pdl,
+                lab_cfg.overlap)
 
 
 def plan_boundaries(max_seq: int) -> list[int]:

@@ -1,7 +1,9 @@
 """Reading bench results: tables, plots and files. `lab/bench.py` measures and returns plain
 dicts; this module turns a result into what a person reads (a table that fits a notebook cell, a
 plot whose title names the source) and writes it (JSON and plots, each file whole or not at
-all). Every table ends with the result's source: the GPU and versions, or "simulated".
+all). Every table ends with the result's source: the GPU and versions, or "simulated", and
+shows each arm's replay share (bench.py's replay gate), with a NOT MEANINGFUL line when the
+result failed a gate.
 """
 from __future__ import annotations
 
@@ -55,6 +57,25 @@ def _f(x, fmt=".4f") -> str:
     return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
+def _replays(arm: dict) -> str:
+    """An arm's replay share (ledger: replays / graph-mode steps of its timed runs): "-" when no
+    step ran in graph mode (eager), "?" when the result predates the ledger's report."""
+    if "replay_fraction" not in arm:
+        return "?"
+    f = arm["replay_fraction"]
+    return "-" if f is None else f"{100 * f:.1f}%"
+
+
+def _gate_lines(result: dict, arms) -> list[str]:
+    """The footer lines of the replay gate: what "?" means, and the verdict it refuses."""
+    lines = []
+    if any(_replays(a) == "?" for a in arms):
+        lines.append("replays ?: not in this result (recorded before arms reported their ledger)")
+    if result.get("meaningful") is False:
+        lines.append(f"NOT MEANINGFUL: {result['reason']}")
+    return lines
+
+
 def _ab_rows(result: dict) -> list[tuple[str, dict]]:
     """(label, arm) for the A/A pair (when present) and the A/B pair."""
     aa = [(f"{a['name']} (A/A)", a) for a in result["aa"]["arms"]] if result.get("aa") else []
@@ -70,14 +91,17 @@ def format_ab(result: dict) -> str:
                      f"(threshold {aa['threshold']:g}), outputs "
                      f"{'byte-identical' if aa['outputs_identical'] else 'DIFFER'}")
     tw = _tw([a for _, a in _ab_rows(result)])
-    lines.append(f"{'arm':<13} {'toggles':<{tw}} {'ms/token':>9} {'± sem us':>9} {'p50 ms':>8} "
-                 f"{'p99 ms':>8} {'launches/tok':>12} {'nodes/graph':>11}")
+    pct = any(a.get("per_token") for _, a in _ab_rows(result))   # a per-token pass ran
+    lines.append(f"{'arm':<13} {'toggles':<{tw}} {'ms/token':>9} {'± sem us':>9} "
+                 + (f"{'p50 ms':>8} {'p99 ms':>8} " if pct else "")
+                 + f"{'launches/tok':>12} {'nodes/graph':>11} {'replays':>7}")
     for label, arm in _ab_rows(result):
         pt = arm.get("per_token") or {}
         lines.append(f"{label:<13} {_toggle_text(arm['toggles']):<{tw}} "
                      f"{arm['mean_ms']:>9.4f} {_f(arm['sem_ms'] * 1000, '.2f'):>9} "
-                     f"{_f(pt.get('p50')):>8} {_f(pt.get('p99')):>8} "
-                     f"{arm['launches_per_token']:>12} {arm['nodes_per_graph']:>11}")
+                     + (f"{_f(pt.get('p50')):>8} {_f(pt.get('p99')):>8} " if pct else "")
+                     + f"{arm['launches_per_token']:>12} {arm['nodes_per_graph']:>11} "
+                     f"{_replays(arm):>7}")
     p = result.get("p")
     a, b = (arm["name"] for arm in result["arms"])
     lines.append(f"{b} - {a} = {result['diff_b_minus_a_ms']:+.4f} ms/token ± {result['diff_sem_ms']:.4f} "
@@ -88,31 +112,36 @@ def format_ab(result: dict) -> str:
         lines.append(f"sem ratio {a}/{b} {result['sem_ratio_a_over_b']:.1f}x" + (
             f"; per-token p50/p99 over {result['per_token_samples']} tokens per arm (separate "
             f"pass, clock per step)" if result.get("per_token_samples") else ""))
-    if result.get("meaningful") is False:
-        lines.append(f"NOT MEANINGFUL: {result['reason']}")
+    lines += _gate_lines(result, [a for _, a in _ab_rows(result)])
     lines.append(f"source: {result['source']}")
     return "\n".join(lines)
 
 
 def format_ladder(result: dict) -> str:
     lines = [f"{'rung':<11} {'ms/token':>9} {'± sem us':>9} {'launches/tok':>12} {'us/launch':>9}"
-             f"  what it removes"]
+             f" {'replays':>7}  what it removes"]
     for a in result["arms"]:
         lines.append(f"{a['name']:<11} {a['mean_ms']:>9.4f} {_f(a['sem_ms'] * 1000, '.2f'):>9} "
-                     f"{a['launches_per_token']:>12} {a['us_per_launch']:>9.2f}  {a['what']}")
-    lines.append(f"graph replay: {result['graph_over_prebound']:.1f}x less time per token than "
-                 f"pre-bound eager, {result['graph_over_dispatcher']:.1f}x less than the "
-                 f"dispatcher; outputs {'byte-identical' if result['outputs_identical'] else 'DIFFER'}")
+                     f"{a['launches_per_token']:>12} {a['us_per_launch']:>9.2f} {_replays(a):>7}"
+                     f"  {a['what']}")
+    if result.get("meaningful") is not False:
+        lines.append(f"graph replay: {result['graph_over_prebound']:.1f}x less time per token than "
+                     f"pre-bound eager, {result['graph_over_dispatcher']:.1f}x less than the "
+                     f"dispatcher; outputs "
+                     f"{'byte-identical' if result['outputs_identical'] else 'DIFFER'}")
+    lines += _gate_lines(result, result["arms"])
     lines.append(f"{result['reps']} reps x {result['tokens']} tokens, interleaved on one engine; "
                  f"source: {result['source']}")
     return "\n".join(lines)
 
 
 def format_sweep(result: dict) -> str:
-    lines = [f"{'context':>7} {'splits':>6} {'arm':<22} {'ms/token':>9} {'± sem us':>9} {'tok/s':>9}"]
+    lines = [f"{'context':>7} {'splits':>6} {'arm':<22} {'ms/token':>9} {'± sem us':>9} "
+             f"{'tok/s':>9} {'replays':>7}"]
     for r in result["rows"]:
         lines.append(f"{r['context']:>7} {r['splits']:>6} {r['arm']:<22} {r['mean_ms']:>9.4f} "
-                     f"{_f(r['sem_ms'] * 1000, '.2f'):>9} {r['tok_per_s']:>9.0f}")
+                     f"{_f(r['sem_ms'] * 1000, '.2f'):>9} {r['tok_per_s']:>9.0f} {_replays(r):>7}")
+    lines += _gate_lines(result, result["rows"])
     lines.append(f"{result['reps']} reps x {result['tokens']} tokens per context, kv_init "
                  f"{result['kv_init']}; source: {result['source']}")
     return "\n".join(lines)
@@ -120,10 +149,10 @@ def format_sweep(result: dict) -> str:
 
 def format_loo(result: dict) -> str:
     tw = _tw(result["arms"])
-    lines = [f"{'arm':<20} {'toggles':<{tw}} {'ms/token':>9} {'± sem us':>9}"]
+    lines = [f"{'arm':<20} {'toggles':<{tw}} {'ms/token':>9} {'± sem us':>9} {'replays':>7}"]
     for a in result["arms"]:
         lines.append(f"{a['name']:<20} {_toggle_text(a['toggles']):<{tw}} {a['mean_ms']:>9.4f} "
-                     f"{_f(a['sem_ms'] * 1000, '.2f'):>9}")
+                     f"{_f(a['sem_ms'] * 1000, '.2f'):>9} {_replays(a):>7}")
     lines.append("")
     lines.append(f"{'factor':<20} {'worth = off - all-on (ms/token)':>32} {'± sem us':>9} {'t':>8}")
     for r in result["rows"]:
@@ -133,6 +162,7 @@ def format_loo(result: dict) -> str:
     lines.append(f"baseline (all-off, un-interleaved): {b['mean_ms']:.4f} ± {_f(b['sem_ms'])} "
                  f"ms/token; gap {b['gap_ms']:+.4f} ± {b['gap_sem_ms']:.4f} -> "
                  f"{'ok' if b['ok'] else 'FLAGGED: ' + b['reason']}")
+    lines += _gate_lines(result, result["arms"] + [b])
     lines.append(f"{result['reps']} reps x {result['tokens']} tokens; source: {result['source']}")
     return "\n".join(lines)
 

@@ -1,11 +1,14 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -28,6 +31,7 @@ from lab.bugs import BUGS
 from lab.config import LabConfig
 from lab.engine import DecodeEngine
 from lab.model import load_model
+from lab.report import wrapped
 from lab.verify import replay_check
 
 model = load_model()
@@ -56,7 +60,9 @@ correct = DecodeEngine(model, cfg.replace(graph=False)).generate(PROMPT, 160).te
 print("correct:\n" + PROMPT + correct + "\n")
 for name in ("frozen_kv_row", "ctx_by_value", "pos_outside_graph"):
     broken = DecodeEngine(model, cfg.replace(bugs={name})).generate(PROMPT, 160).text
-    print(f"{BUGS[name].env} (graph replays):\n{PROMPT}{broken!r}\n")
+    text = repr(PROMPT + broken)                  # cut, not wrapped: every character kept
+    lines = "\n".join(text[i:i + 100] for i in range(0, len(text), 100))
+    print(f"{BUGS[name].env} (graph replays), as a repr:\n{lines}\n")
 
 # %% [markdown]
 # Do not count on noise to give a bug away. A server reuses its engine across requests, so the
@@ -78,7 +84,7 @@ print("LAB_BUG_FROZEN_KV_ROW after an earlier request (graph replays):\n" + PROM
 
 # %%
 for name, bug in BUGS.items():
-    print(f"{bug.env:<26} [{bug.kind}] caught by the {bug.caught_by}\n    fix: {bug.fix}")
+    print(wrapped(f"{bug.env:<26} [{bug.kind}] caught by the {bug.caught_by}\n    fix: {bug.fix}"))
 
 # %% [markdown]
 # ## The whole table
@@ -87,11 +93,14 @@ for name, bug in BUGS.items():
 
 # %%
 rows = bug_table(model, cfg, PROMPT)
-print(rows[0]["source"])
-print(f"{'bug':<18} {'audit flags':<34} {'lazy-init flags':<34} {'1 replay':<9} {'3 replays':<18} capture")
+print(wrapped(rows[0]["source"]))
+print(f"{'bug':<18} {'audit flags':<40} lazy-init flags")
 for r in rows:
-    print(f"{r['bug']:<18} {', '.join(r['audit_flags'])[:33]:<34} {', '.join(r['lazy_init_flags'])[:33]:<34} "
-          f"{r['replay_1']:<9} {r['replay_3']:<18} {r['capture'][:60]}")
+    print(f"{r['bug']:<18} {', '.join(r['audit_flags'])[:39]:<40} "
+          f"{', '.join(r['lazy_init_flags'])[:40]}")
+print(f"\n{'bug':<18} {'1 replay':<9} {'3 replays':<18} capture")
+for r in rows:
+    print(f"{r['bug']:<18} {r['replay_1']:<9} {r['replay_3']:<18} {r['capture'][:52]}")
 
 # %% [markdown]
 # ## The same table, recorded on the H200
@@ -104,12 +113,96 @@ from pathlib import Path
 rec = Path("../data/gpu/bugs_table.json")
 if rec.exists():
     gpu = json.loads(rec.read_text())
-    print(gpu["source"], "-", gpu["date"])
+    print(wrapped(f"{gpu['source']} - {gpu['date']}"))
     sim_rows = {r["bug"]: r for r in rows}
+    print(f"{'bug':<18} {'1 replay':<9} {'3 replays':<18} {'capture':<35} vs sim")
     for r in gpu["rows"]:
         s = sim_rows.get(r["bug"], {})
-        same = all(r[k] == s.get(k) for k in ("audit_flags", "lazy_init_flags", "replay_1", "replay_3"))
-        print(f"{r['bug']:<18} 1 replay {r['replay_1']:<5} 3 replays {r['replay_3']:<18} "
-              f"capture {r['capture'][:40]:<40} {'= sim' if same else 'DIFFERS from sim'}")
+        same = all(r[k] == s.get(k)
+                   for k in ("audit_flags", "lazy_init_flags", "replay_1", "replay_3"))
+        print(f"{r['bug']:<18} {r['replay_1']:<9} {r['replay_3']:<18} {r['capture'][:35]:<35} "
+              f"{'= sim' if same else 'DIFFERS from sim'}")
 else:
     print("no recorded GPU table yet")
+
+# %% [markdown]
+# ## A "graph" run that was mostly eager (the lecture's case study 004)
+# In the case study, decode with graphs on was slow, and the search went through the host code
+# and the KV layout — until one count of the server's log showed that 36 of 37 decode steps had
+# run eagerly (`cuda graph: False`). Capture had succeeded; the graph was not being replayed.
+#
+# The same trap here: `LAB_BUG_LAZY_TABLE` uploads the RoPE tables on first use, so the first
+# capture (plan key `splits=1`, contexts 1 to 32) meets a synchronous copy, which a capture
+# cannot contain, and fails. The engine ends the capture, runs the step eagerly — which uploads
+# the tables — and remembers the failure: every later step with that key runs as an eager
+# **fallback**. The next plan key (`splits=2`) then captures cleanly, so the run is partly
+# graph, mostly eager, and its output is right. First, the number a benchmark that only times the run would report:
+
+# %%
+TOKENS = 40                      # 6 prompt steps + 40 tokens: positions 0 .. 45
+runs = {"eager": cfg.replace(graph=False), "graph": cfg,
+        "graph (LAB_BUG_LAZY_TABLE)": cfg.replace(bugs={"lazy_table"})}
+engines, gens = {}, {}
+for name, c in runs.items():
+    engines[name] = DecodeEngine(model, c)
+    gens[name] = engines[name].generate(PROMPT, TOKENS)
+print(wrapped(gens["graph"].source))
+speedup = {name: gens["eager"].ms_per_token / g.ms_per_token for name, g in gens.items()}
+for name, g in gens.items():
+    print(f"{name:<27} {g.ms_per_token:.4f} ms/token  ({speedup[name]:.2f}x eager's speed)  "
+          f"text {'= eager' if g.text == gens['eager'].text else 'DIFFERS from eager'}")
+print(f"the naive claim: graphs are worth {speedup['graph (LAB_BUG_LAZY_TABLE)']:.2f}x here; "
+      f"replaying graphs are worth {speedup['graph']:.2f}x (simulated)")
+
+# %% [markdown]
+# Timed naively, the buggy run reports a modest, plausible gain for graphs — and a wrong one:
+# the clean graph run is far faster. Nothing in the output gives it away (the text is right).
+# The ledger does: one line per step, saying what the step was. Counted by plan key, like the
+# case study's `grep | sort | uniq -c` over its log:
+
+# %%
+buggy = engines["graph (LAB_BUG_LAZY_TABLE)"]
+print("ledger:", buggy.ledger_summary())
+by_key = {}                                       # splits -> {outcome: steps}
+for e in buggy.ledger:
+    outcomes = by_key.setdefault(e.plan_key[1], {})
+    outcomes[e.outcome] = outcomes.get(e.outcome, 0) + 1
+for splits, outcomes in by_key.items():
+    print(f"  splits={splits:<3} {outcomes}")
+for key, failure in buggy.capture_failures.items():
+    print(f"capture failed for splits={key[1]}: {failure.reason} (shown at {failure.shown_at})")
+replays = buggy.ledger_summary().get("replay", 0)
+print(f"replays: {replays} of {len(buggy.ledger)} steps ({replays / len(buggy.ledger):.0%})")
+
+# %% [markdown]
+# The harness reads the same ledger. Every arm of `decode-lab bench` (A/B, sweep, ladder,
+# leave-one-out) reports its **replay share** — replays over graph-mode steps in its timed runs
+# (the warm-up, which pays one capture per plan key, is not timed) — and an arm configured for
+# graphs with fewer than 99% replays is not labelled a graph arm: the result is marked NOT
+# MEANINGFUL, naming the arm, its share and the fallback reasons. The healthy graph arm passes.
+
+# %%
+from lab import bench, report
+
+naive = bench.run_ab(model, runs["eager"], runs["graph (LAB_BUG_LAZY_TABLE)"], reps=4,
+                     tokens=TOKENS, per_token=0, names=("eager", "graph?"))
+print(report.wrapped(report.format_ab(report.narrow(naive))))
+print()
+healthy = bench.run_ab(model, runs["eager"], runs["graph"], reps=4, tokens=TOKENS, per_token=0,
+                       names=("eager", "graph"))
+print(report.wrapped(report.format_ab(report.narrow(healthy))))
+print()
+for res in (naive, healthy):
+    arm = res["arms"][1]
+    print(f"{arm['name']:<7} mode {arm['mode']!r:<11} replays {arm['replay_fraction']:.1%}  "
+          f"meaningful: {res['meaningful']}")
+
+# %% [markdown]
+# The `replays` column is the lesson of the case study turned into a check: the buggy arm's
+# ms/token is real, but it measures eager fallbacks, not graph replays, so the harness will
+# not call its A/B a graph-vs-eager verdict. Two things to take from it:
+#
+# - **Verify the optimised path is the executed path**, every run: a capture that succeeded once
+#   proves nothing about the steps after it (the same lesson as "one replay proves nothing").
+# - **Make the fallback loud**: the engine falls back so that a capture failure costs speed,
+#   never correctness — which is exactly why it goes unnoticed unless something counts it.

@@ -1,11 +1,14 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -171,8 +174,11 @@ print(f"sem eager / sem graph = {ab['sem_ratio_a_over_b']:.0f}x (simulated)")
 # Long contexts are reached with `DecodeEngine.seek(position)`: it sets the device position (and
 # the host mirror) without computing the positions before it. A step at a sought position does
 # the work of a step at that context length — same plan (attention splits), same bytes read —
-# so **seek is valid for timing**. The decode at context `c` runs positions `c .. c + tokens - 1`;
-# `c + tokens` must stay below `max_seq`, else the sweep refuses with a clear error.
+# so over an **initialised** cache (`kv_init="zeros"`, the default) seek serves for timing these
+# kernels, whose work does not depend on the values they read. Over uninitialised memory it is
+# no fixture at all: garbage may hold NaN, inf or denormals, and nobody checked that the timing
+# ignores them. The decode at context `c` runs positions `c .. c + tokens - 1`; `c + tokens`
+# must stay below `max_seq`, else the sweep refuses with a clear error.
 
 # %%
 sweep = bench.run_sweep(model, {"eager": EAGER, "graph": GRAPH}, [64, 256, 512, 1000],
@@ -192,12 +198,303 @@ for arm in sweep["arms"]:
 # The graph arm grows steadily with the context: once the host is out of the way, the
 # attention kernels' work (more KV rows per token) is what the step costs. Eager has no such
 # reason to grow — its time is the host's, launch by launch, and the attention hides behind it
-# (on the H200 it is flat; the recorded sweep is at the end). Its simulated points still move
-# between context lengths, by more than their own error bars (compare max − min with the sem
-# printed above): each context's reps run back to back, within one stretch of the simulated
-# host's slow drift (the measured spread of whole reps, redrawn every `drift_us` of model time),
-# so a point's standard error says nothing about the drift *between* points. A sweep's points
-# are not paired with each other; only the arms at one context are.
+# (on the H200 it shows no trend with the context; the recorded sweep is at the end, and the
+# next section takes the curve apart). Its simulated points still move between context
+# lengths, by more than their own error bars (compare max − min with the sem printed above):
+# each context's reps run back to back, within one stretch of the simulated host's slow drift
+# (the measured spread of whole reps, redrawn every `drift_us` of model time), so a point's
+# standard error says nothing about the drift *between* points. A sweep's points are not paired
+# with each other; only the arms at one context are. The table's `replays` column is the
+# replay gate (notebook 04): each graph point was replays only.
+
+# %% [markdown]
+# ## Reading the curve: what grows with the context (the lecture's case study 003)
+# In case study 003 a custom decode kernel, once captured in a graph, decoded 135 tokens/s at 1k
+# context, 3.9x its eager speed — and about 3 tokens/s at 65k. A graph takes most of the host's
+# launch cost away (a replay still pays one submit, and each node its device-side cost); what
+# is left is the device's work, and the part of it that grows with the context is attention
+# reading the cached K/V rows. Here is the same reading on this model. First the bytes: what
+# each kernel of one decode step is handed (`launch_bytes`: every buffer of the launch, but of
+# the KV cache only the rows it touches: all `context` rows for attention, one row for the
+# append), summed over the layers, for a step at each context of the sweep.
+
+# %%
+from lab.backend.costmodel import launch_bytes
+
+CONTEXTS = [64, 256, 512, 1000]
+probe = DecodeEngine(model, GRAPH)          # only asked for its launches: nothing is issued
+kib, count = {}, {}
+for c in CONTEXTS:
+    for launch in probe.step_launches(probe.plan(c)):      # the step at position c: c + 1 rows
+        row = kib.setdefault(launch.name, dict.fromkeys(CONTEXTS, 0.0))
+        row[c] += launch_bytes(launch, c + 1) / 1024
+        count[launch.name] = count.get(launch.name, 0) + (c == CONTEXTS[0])
+print(f"{'kernel':<16} {'launches':>8} " + " ".join(f"{f'KiB @ {c}':>11}" for c in CONTEXTS))
+for name, row in kib.items():
+    print(f"{name:<16} {count[name]:>8} " + " ".join(f"{row[c]:>11.1f}" for c in CONTEXTS))
+total = {c: sum(row[c] for row in kib.values()) for c in CONTEXTS}
+print(f"{'whole step':<16} {'':>8} " + " ".join(f"{total[c]:>11.1f}" for c in CONTEXTS))
+kv_row = 2 * model.cfg.d_model * 4 * model.cfg.n_layer     # K and V, float32, every layer
+grow = kib["attn_partial"][1000] - kib["attn_partial"][64]
+kv = kv_row * (1000 - 64) / 1024
+show(f"attn_partial grows by {grow:.1f} KiB from context 64 to 1000: {kv:.1f} KiB of K/V rows "
+     f"({kv_row} B per cached position: K + V rows of {model.cfg.n_layer} layers), the other "
+     f"{grow - kv:.1f} KiB the partial results of more splits (the plan: "
+     f"{probe.plan(64).splits} -> {probe.plan(1000).splits} splits)")
+
+# %% [markdown]
+# Only attention's reads grow with the context: one K and one V row per layer for each cached
+# position, plus the partial results of its extra splits; `attn_combine` moves a little because
+# the number of partials it merges follows the split count; everything else — the weights,
+# most of the bytes at short context — is the same at every context. Bytes are not time,
+# though. The simulator's timeline says where each step's time goes: for eager and graph steps
+# at each context, the host's time to issue the step, the device's busy time (of which the
+# attention partials and the combine), and the time per token. The noise is switched off here
+# (the cost model's expectation, as `decode-lab conformance` uses it): this is an accounting,
+# not a measurement.
+
+# %%
+quiet = measured.replace(launch_jitter=0.0, drift=0.0, node_jitter=0.0)
+
+
+def step_profile(cfg, context, steps=4):
+    """us per step at `context` (simulated, noise off): host issue time, device busy time (and
+    its attn_partial and attn_combine parts), and the time per token."""
+    eng = DecodeEngine(model, cfg, backend=SimBackend(quiet, seed=0))
+    eng.reset(eng.encode("ROMEO.\n"), 0)
+    eng.seek(context)
+    eng.step()                                        # untimed: captures the plan's graph
+    be = eng.backend
+    t0 = be.clock()
+    be.timeline.clear()
+    h0 = be.host_us
+    for _ in range(steps):
+        eng.step()
+    host = (be.host_us - h0) / steps
+    per_token = 1e6 * (be.clock() - t0) / steps
+    busy = {}
+    for e in be.timeline:
+        busy[e.kernel] = busy.get(e.kernel, 0.0) + (e.dev_end - e.dev_start) / steps
+    return {"host": host, "device": sum(busy.values()), "attn_partial": busy["attn_partial"],
+            "attn_combine": busy["attn_combine"], "per_token": per_token}
+
+
+PROFILE_CONTEXTS = [64, 128, 256, 384, 512, 768, 1000]
+prof = {m: [step_profile(c, ctx) for ctx in PROFILE_CONTEXTS] for m, c in
+        (("eager", EAGER), ("graph", GRAPH))}
+print(f"{'context':>8} {'eager: host':>12} {'device':>8} {'us/token':>9} | {'graph: host':>12} "
+      f"{'device':>8} {'partial':>8} {'combine':>8} {'us/token':>9}")
+for ctx, e, g in zip(PROFILE_CONTEXTS, prof["eager"], prof["graph"]):
+    print(f"{ctx:>8} {e['host']:>12.1f} {e['device']:>8.1f} {e['per_token']:>9.1f} | "
+          f"{g['host']:>12.1f} {g['device']:>8.1f} {g['attn_partial']:>8.1f} "
+          f"{g['attn_combine']:>8.1f} {g['per_token']:>9.1f}")
+show(f"us per step, simulated (noise off); source: {quiet.describe()}")
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+for key, style, label, color in (("per_token", "-o", "eager: time per token", "#d62728"),
+                                 ("host", ":", "eager: host issue time", "black"),
+                                 ("device", "--s", "eager: device busy", "#d62728")):
+    axes[0].plot(PROFILE_CONTEXTS, [p[key] for p in prof["eager"]], style, label=label,
+                 color=color)
+axes[0].plot(PROFILE_CONTEXTS, [p["per_token"] for p in prof["graph"]], "-o", color="#1f77b4",
+             label="graph: time per token")
+axes[0].set_ylim(0, None)
+axes[0].set_title("eager hides its device time behind the host's [simulated]", fontsize=9)
+rest = [p["device"] - p["attn_partial"] - p["attn_combine"] for p in prof["graph"]]
+axes[1].stackplot(PROFILE_CONTEXTS, rest, [p["attn_partial"] for p in prof["graph"]],
+                  [p["attn_combine"] for p in prof["graph"]],
+                  colors=["#c7c7c7", "#d62728", "#ff7f0e"],
+                  labels=["every other kernel", "attn_partial", "attn_combine"])
+axes[1].set_title("graph step: device time by kernel [simulated]", fontsize=9)
+for ax in axes:
+    ax.set_xlabel("context length")
+    ax.set_ylabel("us per step")
+    ax.legend(fontsize=7, loc="lower right")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Left: the eager step's device work (dashed) grows with the context, but it stays below the
+# host's time to issue 37 launches (black, dotted), and the host sets the pace: eager's time
+# per token (solid red) lies on the host line, flat. The growing device time is there, hidden
+# behind the launches. The graph step has almost no host time, so its time per token is the
+# device's, and it grows.
+#
+# Right: where the graph step's growth comes from. The K/V bytes grew many-fold (the table
+# above), yet the attention partials' time grows far less: `decode_plan` doubles the split
+# count as the context grows (each block walks at most 32 rows), so the extra rows are read by
+# more blocks in parallel — until the count reaches its cap of 32 at context 512, after which
+# each block's slice, and the partials' time, grows again. The cost moved into the combine,
+# whose work grows with the number of partials it merges. Splitting trades one for the other;
+# the next section measures that trade.
+#
+# How far would the context have to go before eager decode stops being host-bound? Past the
+# cap the step's device time grows linearly; extrapolating the cost model's measured lines:
+
+# %%
+def eager_device_us(context):
+    """The eager step's device time at `context` from the cost model's lines (the 32-split plan)."""
+    launches, prev, total = probe.step_launches(probe.plan(1000)), None, 0.0
+    for launch in launches:
+        total += quiet.eager_us(launch, context, prev)
+        prev = launch
+    return total
+
+
+host_us = float(np.mean([p["host"] for p in prof["eager"]]))
+slope = (eager_device_us(2001) - eager_device_us(1001)) / 1000
+cross = 1001 + (host_us - eager_device_us(1001)) / slope
+show(f"eager step: host {host_us:.1f} us, device {eager_device_us(1001):.1f} us at context 1001, "
+     f"+{1000 * slope:.1f} us per 1000 positions -> device time passes host time near context "
+     f"{cross:,.0f} (max_seq is {model.cfg.max_seq}; simulated, a linear extrapolation)")
+
+rec_path = Path("../data/gpu/bench_sweep.json")
+if rec_path.exists():
+    rec_sweep = json.loads(rec_path.read_text())
+    show(f"recorded: {rec_sweep['source']} — {rec_sweep['date']}")
+    for arm in rec_sweep["arms"]:
+        rs = [r for r in rec_sweep["rows"] if r["arm"] == arm]
+        tps = " ".join(f"{r['context']}: {r['tok_per_s']:,.0f}" for r in rs)
+        sem = float(np.median([r["sem_ms"] for r in rs])) * 1000
+        spread = 1000 * (max(r["mean_ms"] for r in rs) - min(r["mean_ms"] for r in rs))
+        show(f"  {arm:<6} tok/s at context {tps}; last/first "
+             f"{rs[-1]['tok_per_s'] / rs[0]['tok_per_s']:.2f}; max - min {spread:.1f} us/token "
+             f"(median sem {sem:.1f})")
+else:
+    print("no recorded GPU sweep yet (run scripts/record_gpu_bench.py on a GPU)")
+
+# %% [markdown]
+# The crossover lies far beyond this model's `max_seq`: at every context it can run, eager decode
+# on this model is host-bound and graph decode is device-bound. On the H200 the graph arm loses
+# tokens/s at every step of the context; the eager arm moves too, but down and up again, in
+# steps the size of its host's drift (its standard errors are far larger than the graph's; see
+# the sweep above): no trend with the context. A big model at 64k context is the other end of
+# the same picture: the K/V bytes dominate, the graph's advantage shrinks, and the next gain has
+# to come from the attention kernel — which is where case study 003 went next.
+
+# %% [markdown]
+# ## The split count: a trade-off, not a constant
+# Case study 003 fixed its kernel's split count at NSPLIT=16, at compile time: the count sizes
+# the attention grid, which a captured graph keeps until its node is updated or the graph is
+# recaptured, and more splits cost more workspace. This lab keeps a policy instead
+# (`decode_plan`: the smallest power of two that leaves at most 32 positions per slice, capped at
+# 32) and one graph per split count it meets. How do fixed counts compare with it?
+# `bench.run_split_sweep` pins the count (`decode_plan(..., splits=N)`, through a
+# `SplitPolicyEngine`) and interleaves the policies on one engine, graph replay, at a few contexts.
+
+# %%
+POLICIES = {"decode_plan": None, "fixed 1": 1, "fixed 4": 4, "fixed 16": 16, "fixed 32": 32}
+splits_res = bench.run_split_sweep(model, POLICIES, [64, 256, 1000], GRAPH, reps=3, tokens=8)
+show(report.format_sweep(splits_res))
+ax = report.plot(splits_res)
+ax.set_title("attention split policy vs context [simulated]", fontsize=9)
+plt.show()
+
+# %% [markdown]
+# One split is cheapest per block but walks the whole context in one block per head: it is
+# the slowest policy everywhere, and falls far behind as the context grows. Many splits read
+# the rows in parallel but leave the combine more partials to merge (and most blocks almost
+# empty at short context): `fixed 32` loses at 64. The policy tracks the best fixed count at
+# each context. The same numbers, per policy: its worst ratio to the best at any of these
+# contexts, the graphs it needs over the whole context range, and its attention scratch:
+
+# %%
+from lab.plan import SPLIT_CHOICES, decode_plan, plan_boundaries
+
+best = {c: min(r["mean_ms"] for r in splits_res["rows"] if r["context"] == c)
+        for c in splits_res["contexts"]}
+n_head, head_dim = model.cfg.n_head, model.cfg.head_dim
+
+
+def measured_at(splits):
+    """Contexts at which kernel_costs.json measured attn_partial with this split count."""
+    prefix = f"attn_partial grid=({n_head}, {splits})"
+    return sorted({c for key, fit in measured.kernels.items() if key.startswith(prefix)
+                   for c in fit.contexts})
+
+
+print(f"{'policy':<12} {'worst / best':>12} {'graphs':>6} {'scratch B':>9}  "
+      f"attn_partial measured at")
+for name, splits in POLICIES.items():
+    worst = max(r["mean_ms"] / best[r["context"]] for r in splits_res["rows"] if r["arm"] == name)
+    graphs = len(plan_boundaries(model.cfg.max_seq)) + 1 if splits is None else 1
+    most = max(SPLIT_CHOICES) if splits is None else splits
+    scratch = n_head * most * (head_dim + 2) * 4            # part_o + part_ml, float32
+    where = ("its own plan's first and last context" if splits is None
+             else f"contexts {measured_at(splits)}")
+    print(f"{name:<12} {worst:>12.2f} {graphs:>6} {scratch:>9}  {where}")
+show("simulated; a fixed count at a context outside its measured contexts is the cost model's "
+     "measured line, extrapolated")
+
+# %% [markdown]
+# A fixed count is one graph for every context; the policy needs one per split count (the cost
+# of a recapture at each boundary, notebook 02) and scratch for the largest. On this model 16
+# is the fixed count that stays closest to the best at every context here — the count case
+# study 003 settled on for its kernel (there also for its workspace memory) — while 1 falls far
+# behind at long context and 32 pays at short context. Read the last column before trusting a
+# row: the cost model measured each split count only at the contexts where the policy uses it,
+# so `fixed 1` at 1000 (and `fixed 32` at 64) is a linear extrapolation of a measured line (a
+# block's time is linear in the rows it walks, which is what the model assumes); a GPU
+# recording of the pinned counts would settle it.
+
+# %% [markdown]
+# ## Prefill: the prompt goes through the decode graph
+# This lab feeds the prompt one token per step through the same decode step (its outputs are
+# ignored until the last prompt position). That is correct and byte-identical, but not what a
+# serving engine does. Count it on a longer prompt: the ledger's steps before the last prompt
+# position are the prompt's.
+
+# %%
+PASSAGE = ("ROMEO.\nBut soft, what light through yonder window breaks?\n"
+           "It is the east, and Juliet is the sun.\n")
+NEW = 40
+eng = DecodeEngine(model, GRAPH, backend=SimBackend(measured, seed=3))
+ids = eng.encode(PASSAGE)
+eng.reset(ids, NEW)
+be = eng.backend
+marks = [be.clock()]
+for n_steps in (ids.size - 1, NEW):
+    for _ in range(n_steps):
+        eng.step()
+    marks.append(be.clock())
+phases = {"prompt": eng.ledger[:ids.size - 1], "generated": eng.ledger[ids.size - 1:]}
+for (name, entries), t0, t1 in zip(phases.items(), marks, marks[1:]):
+    outcomes = {}
+    for e in entries:
+        outcomes[e.outcome] = outcomes.get(e.outcome, 0) + 1
+    print(f"{name:<10} {len(entries):>3} decode steps, {1000 * (t1 - t0):6.2f} ms "
+          f"({(t1 - t0) / (marks[-1] - marks[0]):.0%} of the request); ledger {outcomes}")
+weights = sum(a.nbytes for a in model.weights.values())
+T = ids.size - 1
+show(f"weights: {weights / 2**20:.1f} MiB, read by every decode step: the prompt's {T} steps read "
+     f"them {T} times ({T * weights / 2**30:.2f} GiB); one prefill pass would read them once")
+show(f"a float32 weight in a matvec: 2 flops per 4 bytes read (0.5 flop/B); in a prefill matmul "
+     f"over {T} tokens: {2 * T} flops per 4 bytes (~{T / 2:.0f} flop/B)")
+BUCKETS = [16 * 2 ** i for i in range(7)]                   # 16, 32, ..., 1024 = max_seq
+bucket = next(b for b in BUCKETS if b >= T)
+show(f"prompt-length buckets {BUCKETS}: this prompt pads {T} -> {bucket} tokens ({bucket - T} "
+     f"wasted); {len(BUCKETS)} prefill graphs cover every prompt length up to max_seq")
+show(f"source: {be.describe()}")
+
+# %% [markdown]
+# The prompt took most of this request's steps and time, and each of its steps re-read every
+# weight to process one token. Why the decode graph cannot simply cover prefill:
+#
+# - **Shapes.** A captured graph freezes its grids and buffer sizes (notebook 03). A decode step
+#   handles one token: one query, matvecs whose grids are fixed by `d_model`. A prefill handles
+#   all T prompt tokens at once: a `[T, d_model]` activation, matmuls, attention of T queries
+#   over a causal mask — every grid and scratch size depends on T, which changes per request.
+# - **Work.** A matvec reads each weight to do one multiply-add (memory-bound, as decode is); a
+#   matmul over T tokens reuses each weight T times (compute-bound for long prompts), so prefill
+#   wants different kernels, not T decode steps.
+# - **Launch cost.** A prefill is a few dozen launches for hundreds of tokens of work, so the
+#   launch bill that graphs cut down for decode is a small part of it.
+#
+# The usual answer, when prefill is captured at all, is one graph per **prompt-length bucket**
+# (pad the prompt up to the next bucket: the line above counts the graphs and the padding), and
+# many engines leave prefill eager — case study 003's server logged `cuda graph: False` for
+# every prefill batch, by design, and `True` for decode. The ledger above is how this lab checks
+# which of its steps were the prompt's.
 
 # %% [markdown]
 # ## The seek A/A trap
@@ -205,8 +502,9 @@ for arm in sweep["arms"]:
 # whatever the cache memory held. Two eager engines (the same config: an A/A) at context 900:
 # with uninitialised caches (`kv_init="empty"`, memory recycled from earlier tensors) each reads
 # *different* garbage, and the A/A byte-compare FAILS — not because anything is wrong with eager
-# decoding. With zero-initialised caches both read zeros and the A/A PASSES. (The zeroed outputs
-# are still not what a real 900-token context would produce: timing only.)
+# decoding. With zero-initialised caches both read zeros and the A/A PASSES — a narrow A/A: zeros
+# are not a real prefix, so the zeroed outputs say nothing about what a real 900-token context
+# would produce.
 
 # %%
 def sought(kv_init, position=900, steps=6):

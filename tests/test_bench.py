@@ -1,5 +1,6 @@
 """Measurement: statistics on known inputs, the A/A gate (passes for identical arms, fails for a
-noisy one), interleaving order, leave-one-out arithmetic, factor errors, and the bench CLI."""
+noisy one), the replay gate (a graph arm whose captures fail is refused), interleaving order,
+leave-one-out arithmetic, factor errors, the split-policy sweep, and the bench CLI."""
 import dataclasses
 import json
 import math
@@ -100,6 +101,12 @@ def test_aa_gate_passes_for_identical_arms(small):
     assert res["aa"]["ok"] and res["meaningful"] is True and res["aa"]["outputs_identical"]
     assert res["outputs_identical_ab"]           # graph vs eager: byte-identical by definition
     assert res["t"] < -3                         # graph is faster, far beyond the noise
+    eager, graph = res["arms"]                   # the healthy graph arm passes the replay gate
+    steps = 3 * (len(bench.BENCH_PROMPT) - 1 + 8)           # 3 reps of 6 prompt steps + 8 tokens
+    assert (eager["mode"], eager["replay_fraction"]) == ("eager", None)
+    assert (graph["mode"], graph["replay_fraction"]) == ("graph", 1.0)
+    assert eager["ledger"] == {"eager": steps} and graph["ledger"] == {"replay": steps}
+    assert res["reason"] == "" and "100.0%" in report.format_ab(res)
 
 
 def test_aa_gate_fails_for_a_noisy_copy_of_a(small):
@@ -123,6 +130,7 @@ def test_interleaving_alternates_and_excludes_warm_up():
         def __init__(self, name):
             self.name = name
             self.cfg = SIM      # arms switch an engine to their toggles before each run
+            self.ledger = []    # arms count the ledger entries of their timed runs
 
     arms = [bench.Arm(n, SIM, FakeEngine(n)) for n in ("A", "B", "C")]
 
@@ -146,6 +154,100 @@ def test_ab_records_the_run_order_and_per_token_percentiles(small):
         assert arm["per_token"]["n"] == 50 and arm["per_token"]["p50"] <= arm["per_token"]["p99"]
         assert len(arm["ms_per_token"]) == 4
     assert res["source"].startswith("simulated") and res["date"]
+
+
+# ---- the replay gate (case study 004: a "graph" run that mostly ran eagerly) --------------------
+def test_replay_fraction_and_mode():
+    assert bench.replay_fraction({"replay": 99, "capture": 1}) == 0.99
+    assert bench.arm_mode(True, 0.99) == "graph"
+    assert bench.replay_fraction({"replay": 98, "fallback": 2}) == 0.98
+    assert bench.arm_mode(True, 0.98) == "fallback"
+    assert bench.replay_fraction({"eager": 5}) is None and bench.arm_mode(False, None) == "eager"
+    assert bench.replay_fraction({"replay": 6, "update": 2, "device": 2}) == 1.0   # graph runs
+    assert bench.arm_mode(True, None) == "fallback"        # graph toggled on, no graph step ran
+
+
+def test_ab_refuses_a_graph_arm_whose_captures_fail(small):
+    """LAB_BUG_RAW_ARRAY makes every capture fail: the "graph" arm runs eager fallbacks only.
+    Its timing is real, but no verdict is given and the arm is not labelled graph."""
+    res = bench.run_ab(small, SIM.replace(graph=False), SIM.replace(bugs={"raw_array"}), reps=2,
+                       tokens=4, per_token=0)
+    assert res["aa"]["ok"] and res["meaningful"] is False
+    steps = 2 * (len(bench.BENCH_PROMPT) - 1 + 4)           # 2 reps of 6 prompt steps + 4 tokens
+    b = res["arms"][1]
+    assert b["mode"] == "fallback" and b["replay_fraction"] == 0.0
+    assert b["ledger"] == {"fallback": steps}
+    (reason, n), = b["fallback_reasons"].items()
+    assert "array-interface synchronisation" in reason and n == steps
+    assert res["reason"].startswith(f"arm B is not a graph arm: 0.0% of its {steps} timed "
+                                    f"graph-mode steps were replays (need 99%")
+    assert reason in res["reason"]
+    text = report.format_ab(res)
+    assert "replays" in text.splitlines()[1] and "NOT MEANINGFUL: arm B" in text
+    row_b = next(line for line in text.splitlines() if line.startswith("B "))
+    assert row_b.split()[-1] == "0.0%"                      # B's row ends with its replay share
+
+
+def test_sweep_gates_each_context(small):
+    """LAB_BUG_LAZY_SCRATCH fails the capture of every plan past the first (splits > 1): the arm
+    replays at context 16 and falls back at 40, and only that row is named."""
+    res = bench.run_sweep(small, {"lazy": SIM.replace(bugs={"lazy_scratch"})}, [16, 40], reps=2,
+                          tokens=4)
+    assert [(r["context"], r["splits"], r["mode"]) for r in res["rows"]] == [
+        (16, 1, "graph"), (40, 2, "fallback")]
+    assert res["meaningful"] is False and res["reason"].startswith("arm lazy at context 40 is not")
+    assert "allocation" in res["reason"] and "context 16" not in res["reason"]
+    text = report.format_sweep(res)
+    assert "100.0%" in text and "NOT MEANINGFUL: arm lazy at context 40" in text
+
+
+def test_ladder_and_loo_gate_their_graph_arms(small):
+    broken = SIM.replace(bugs={"raw_array"})
+    lad = bench.run_ladder(small, broken, reps=2, tokens=2)
+    assert not lad["meaningful"] and [a["mode"] for a in lad["arms"]] == [
+        "eager", "eager", "fallback", "fallback"]
+    text = report.format_ladder(lad)
+    assert "graph replay:" not in text and "NOT MEANINGFUL: arm graph is not a graph arm" in text
+    loo = bench.run_loo(small, "GRAPH", base=broken, reps=2, tokens=2)
+    assert not loo["meaningful"] and loo["reason"].startswith("arm all-on is not a graph arm")
+    assert "NOT MEANINGFUL" in report.format_loo(loo)
+    ok = bench.run_loo(small, "GRAPH", base=SIM, reps=2, tokens=2)
+    assert ok["meaningful"] and ok["reason"] == "" and "NOT MEANINGFUL" not in report.format_loo(ok)
+
+
+def test_recorded_results_without_a_ledger_still_format():
+    """Files recorded before arms reported their ledger show "?" and say what it means."""
+    arm = {"name": "graph", "toggles": {"LAB_GRAPH": "1"}, "mean_ms": 0.12, "sem_ms": 1e-4,
+           "launches_per_token": 37, "nodes_per_graph": 37}
+    res = {"arms": [{**arm, "name": "eager", "toggles": {"LAB_GRAPH": "0"}}, arm],
+           "diff_b_minus_a_ms": -0.15, "diff_sem_ms": 0.001, "t": -150.0, "p": None,
+           "speedup_a_over_b": 2.2, "reps": 5, "tokens": 128, "source": "measured on a GPU"}
+    text = report.format_ab(res)
+    assert "replays ?: not in this result" in text and "NOT MEANINGFUL" not in text
+
+
+# ---- the split policy (case study 003: NSPLIT) -------------------------------------------------
+def test_decode_plan_split_override(model):
+    from lab.plan import decode_plan, splits_for
+    cfg = LabConfig()
+    assert decode_plan(600, model.cfg, cfg).splits == splits_for(601) == 32     # the default
+    pinned = decode_plan(600, model.cfg, cfg, splits=4)
+    assert pinned.splits == 4 and pinned.key != decode_plan(600, model.cfg, cfg).key
+    with pytest.raises(ValueError, match="splits=3: use one of 1, 2, 4, 8, 16, 32"):
+        decode_plan(600, model.cfg, cfg, splits=3)
+
+
+def test_split_sweep_pins_the_count_on_one_engine(small):
+    res = bench.run_split_sweep(small, {"policy": None, "one": 1, "32": 32}, [16, 100], SIM,
+                                reps=2, tokens=3)
+    assert [(r["context"], r["arm"], r["splits"]) for r in res["rows"]] == [
+        (16, "policy", 1), (16, "one", 1), (16, "32", 32),
+        (100, "policy", 4), (100, "one", 1), (100, "32", 32)]
+    assert res["meaningful"] and all(r["replay_fraction"] == 1.0 for r in res["rows"])
+    assert res["policies"] == {"policy": None, "one": 1, "32": 32}
+    assert res["source"].startswith("simulated") and "split policy" in res["what"]
+    with pytest.raises(LabError, match="policy 'three': splits=3"):
+        bench.run_split_sweep(small, {"three": 3}, [16], SIM)
 
 
 # ---- leave-one-out -----------------------------------------------------------------------------
@@ -225,6 +327,14 @@ def test_cli_bench_loo_and_sweep(weights, tmp_path, capsys):
     rows = json.loads(js.read_text())["rows"]
     assert [(r["context"], r["arm"]) for r in rows] == [
         (16, "LAB_GRAPH=0"), (16, "LAB_GRAPH=1"), (100, "LAB_GRAPH=0"), (100, "LAB_GRAPH=1")]
+
+
+def test_cli_bench_ab_says_when_the_graph_arm_fell_back(weights, capsys):
+    assert main(["bench", "ab", "--a", "LAB_GRAPH=0", "--b", "LAB_GRAPH=1,LAB_BUG_RAW_ARRAY=1",
+                 "--reps", "2", "--tokens", "2", "--per-token", "0", "--backend", "sim",
+                 "--weights", weights]) == 0
+    out = capsys.readouterr().out
+    assert "NOT MEANINGFUL: arm B is not a graph arm: 0.0%" in out and "replays" in out
 
 
 @pytest.mark.parametrize("argv, needle", [
