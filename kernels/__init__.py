@@ -13,6 +13,7 @@ from kernels import mlp         # swiglu_up
 from kernels import sample      # argmax_next
 from kernels import position    # advance
 from kernels import probe       # empty, spin (cost-recorder probes, not part of a step)
+from kernels import loop        # loop_plan, loop_continue (CUDA C for conditional nodes; LAB_LOOP=device)
 
 __all__ = ["REGISTRY", "KernelSpec", "embed", "rmsnorm", "matvec", "rope", "attention", "mlp",
-           "sample", "position", "probe"]
+           "sample", "position", "probe", "loop"]

@@ -275,3 +275,32 @@ def bug_table(model, cfg: LabConfig, prompt: str = AUDIT_PROMPT) -> list[dict]:
     """Rows for the clean engine and every deliberate bug (lab/bugs.py), on cfg's backend."""
     from .bugs import BUGS
     return [bug_row(model, cfg, name, prompt) for name in (None, *BUGS)]
+
+
+# ---- the device loop (LAB_LOOP=device): what a conditional graph freezes and reads -------------
+def loop_report(engine) -> str:
+    """What the engine's device loop freezes and what its conditions read at run time: the
+    WHILE and SWITCH values come from device memory (pos, limit, plan_of: pointers frozen,
+    contents live), and each body is one plan's captured step (its grid frozen, as a capture of
+    that plan would). Builds the loop if the engine has none yet (it needs LAB_LOOP=device)."""
+    if engine.cfg.loop != "device":
+        raise ValueError("loop_report needs an engine with LAB_LOOP=device")
+    loop = engine.device_loop()
+    if loop is None:
+        return f"no device loop: {engine.device_loop_refusal() or engine.warnings[-1]}"
+    c, b = engine.model.cfg, engine.buf
+    plans = [engine.plan(p) for p in [0] + plan_boundaries(c.max_seq)]
+    first = [0] + plan_boundaries(c.max_seq)
+    lines = [f"device loop ({engine.backend.describe()}):",
+             f"  WHILE  another step while pos[0] < limit[0]: reads {b.pos.label} (the step's "
+             f"advance kernel",
+             f"         writes it) and {b.limit.label} (uploaded per request), at run time",
+             f"  SWITCH the body plan_of[pos[0]]: reads {b.plan_of.label} (uploaded at start-up) "
+             f"at run time",
+             "  frozen in the graph: those three pointers, and in each body its plan's grids:"]
+    for k, (plan, counts) in enumerate(zip(plans, loop.body_node_counts())):
+        last = first[k + 1] - 1 if k + 1 < len(first) else c.max_seq - 1
+        attn = next(x for x in engine.step_launches(plan) if x.name.startswith("attn_partial"))
+        lines.append(f"    body {k}: positions {first[k]:>4}..{last:<4} {counts} kernel nodes, "
+                     f"attention grid {attn.grid}")
+    return "\n".join(lines)

@@ -30,6 +30,7 @@ command line (`decode-lab bench`) lives with the other commands in `lab/__main__
 from __future__ import annotations
 
 import datetime as dt
+import gc
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -204,11 +205,15 @@ def make_arm(model, name: str, cfg: LabConfig, index: int, kv_init: str = "zeros
 
 # ---- one timed run -----------------------------------------------------------------------------
 def _timed_steps(engine: DecodeEngine, steps: int) -> float:
-    be = engine.backend
-    t0 = be.clock()
-    for _ in range(steps):
-        engine.step()
-    return 1000.0 * (be.clock() - t0) / steps
+    """ms per step of `steps` decode steps (the engine's own loop: host or device). The garbage
+    collector is held off while they run, as timeit does: a full collection of a large heap
+    takes tens of milliseconds and would land in whichever rep it happens to hit."""
+    gc.collect()
+    gc.disable()
+    try:
+        return 1000.0 * engine.decode(steps) / steps
+    finally:
+        gc.enable()
 
 
 def decode_run(prompt: str, tokens: int) -> Callable:

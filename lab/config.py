@@ -30,6 +30,12 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
      "launch) or pre-bound (kernel handle and flattened arguments prepared once per plan, "
      "launched through cuda.core)"),
     ("LAB_KV_DTYPE", "kv_dtype", ("float32", "float16"), "float32", "element type of the KV cache"),
+    ("LAB_PLAN_SWITCH", "plan_switch", ("recapture", "update"), "recapture",
+     "at a plan change: capture and instantiate a graph for the new plan, or capture it and "
+     "update the live executable graph in place (cudaGraphExecUpdate; instantiation when refused)"),
+    ("LAB_LOOP", "loop", ("host", "device"), "host",
+     "generate: the host launches one graph per token, or ONE graph runs every step on the "
+     "device (a WHILE node over a SWITCH of every plan's step; needs conditional nodes)"),
 )
 _BOOL_FIELDS = {"graph", "split_combine", "pdl", "overlap"}
 _BUG_VARS = {b.env: name for name, b in BUGS.items()}  # LAB_BUG_<NAME> -> bug name (lab/bugs.py)
@@ -44,6 +50,8 @@ class LabConfig:
     overlap: bool = False
     launch: str = "prebound"        # LAB_LAUNCH: how the cuda backend issues each kernel
     kv_dtype: str = "float32"
+    plan_switch: str = "recapture"  # LAB_PLAN_SWITCH: a new graph per plan, or one graph updated
+    loop: str = "host"              # LAB_LOOP: who runs generate's loop of steps
     bugs: frozenset = frozenset()   # deliberate bugs switched on (names from lab/bugs.py)
 
     def __post_init__(self):

@@ -4,6 +4,9 @@ capture fails.
 
 Read top to bottom: allocate (weights, state, scratch) -> warm up -> reset(prompt) -> step():
 decode_plan(position) -> graph for plan.key (capture on a miss) or the eager launches.
+Beyond that: LAB_PLAN_SWITCH=update gives the live graph a new plan's parameters in place instead
+of instantiating a graph per plan; LAB_LOOP=device makes `generate` ONE launch of a graph that
+loops on the device (WHILE over a SWITCH of every plan's step).
 
 A clean engine builds each plan's step once and issues the SAME Launch objects at every later
 step with that plan key (eager or captured), so a backend can prepare each launch once
@@ -34,7 +37,7 @@ from .config import LabConfig
 from .errors import CaptureError, LabError
 from .instrument import LaunchLog
 from .model import Model, check_request
-from .plan import Plan, decode_plan
+from .plan import Plan, decode_plan, plan_boundaries
 from .reference import rope_tables
 from .step import HostWork, Step
 
@@ -44,8 +47,9 @@ class LedgerEntry:
     step: int
     position: int
     plan_key: tuple
-    outcome: str            # "eager" | "capture" (new graph, then replayed) | "replay" | "fallback"
-    reason: str = ""        # why a fallback happened
+    outcome: str            # "eager" | "capture" (new graph, then replayed) | "replay" |
+                            # "update" (the live graph updated to this plan, then replayed) | "fallback"
+    reason: str = ""        # why a fallback happened, or "update-refused: ..." for a capture
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,8 @@ class _Buffers:
     o: object = None
     act: object = None
     logits: object = None
+    plan_of: object = None      # [max_seq] int32: the plan body each position runs (LAB_LOOP=device)
+    limit: object = None        # [1] int32: the device loop runs steps while pos < limit
     part_o: object = None
     part_ml: object = None
     cos: object = None
@@ -103,6 +109,9 @@ class DecodeEngine:
         self.backend.log = self.log
         self.ledger: list[LedgerEntry] = []
         self._graphs: dict[tuple, object] = {}
+        self._defs: dict[tuple, object] = {}       # LAB_PLAN_SWITCH=update: captured, not instantiated
+        self._live = None                          # the executable graph launched last
+        self._loops: dict[tuple, object] = {}      # LAB_LOOP=device: toggles -> the loop graph
         self._built: dict[tuple, list] = {}        # plan key -> the step's items (clean engine)
         self._failed: dict[tuple, CaptureFailure] = {}   # plan keys whose capture failed
         self.position = 0
@@ -179,6 +188,10 @@ class DecodeEngine:
         if self.pieces.tables_at_start_up:                # (lazy_table: on first use instead)
             be.upload(b.cos, cos)
             be.upload(b.sin, sin)
+        b.plan_of = be.alloc("plan_of", (c.max_seq,), np.int32)
+        be.upload(b.plan_of, np.searchsorted(plan_boundaries(c.max_seq), np.arange(c.max_seq),
+                                             side="right").astype(np.int32))
+        b.limit = be.alloc("limit", (1,), np.int32)
         kv = np.dtype(self.cfg.kv_dtype)
         for i in range(c.n_layer):
             b.k_cache.append(be.alloc(f"k_cache.{i}", (c.max_seq, D), kv, init=kv_init))
@@ -298,20 +311,62 @@ class DecodeEngine:
         key = plan.key
         if key in self._failed:
             return self._eager(plan, "fallback", self._failed[key].reason)
-        graph, outcome = self._graphs.get(key), "replay"
-        if graph is None:
-            graph, failure = self.capture(plan)
-            if graph is None:
-                self._failed[key] = failure
-                return self._eager(plan, "fallback", failure.reason)
+        graph, outcome, note = self._graphs.get(key), "replay", ""
+        failure = None
+        if graph is None and self.cfg.plan_switch == "update" and self._live is not None:
+            graph, note, failure = self._update_live(plan)
+            outcome = "update"
+        if graph is None and failure is None:
+            graph, failure = self._new_graph(plan)
             outcome = "capture"
+        if graph is None:
+            self._failed[key] = failure
+            return self._eager(plan, "fallback", failure.reason)
         graph.launch()
+        self._live = graph
         self.log.record_replay(key, graph.node_count)
-        return LedgerEntry(self._steps, self.position, key, outcome)
+        return LedgerEntry(self._steps, self.position, key, outcome, note)
 
-    def capture(self, plan: Plan):
+    def _new_graph(self, plan: Plan):
+        """Capture and instantiate the plan's graph. Under LAB_PLAN_SWITCH=update the captured
+        graph is kept too, so a later switch back to this plan is an update, not a capture."""
+        if self.cfg.plan_switch != "update":
+            return self.capture(plan)
+        source, failure = self._defs.get(plan.key), None
+        if source is None:
+            source, failure = self.capture(plan, instantiate=False)
+            if source is None:
+                return None, failure
+            self._defs[plan.key] = source
+        graph = self._graphs[plan.key] = self.backend.instantiate(source)
+        return graph, None
+
+    def _update_live(self, plan: Plan):
+        """LAB_PLAN_SWITCH=update: give the live graph the new plan's parameters in place.
+        (graph, "", None) when done; (None, "update-refused: why", None) when the runtime refused,
+        and then the caller instantiates a graph of its own for the plan, as recapture does;
+        (None, "", CaptureFailure) when the step could not be captured at all."""
+        source = self._defs.get(plan.key)
+        if source is None:
+            source, failure = self.capture(plan, instantiate=False)
+            if source is None:
+                return None, "", failure
+            self._defs[plan.key] = source
+        why = self._live.update(source)
+        if why is not None:
+            return None, f"update-refused: {why}", None
+        for k in [k for k, g in self._graphs.items() if g is self._live]:
+            del self._graphs[k]               # the live graph now runs this plan, not its old one
+        self._graphs[plan.key] = self._live
+        return self._live, "", None
+
+    def capture(self, plan: Plan, instantiate: bool = True):
         """Capture the step for `plan` into a graph: (graph, None), or (None, CaptureFailure)
-        after ending the failed capture cleanly so that the caller can re-issue the step eagerly."""
+        after ending the failed capture cleanly so that the caller can re-issue the step eagerly.
+        A capture records the launches and runs none of the step's kernels: device memory is as
+        it was until the graph is launched. A failed capture leaves no graph for the key and
+        restores the host state that lazy code recorded while the capture was open.
+        instantiate=False: the captured graph only (kept by the caller, not by the engine)."""
         be, pieces = self.backend, self.pieces
         saved = dict(pieces.lazy)
         pieces.prelude(plan)
@@ -325,7 +380,7 @@ class DecodeEngine:
                 self._issue(item)
                 n += isinstance(item, Launch)
             at, n = "end_capture", None
-            graph = be.end_capture()
+            graph = be.end_capture(instantiate=instantiate)
         except CaptureError as exc:
             reason = exc.reason
             if be.is_capturing():
@@ -341,7 +396,8 @@ class DecodeEngine:
             be.abort_capture()
             pieces.lazy = saved
             raise
-        self._graphs[plan.key] = graph
+        if instantiate:
+            self._graphs[plan.key] = graph
         return graph, None
 
     @property
@@ -355,22 +411,86 @@ class DecodeEngine:
 
     def generate(self, prompt: str, n_tokens: int, progress: bool | None = False) -> Generation:
         """Greedy generation of `n_tokens` after `prompt`; times the whole decode. `progress`:
-        True shows a bar, None shows one on a terminal once the decode takes over a second."""
+        True shows a bar, None shows one on a terminal once the decode takes over a second.
+        LAB_LOOP=device: one launch of the device loop runs every step (no bar: the host waits)."""
         ids = self.encode(prompt)
         self.reset(ids, n_tokens)
         steps = ids.size - 1 + n_tokens
+        seconds = self.decode(steps, progress)
+        tokens = self.tokens(ids.size + n_tokens)
+        text = self.model.tokenizer.decode(tokens[ids.size:])
+        return Generation(prompt, text, tokens, steps, seconds, self.backend.describe())
+
+    def decode(self, steps: int, progress: bool | None = False) -> float:
+        """Decode `steps` steps from the current position (after reset, or seek); the seconds
+        they took on the backend's clock (which waits for issued work: wall time on a GPU, model
+        time in the simulator). LAB_LOOP=device: ONE launch runs them all (no bar then)."""
+        if self.position + steps >= self.model.cfg.max_seq:
+            raise LabError(f"{steps} steps from position {self.position} would exceed max_seq "
+                           f"{self.model.cfg.max_seq}")
+        loop = self.device_loop() if self.cfg.loop == "device" else None
+        if loop is not None:
+            return self._run_device_loop(loop, steps)
         it = range(steps)
         if progress is not False:
             from tqdm.auto import tqdm
             it = tqdm(it, desc="decode", unit="step", disable=None if progress is None else False,
                       delay=0.0 if progress else 1.0, leave=True)
-        t0 = self.backend.clock()   # waits for issued work: wall time on a GPU, model time in sim
+        t0 = self.backend.clock()
         for _ in it:
             self.step()
+        return self.backend.clock() - t0
+
+    # ---- the whole generation in one launch (LAB_LOOP=device) --------------------------------
+    def device_loop_refusal(self) -> str | None:
+        """Why LAB_LOOP=device cannot run here (None: it can)."""
+        if not self.cfg.graph:
+            return "it needs LAB_GRAPH=1 (the loop is one graph)"
+        if self.cfg.bugs:
+            return ("it runs the clean step only: a deliberate bug's host work cannot run inside "
+                    "the loop, and a step that stops the position would never end it")
+        return self.backend.loop_support()
+
+    def device_loop(self):
+        """The loop graph for the current toggles (built on first use: one body per plan), or
+        None after a warning when it is refused; generate then runs the host loop."""
+        why = self.device_loop_refusal()
+        key = self.plan(0).key[2:]                 # the toggles: every plan of them shares a loop
+        if why is None and key not in self._loops:
+            plans = [self.plan(p) for p in [0] + plan_boundaries(self.model.cfg.max_seq)]
+
+            def issue_body(k):
+                for item in self._items(plans[k]):
+                    self._issue(item)
+            try:
+                b = self.buf
+                self._loops[key] = self.backend.build_loop(len(plans), issue_body, b.pos,
+                                                           b.plan_of, b.limit)
+            except (CaptureError, LabError) as exc:
+                why = f"the device loop could not be built: {exc}"
+        if why is not None:
+            msg = f"LAB_LOOP=device refused: {why}; running the host loop"
+            if msg not in self.warnings:
+                self.warnings.append(msg)
+                warnings.warn(msg, stacklevel=3)
+            return None
+        return self._loops[key]
+
+    def _run_device_loop(self, loop, steps: int) -> float:
+        """`steps` steps from the current position in ONE launch; the ledger gets a "device"
+        entry per step (the plan the device chose from plan_of, known here after the fact)."""
+        start = self.position
+        self.backend.upload(self.buf.limit, np.array([start + steps], np.int32))
+        self.log.step = self._steps
+        t0 = self.backend.clock()
+        loop.launch()
         seconds = self.backend.clock() - t0
-        tokens = self.tokens(ids.size + n_tokens)
-        text = self.model.tokenizer.decode(tokens[ids.size:])
-        return Generation(prompt, text, tokens, steps, seconds, self.backend.describe())
+        self.log.record_replay(("device loop",), loop.node_count)
+        for i in range(steps):
+            self.ledger.append(LedgerEntry(self._steps + i, start + i, self.plan(start + i).key,
+                                           "device"))
+        self.position, self._steps = start + steps, self._steps + steps
+        return seconds
 
     def tokens(self, count: int | None = None) -> np.ndarray:
         """Token ids in device memory (prompt + generated), read only when asked for."""

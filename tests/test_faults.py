@@ -36,10 +36,10 @@ def _arm_fault(eng, at: int | None, where: str = "launch"):
                 raise Boom(f"injected at capture launch {at}")
         return orig_launch(item)
 
-    def end_capture(stream="main"):
+    def end_capture(stream="main", **kwargs):
         if where == "end":
             raise Boom("injected in end_capture")
-        return orig_end(stream)
+        return orig_end(stream, **kwargs)
 
     be.launch, be.end_capture = launch, end_capture
     return lambda: (delattr(be, "launch"), delattr(be, "end_capture"))

@@ -117,6 +117,12 @@ class Graph(ABC):
     @abstractmethod
     def launch(self, stream: str = "main") -> None: ...
 
+    def update(self, source: "Graph") -> str | None:
+        """Give this executable graph the node parameters of `source` (a graph captured with
+        `end_capture(instantiate=False)`) in place, as cudaGraphExecUpdate does: None when done,
+        else why it was refused (nothing changed then; e.g. the topology differs)."""
+        return f"{type(self).__name__} cannot be updated in place"
+
     def dot(self) -> str:
         """The graph as DOT text (for `--save-dot`)."""
         raise NotImplementedError
@@ -206,11 +212,29 @@ class Backend(ABC):
     def begin_capture(self, stream: str = "main") -> None: ...
 
     @abstractmethod
-    def end_capture(self, stream: str = "main") -> Graph:
-        """Finish the capture; raises CaptureError naming the first offence if it was invalidated."""
+    def end_capture(self, stream: str = "main", instantiate: bool = True) -> Graph:
+        """Finish the capture; raises CaptureError naming the first offence if it was invalidated.
+        instantiate=False: the captured graph only, not launchable; the source of a
+        `Graph.update` (a plan switch by update costs the capture, not an instantiation)."""
 
     @abstractmethod
     def is_capturing(self, stream: str = "main") -> bool: ...
+
+    @abstractmethod
+    def instantiate(self, source: Graph) -> Graph:
+        """An executable graph (uploaded) from a graph captured with instantiate=False; the
+        source stays usable, e.g. to update another executable graph from it later."""
+
+    # ---- the whole generation in one launch (LAB_LOOP=device) -------------------------------
+    def loop_support(self) -> str | None:
+        """None when this device runs conditional graph nodes (WHILE and SWITCH), else why not."""
+        return f"the {self.name} backend has no conditional graph nodes"
+
+    def build_loop(self, bodies: int, issue_body, pos: Buffer, plan_of: Buffer, limit: Buffer) -> Graph:
+        """One graph: WHILE (pos[0] < limit[0]) { SWITCH (plan_of[pos[0]]) { body 0 | ... } },
+        body k captured from `issue_body(k)` (which issues one step's items). Launched once, it
+        runs the decode steps until the limit with no host in the loop."""
+        raise NotImplementedError(self.loop_support())
 
     def abort_capture(self) -> None:
         """End an open capture, whatever state it is in, raising nothing: the cleanup after an

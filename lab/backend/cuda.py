@@ -97,6 +97,17 @@ class CudaGraph(Graph):
     def launch(self, stream: str = "main") -> None:
         self.graph.launch(self._backend.streams[stream])
 
+    def update(self, source: "CudaGraphDef") -> str | None:
+        """cudaGraphExecUpdate: this executable graph takes `source`'s node parameters (the
+        same topology required); None when done, else the runtime's result code."""
+        cudart = _cudart()
+        exec_ = cudart.cudaGraphExec_t(init_value=int(self.graph.graphExec))
+        err, info = cudart.cudaGraphExecUpdate(exec_, source.handle)
+        if int(err) == 0:
+            return None
+        result = getattr(info, "result", None)
+        return f"{getattr(result, 'name', result)} ({getattr(err, 'name', err)})"
+
     def dot(self) -> str:
         import os
         import tempfile
@@ -109,6 +120,92 @@ class CudaGraph(Graph):
                 return f.read()
         finally:
             os.unlink(path)
+
+
+class CudaGraphDef(Graph):
+    """A captured graph that was not instantiated: the source of a `CudaGraph.update`."""
+
+    def __init__(self, handle):
+        self.handle = handle               # cudaGraph_t (cuda-bindings), destroyed with this
+
+    def __del__(self):
+        try:
+            _cudart().cudaGraphDestroy(self.handle)
+        except Exception:   # noqa: BLE001  (interpreter shutdown)
+            pass
+
+    @property
+    def node_count(self) -> int:
+        return int(_check(_cudart().cudaGraphGetNodes(self.handle, 0))[1])
+
+    def node_types(self) -> dict[str, int]:
+        return {"kernel": self.node_count}
+
+    def launch(self, stream: str = "main") -> None:
+        raise RuntimeError("a captured graph that was not instantiated cannot be launched")
+
+
+class _RawExec:
+    """An executable graph instantiated from a CudaGraphDef through cuda-bindings, with the
+    attributes CudaGraph uses of CuPy's Graph (graph, graphExec, launch, upload)."""
+
+    def __init__(self, source: CudaGraphDef):
+        cudart = _cudart()
+        self._source = source                    # keeps the cudaGraph_t alive
+        self.graph = int(source.handle)
+        self._exec = _check(cudart.cudaGraphInstantiate(source.handle, 0))
+        self.graphExec = int(self._exec)
+
+    def launch(self, stream) -> None:
+        _check(_cudart().cudaGraphLaunch(self._exec, stream.ptr))
+
+    def upload(self, stream) -> None:
+        _check(_cudart().cudaGraphUpload(self._exec, stream.ptr))
+
+    def __del__(self):
+        try:
+            _cudart().cudaGraphExecDestroy(self._exec)
+        except Exception:   # noqa: BLE001  (interpreter shutdown)
+            pass
+
+
+def _graph_nodes(graph) -> list:
+    cudart = _cudart()
+    n = _check(cudart.cudaGraphGetNodes(graph, 0))[1]
+    return list(_check(cudart.cudaGraphGetNodes(graph, n))[0]) if n else []
+
+
+def _add_conditional(graph, deps: list, handle, kind, size: int):
+    """Add a conditional node (WHILE or SWITCH) after `deps`: (node, its body graphs)."""
+    cudart = _cudart()
+    params = cudart.cudaGraphNodeParams()
+    params.type = cudart.cudaGraphNodeType.cudaGraphNodeTypeConditional
+    params.conditional.handle = handle
+    params.conditional.type = kind
+    params.conditional.size = size
+    node = _check(cudart.cudaGraphAddNode(graph, deps or None, None, len(deps), params))
+    return node, [params.conditional.phGraph_out[i] for i in range(size)]
+
+
+class CudaLoopGraph(Graph):
+    """The device loop: one WHILE node whose body picks a plan's step with a SWITCH node."""
+
+    def __init__(self, backend: "CudaBackend", raw: "_RawExec", body_counts: list[int]):
+        self._backend, self._raw, self._counts = backend, raw, body_counts
+        self.iterations = None          # counted by the simulator only
+
+    @property
+    def node_count(self) -> int:
+        return 1
+
+    def node_types(self) -> dict[str, int]:
+        return {"conditional": 1}
+
+    def body_node_counts(self) -> list[int]:
+        return list(self._counts)
+
+    def launch(self, stream: str = "main") -> None:
+        self._raw.launch(self._backend.streams[stream])
 
 
 class _Bound(NamedTuple):
@@ -151,6 +248,8 @@ class CudaBackend(Backend):
         # whether begin_capture opened a capture: asked on every launch, and a Python flag
         # costs nothing where a runtime query per launch does (is_capturing() still asks)
         self._capturing = False
+        self._loop_kernels = None   # LAB_LOOP=device: the condition kernels, compiled on first use
+        self._gc_was_on = True      # the collector's state when the open capture began
 
     def describe(self) -> str:
         import cupy as cp
@@ -378,15 +477,21 @@ class CudaBackend(Backend):
         self._issued = 0
         # Global mode forbids unsafe CUDA calls from ANY thread while the capture is open, and
         # Python's garbage collector may free an old graph exec or unload a module (both unsafe
-        # calls) at any moment: collect now, and hold the collector off until end_capture.
-        gc.collect()
+        # calls) at any moment: hold the collector off until end_capture. (No gc.collect() here:
+        # on the H200 a full collection made each capture cost 166 ms instead of ~1.5 ms.)
+        self._gc_was_on = gc.isenabled()
         gc.disable()
         try:
             self.stream.begin_capture(mode=self.cp.cuda.runtime.streamCaptureModeGlobal)
         except Exception:
-            gc.enable()
+            self._restore_gc()
             raise
         self._capturing = True
+
+    def _restore_gc(self) -> None:
+        """The collector as it was when the capture began (a timed region may hold it off)."""
+        if self._gc_was_on:
+            gc.enable()
 
     def abort_capture(self) -> None:
         """End the capture with the runtime call itself (not through a failing wrapper), then
@@ -400,22 +505,127 @@ class CudaBackend(Backend):
         except Exception:   # noqa: BLE001  (the error that led here is the one to report)
             pass
         finally:
-            gc.enable()
+            self._restore_gc()
             self._capturing = False
             self._offence = None
 
-    def end_capture(self, stream: str = "main") -> CudaGraph:
+    # ---- the whole generation in one launch (LAB_LOOP=device) -------------------------------
+    def loop_support(self) -> str | None:
+        """Conditional WHILE nodes need CUDA 12.3+, SWITCH nodes 12.8+ (runtime and driver);
+        the condition kernels must compile (NVRTC). Checked, and compiled, outside any capture."""
+        cudart = _cudart()
+        rt, drv = _check(cudart.cudaRuntimeGetVersion()), _check(cudart.cudaDriverGetVersion())
+        if min(rt, drv) < 12080:
+            return (f"conditional SWITCH nodes need CUDA 12.8 or newer; runtime {rt // 1000}."
+                    f"{rt % 1000 // 10}, driver {drv // 1000}.{drv % 1000 // 10}")
+        try:
+            self._loop_module()
+        except Exception as exc:   # noqa: BLE001  (NVRTC or a missing header: say which)
+            return f"the condition kernels (kernels/loop.py) did not compile: {exc}"
+        return None
+
+    def _loop_module(self) -> dict:
+        if self._loop_kernels is None:
+            import os
+
+            from kernels import loop
+            # cuda_device_runtime_api.h needs crt/host_defines.h, which the pip CUDA headers
+            # CuPy may point at lack: the toolkit's include folder first, where there is one
+            dirs = ["/usr/local/cuda/include",
+                    os.path.join(self.cp.cuda.get_cuda_path() or "", "include")]
+            mod = self.cp.RawModule(code=loop.SOURCE,
+                                    options=tuple(f"-I{d}" for d in dirs if os.path.isdir(d)))
+            self._loop_kernels = {name: mod.get_function(name) for name in loop.NAMES}
+        return self._loop_kernels
+
+    def build_loop(self, bodies: int, issue_body, pos, plan_of, limit) -> "CudaLoopGraph":
+        """WHILE (pos < limit) { loop_plan -> SWITCH (plan_of[pos]) { bodies } -> loop_continue },
+        built with cuda-bindings; every body and condition kernel captured into its graph
+        (cudaStreamBeginCaptureToGraph, global mode) on the main stream."""
+        why = self.loop_support()
+        if why is not None:
+            raise CaptureError(why)
+        try:
+            return self._build_loop(bodies, issue_body, pos, plan_of, limit)
+        except CaptureError:
+            raise
+        except Exception as exc:   # a refused runtime call: the device loop cannot be built here
+            raise CaptureError(f"{type(exc).__name__}: {exc}") from exc
+
+    def _build_loop(self, bodies, issue_body, pos, plan_of, limit) -> "CudaLoopGraph":
+        cudart, k = _cudart(), self._loop_module()
+        cond = cudart.cudaGraphConditionalNodeType
+        graph = CudaGraphDef(_check(cudart.cudaGraphCreate(0)))
+        h_while = _check(cudart.cudaGraphConditionalHandleCreate(
+            graph.handle, 1, cudart.cudaGraphConditionalHandleFlags.cudaGraphCondAssignDefault))
+        _, (body,) = _add_conditional(graph.handle, [], h_while, cond.cudaGraphCondTypeWhile, 1)
+        h_switch = _check(cudart.cudaGraphConditionalHandleCreate(body, 0, 0))
+        setter = self._capture_into(body, [], lambda: k["loop_plan"](
+            (1,), (1,), (pos.handle[0], plan_of.handle[0], np.uint64(int(h_switch)))))
+        switch, graphs = _add_conditional(body, setter, h_switch, cond.cudaGraphCondTypeSwitch, bodies)
+        counts = [len(self._capture_into(g, [], lambda i=i: issue_body(i))) for i, g in enumerate(graphs)]
+        self._capture_into(body, [switch], lambda: k["loop_continue"](
+            (1,), (1,), (pos.handle[0], limit.handle[0], np.uint64(int(h_while)))))
+        raw = _RawExec(graph)
+        raw.upload(self.stream)
+        return CudaLoopGraph(self, raw, counts)
+
+    def _capture_into(self, graph, deps: list, issue) -> list:
+        """Capture what `issue()` launches on the main stream INTO `graph`, after `deps`; the
+        nodes it added. Same rules as begin_capture/end_capture (global mode, no collector)."""
+        cudart = _cudart()
+        before = {int(n) for n in _graph_nodes(graph)}
+        self._offence, self._issued = None, 0
+        self._gc_was_on = gc.isenabled()
+        gc.disable()
+        try:
+            _check(cudart.cudaStreamBeginCaptureToGraph(
+                self.stream.ptr, graph, deps or None, None, len(deps),
+                cudart.cudaStreamCaptureMode.cudaStreamCaptureModeGlobal))
+            self._capturing = True
+            with self.stream:
+                issue()
+        except BaseException:
+            # end the capture; the graph it went into belongs to its conditional node (keep it)
+            cudart.cudaStreamEndCapture(self.stream.ptr)
+            self._restore_gc()
+            self._capturing, self._offence = False, None
+            raise
+        try:
+            _check(cudart.cudaStreamEndCapture(self.stream.ptr))
+        except Exception as exc:
+            raise CaptureError(f"capture into a loop body failed: {exc}; first offence: "
+                               f"{self._offence or '-'}", self._offence or str(exc)) from exc
+        finally:
+            self._restore_gc()
+            self._capturing = False
+        if self._offence is not None:
+            offence, self._offence = self._offence, None
+            raise CaptureError(f"capture had a failed operation: {offence}", offence)
+        return [n for n in _graph_nodes(graph) if int(n) not in before]
+
+    def instantiate(self, source: CudaGraphDef) -> CudaGraph:
+        raw = _RawExec(source)
+        raw.upload(self.stream)
+        return CudaGraph(self, raw)
+
+    def end_capture(self, stream: str = "main", instantiate: bool = True):
         offence, self._offence = self._offence, None
         try:
-            graph = self.stream.end_capture()
+            if not instantiate:   # the cudaGraph_t alone, through the runtime (CuPy instantiates)
+                graph = CudaGraphDef(_check(_cudart().cudaStreamEndCapture(self.stream.ptr)))
+            else:
+                graph = self.stream.end_capture()
         except Exception as exc:
             reason = offence or f"{exc.__class__.__name__}: {exc}"
             raise CaptureError(f"capture invalidated: {exc}; first offence: {reason}", reason) from exc
         finally:
-            gc.enable()
+            self._restore_gc()
             self._capturing = False   # ended, even when invalidated
         if offence is not None:  # an error the driver did not make sticky is still a failed capture
             raise CaptureError(f"capture had a failed operation: {offence}", offence)
+        if not instantiate:
+            return graph
         graph.upload(self.stream)
         return CudaGraph(self, graph)
 

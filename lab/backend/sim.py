@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kernels.loop import loop_continue_twin, loop_plan_twin
+
 from ..errors import CaptureError, LabError
 from ..pdl_check import pre_wait_reads
 from .base import Backend, Buffer, Graph, Launch, RawArray
@@ -87,12 +89,14 @@ class _Work:
 
 
 class SimGraph(Graph):
-    def __init__(self, backend: "SimBackend", nodes: list[Launch], deps=None, pdl: bool = False):
+    def __init__(self, backend: "SimBackend", nodes: list[Launch], deps=None, pdl: bool = False,
+                 executable: bool = True):
         self._backend = backend
         self.nodes = list(nodes)
         self.deps = [tuple(d) for d in deps] if deps is not None else [
             (i - 1,) if i else () for i in range(len(self.nodes))]
         self.pdl = pdl                     # captured with programmatic launches (PDL edges)
+        self.executable = executable       # instantiated (launchable), or a captured definition
 
     @property
     def node_count(self) -> int:
@@ -102,13 +106,64 @@ class SimGraph(Graph):
         return {"kernel": len(self.nodes)} if self.nodes else {}
 
     def launch(self, stream: str = "main") -> None:
+        if not self.executable:
+            raise LabError("a captured graph that was not instantiated cannot be launched")
         self._backend._replay(self, stream)
+
+    def update(self, source: "SimGraph") -> str | None:
+        """cudaGraphExecUpdate's rule: the same nodes, edges, edge types and streams; each
+        kernel node's function, grid, block and arguments may change."""
+        if len(source.nodes) != len(self.nodes):
+            return (f"topology changed: {len(source.nodes)} nodes for {len(self.nodes)} "
+                    f"(cudaGraphExecUpdateErrorTopologyChanged)")
+        if source.deps != self.deps or [n.stream for n in source.nodes] != [n.stream for n in self.nodes]:
+            return "topology changed: other edges (cudaGraphExecUpdateErrorTopologyChanged)"
+        if source.pdl != self.pdl:
+            return "edge types changed: programmatic vs default (cudaGraphExecUpdateErrorTopologyChanged)"
+        self.nodes = list(source.nodes)
+        return None
 
     def dot(self) -> str:
         lines = ["digraph decode_step {"]
         for i, n in enumerate(self.nodes):
             lines.append(f'  n{i} [label="{n.name}\\ngrid={n.grid} block={n.block}"];')
             lines += [f"  n{d} -> n{i};" for d in self.deps[i]]
+        lines.append("}")
+        return "\n".join(lines)
+
+
+class SimLoopGraph(Graph):
+    """A conditional graph: WHILE (pos < limit) { SWITCH (plan_of[pos]) { bodies } }."""
+
+    def __init__(self, backend: "SimBackend", bodies: list[SimGraph], pos, plan_of, limit):
+        self._backend = backend
+        self.bodies = bodies
+        self.pos, self.plan_of, self.limit = pos, plan_of, limit
+        self.runs = [0] * len(bodies)      # times each body ran, over every launch
+
+    @property
+    def iterations(self) -> int:
+        return sum(self.runs)
+
+    @property
+    def node_count(self) -> int:
+        return 1
+
+    def node_types(self) -> dict[str, int]:
+        return {"conditional": 1}
+
+    def body_node_counts(self) -> list[int]:
+        return [b.node_count for b in self.bodies]
+
+    def launch(self, stream: str = "main") -> None:
+        self._backend._run_loop(self, stream)
+
+    def dot(self) -> str:
+        lines = ["digraph device_loop {", '  w [label="WHILE pos < limit" shape=diamond];',
+                 '  s [label="SWITCH plan_of[pos]" shape=diamond];', "  w -> s;"]
+        for k, b in enumerate(self.bodies):
+            lines.append(f'  b{k} [label="body {k}: {b.node_count} kernel nodes" shape=box];')
+            lines.append(f"  s -> b{k};")
         lines.append("}")
         return "\n".join(lines)
 
@@ -187,7 +242,10 @@ class SimBackend(Backend):
         self._captures[stream] = _Capture(stream, streams={stream})
         self._issued = 0
 
-    def end_capture(self, stream: str = "main") -> SimGraph:
+    def instantiate(self, source: SimGraph) -> SimGraph:
+        return SimGraph(self, source.nodes, source.deps, pdl=source.pdl)
+
+    def end_capture(self, stream: str = "main", instantiate: bool = True) -> SimGraph:
         cap = self._captures.pop(stream, None)
         if cap is None:
             raise CaptureError(f"stream {stream!r} is not capturing")
@@ -199,7 +257,7 @@ class SimBackend(Backend):
                 raise CaptureError(f"stream {st!r} was not joined back into {stream!r} before "
                                    f"end_capture (cudaErrorStreamCaptureUnjoined)",
                                    f"unjoined work on stream {st!r}")
-        return SimGraph(self, cap.nodes, cap.deps, pdl=self.pdl)
+        return SimGraph(self, cap.nodes, cap.deps, pdl=self.pdl, executable=instantiate)
 
     # ---- memory ------------------------------------------------------------------------------
     def alloc(self, name, shape, dtype, init="zeros") -> Buffer:
@@ -354,6 +412,11 @@ class SimBackend(Backend):
             self._offend("graph launch during capture")
         host0 = self.host_us
         self.host_us += self.cost.graph_submit(self._rng) * self._host_speed()
+        self._enqueue_graph(graph, stream, host0, self.cost.graph_launch_us)
+
+    def _enqueue_graph(self, graph: SimGraph, stream: str, host0: float, lead0: float) -> None:
+        """Queue a graph's nodes with its edges, submitted by the host in [host0, host_us];
+        `lead0`: the device's delay before the graph's first nodes."""
         before = tuple(sorted(set(self._tail.get(stream, ())) | self._waits.pop(stream, set())))
         ids: list[int] = []
         last_on: dict[str, tuple] = {}
@@ -363,7 +426,7 @@ class SimBackend(Backend):
             same = [d for d in deps if graph.nodes[d].stream == node.stream]
             pdl = graph.pdl and bool(same)
             early = (ids[same[-1]], graph.nodes[same[-1]]) if pdl else None
-            lead = 0.0 if deps else self.cost.graph_launch_us
+            lead = 0.0 if deps else lead0
             last = self._last.get(node.stream)
             prev = graph.nodes[same[-1]] if same else (last[1] if last else None)
             ids.append(self._enqueue(node, mapped if deps else before, "graph", host0,
@@ -375,6 +438,46 @@ class SimBackend(Backend):
         for st in last_on:                   # work issued after the replay waits for all of it
             self._tail.pop(st, None)
         self._tail[stream] = tuple(sorted(sinks))
+
+    def build_loop(self, bodies: int, issue_body, pos: Buffer, plan_of: Buffer,
+                   limit: Buffer) -> "SimLoopGraph":
+        """WHILE (pos < limit) { SWITCH (plan_of[pos]) { body 0 | body 1 | ... } }: each body
+        captured from `issue_body(k)`; the conditions are set on the device by the twins of
+        kernels/loop.py's kernels."""
+        graphs = []
+        for k in range(bodies):
+            self.begin_capture()
+            try:
+                issue_body(k)
+            except BaseException:
+                self.abort_capture()
+                raise
+            graphs.append(self.end_capture())
+        return SimLoopGraph(self, graphs, pos, plan_of, limit)
+
+    def loop_support(self) -> str | None:
+        return None          # the simulator models WHILE and SWITCH nodes (CUDA 12.8+)
+
+    def _run_loop(self, loop: "SimLoopGraph", stream: str) -> None:
+        """One host submit; then the device alone decides: each iteration runs the body that
+        plan_of[pos] names, then continues while pos < limit. Each iteration pays two
+        condition kernels, as empty nodes (floors.empty.per_node_us)."""
+        if self._captures:
+            self._offend("graph launch during capture")
+        host0 = self.host_us
+        self.host_us += self.cost.graph_submit(self._rng) * self._host_speed()
+        lead = self.cost.graph_launch_us
+        while True:
+            self._run_queued()       # the device's memory as the condition kernel reads it
+            k = loop_plan_twin(self._resolve(loop.pos), self._resolve(loop.plan_of))
+            if not 0 <= k < len(loop.bodies):
+                raise LabError(f"device loop: plan_of[pos] = {k} names no body (SWITCH runs none)")
+            self._enqueue_graph(loop.bodies[k], stream, host0, lead + 2 * self.cost.empty_node_us)
+            lead = 0.0
+            loop.runs[k] += 1
+            self._run_queued()
+            if not loop_continue_twin(self._resolve(loop.pos), self._resolve(loop.limit)):
+                break
 
     # ---- execution: run, in an order the dependencies allow ----------------------------------
     def _run_queued(self) -> None:

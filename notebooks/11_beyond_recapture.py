@@ -1,0 +1,252 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 11 — Beyond recapture: update the graph in place, and run the whole generation on the device
+#
+# Until now a plan change (the attention split count grows with the context) meant a **new
+# graph**: capture the step again, instantiate it, keep one graph per plan key. CUDA has two
+# more tools, and this notebook uses both:
+#
+# 1. **Update in place** (`LAB_PLAN_SWITCH=update`): capture the new plan's step, then
+#    `cudaGraphExecUpdate` gives the *live* executable graph the new node parameters (grids,
+#    pointers, sizes) — no instantiation, one executable graph. The runtime refuses when the
+#    topology differs (another node count, other edges), and the engine then instantiates, as
+#    recapture does; the ledger says which happened and why.
+# 2. **The whole generation in one launch** (`LAB_LOOP=device`): a conditional **WHILE** node
+#    repeats a body while a device value says so, and a **SWITCH** node inside it runs one of
+#    several bodies chosen by a device value. The body picks the plan from the device-resident
+#    position, so one graph covers every plan, and N tokens are ONE host launch.
+#
+# Everything here runs on the simulator (which models exec update and conditional nodes); the
+# costs measured on the H200 are read from `data/gpu/` when present.
+
+# %%
+import json
+import textwrap
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from lab import report
+from lab.audit import loop_report
+from lab.backend.costmodel import CostModel
+from lab.backend.sim import SimBackend
+from lab.config import LabConfig
+from lab.engine import DecodeEngine
+from lab.model import load_model
+
+model = load_model()
+SIM = LabConfig(backend="sim")
+GPU = Path("../data/gpu")
+PROMPT, N = "ROMEO.\n", 120
+
+
+def show(text, width=100):
+    """Print a report, wrapping any line longer than `width`."""
+    for line in str(text).splitlines() or [""]:
+        print(textwrap.fill(line, width, subsequent_indent="    ") if len(line) > width else line)
+
+
+def recorded(name):
+    path = GPU / name
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def changes(eng):
+    return [(e.position, e.outcome, e.reason) for e in eng.ledger if e.outcome != "replay"]
+
+
+# %% [markdown]
+# ## 1. A plan change by update
+# Two engines decode the same prompt across two plan boundaries (positions 32 and 64). The
+# recapture engine ends with one graph per plan; the update engine with ONE graph, updated at
+# each boundary. Same tokens, same logits, byte for byte.
+
+# %%
+rec = DecodeEngine(model, SIM)
+upd = DecodeEngine(model, SIM.replace(plan_switch="update"))
+g_rec, g_upd = rec.generate(PROMPT, N), upd.generate(PROMPT, N)
+print("recapture: graphs", len(rec.graphs), "ledger", changes(rec))
+print("update:    graphs", len(upd.graphs), "ledger", changes(upd))
+print("tokens identical:", np.array_equal(g_rec.tokens, g_upd.tokens),
+      "| final logits identical:", rec.logits().tobytes() == upd.logits().tobytes())
+show(f"source: {upd.backend.describe()}")
+
+# %% [markdown]
+# A second request starts again at position 0: the update engine switches the live graph back
+# to the one-split plan **from the graph it captured the first time** (it keeps each plan's
+# captured graph), so there is no capture at all, only updates:
+
+# %%
+captures_before = sum(r.kind == "capture" for r in upd.log.records)
+start = len(upd.ledger)
+upd.generate("To be, or not to be", 40)
+print("second request:", [(e.position, e.outcome) for e in upd.ledger[start:] if e.outcome != "replay"])
+print("captured launches in the second request:",
+      sum(r.kind == "capture" for r in upd.log.records) - captures_before)
+
+# %% [markdown]
+# The runtime's rule: same nodes, same edges, same edge types. Switching a toggle that adds
+# nodes (the fissioned combine: 4 more kernels) cannot be an update; the ledger records the
+# refusal and the instantiation that followed:
+
+# %%
+upd.cfg = upd.cfg.replace(split_combine=True)
+start = len(upd.ledger)
+upd.generate(PROMPT, 4)
+show(f"after LAB_SPLIT_COMBINE=1: {changes(upd)[-1]}")
+
+# %% [markdown]
+# What a plan change costs on the H200, per mechanism (`scripts/record_gpu_plan_switch.py`;
+# medians over alternating switches between the first two plans, a synchronize around each):
+
+# %%
+ps = recorded("plan_switch.json")
+if ps is None:
+    print("data/gpu/plan_switch.json is not recorded yet: run scripts/gpu_run.sh on a GPU")
+else:
+    print(f"{'mechanism':<34} {'median us':>10} {'q1':>8} {'q3':>8}")
+    for name, r in ps["rows"].items():
+        print(f"{name:<34} {r['median_us']:>10.1f} {r['q1_us']:>8.1f} {r['q3_us']:>8.1f}")
+    show(f"{ps['nodes']} nodes, {len(ps['changed_nodes'])} differ between the plans "
+         f"({', '.join(sorted(set(ps['changed_nodes'])))}); tokens identical with update: "
+         f"{ps['tokens_identical_update_vs_recapture']}")
+    show(f"source: {ps['source']}, {ps['date']}")
+
+# %% [markdown]
+# Read the table from the top. Capturing the 37 launches is most of what a plan change costs;
+# instantiation is the rest, and an update replaces only that second part. Keeping each plan's
+# captured graph turns a switch back into an update alone, tens of microseconds. Setting the
+# parameters of just the kernel nodes that differ (`cudaGraphExecKernelNodeSetParams`) costs
+# about as much as the whole update here, and it is the floor of an in-place switch: with the
+# new parameters in hand (here taken from a captured graph), no capture is needed at all.
+#
+# ## 2. The position, updated between launches
+# The lab keeps the position in device memory, advanced by a kernel inside the step, so a
+# replay reads the NEXT position by itself. The corrected lecture names the other correct
+# design: the position is a launch parameter, and the host **updates the graph's node
+# parameters between launches**. The deliberate bug `ctx_by_value` passes the context length
+# by value — frozen at capture, wrong from replay 2. Updating the live graph before every launch
+# makes the same step right again (here from a fresh capture of each step, the simple and slow
+# way; a node-parameter update is the fast one):
+
+# %%
+frozen = DecodeEngine(model, SIM.replace(bugs={"ctx_by_value"}))
+wrong = frozen.generate(PROMPT, 40)
+
+by_value = DecodeEngine(model, SIM.replace(bugs={"ctx_by_value"}))
+ids = by_value.encode(PROMPT)
+by_value.reset(ids, 40)
+live = None
+for _ in range(len(ids) - 1 + 40):
+    source, _ = by_value.capture(by_value.plan(), instantiate=False)   # this step's parameters
+    if live is None:
+        live = by_value.backend.instantiate(source)
+    else:
+        assert live.update(source) is None
+    live.launch()
+    by_value.position += 1
+right = by_value.tokens(len(ids) + 40)
+clean = DecodeEngine(model, SIM).generate(PROMPT, 40)
+print("ctx_by_value, replayed as captured: ", repr(wrong.text[:40]))
+print("ctx_by_value, updated every launch: ", repr(by_value.model.tokenizer.decode(right[len(ids):])[:40]))
+print("clean engine:                       ", repr(clean.text[:40]))
+print("updated == clean:", np.array_equal(right, clean.tokens))
+
+# %% [markdown]
+# Both designs are correct; they differ in who pays. The device-resident position costs one tiny
+# kernel per step and nothing on the host; the update costs host time before every launch (on
+# the H200 table above: tens of microseconds for an update from a kept graph, more with a
+# capture), and the host must stay in the loop — which the next section removes altogether.
+#
+# ## 3. The whole generation in one launch
+# `LAB_LOOP=device` builds, once, a graph of this shape, and `generate` launches it ONCE:
+
+# %%
+dev = DecodeEngine(model, SIM.replace(loop="device"))
+g_dev = dev.generate(PROMPT, N)
+show(loop_report(dev))
+print()
+replays = [r for r in dev.log.records if r.kind == "replay"]
+print(f"host launches for {g_dev.steps} steps: {len(replays)}; ledger: {dev.ledger_summary()}")
+print("tokens identical to the host loop:", np.array_equal(g_dev.tokens, g_rec.tokens))
+
+# %% [markdown]
+# Each iteration runs `loop_plan` (a kernel that sets the SWITCH value to `plan_of[pos]`), the
+# chosen plan's 37 kernels, then `loop_continue` (sets the WHILE value to `pos < limit`). The
+# conditions are computed by kernels from device memory, so nothing the host knows is frozen
+# into them: only pointers. `kernels/loop.py` holds the two condition kernels (CUDA C: numba
+# cannot call `cudaGraphSetConditional`) beside their NumPy twins, which the simulator runs.
+#
+# What does it buy? On the simulator with the measured H200 host, the graph step is
+# device-bound: the host submits the next replay long before the device needs it, so removing
+# the host from the loop changes nothing. Make the host 60 times slower (a busy server process,
+# a Python stack doing other work) and the host loop becomes host-bound while the device loop
+# does not notice:
+
+# %%
+measured = CostModel.load()
+rows = []
+for scale in (1, 20, 40, 60):
+    cost = measured.replace(host_scale=float(scale))
+    for loop in ("host", "device"):
+        eng = DecodeEngine(model, SIM.replace(loop=loop), backend=SimBackend(cost, seed=0))
+        eng.generate(PROMPT, 8)                                   # warm-up: capture, build
+        rows.append((scale, loop, eng.generate(PROMPT, 64).ms_per_token * 1000))
+print(f"{'host slower by':>14} {'loop':>7} {'us/token':>9}   (simulated)")
+for scale, loop, us in rows:
+    print(f"{scale:>13}x {loop:>7} {us:>9.1f}")
+fig, ax = plt.subplots(figsize=(5.5, 3))
+for loop in ("host", "device"):
+    ax.plot([r[0] for r in rows if r[1] == loop], [r[2] for r in rows if r[1] == loop], "o-",
+            label=f"LAB_LOOP={loop}")
+ax.set_xlabel("host cost x measured H200 host")
+ax.set_ylabel("us / token")
+ax.set_title("host loop vs device loop [simulated]", fontsize=9)
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# The device loop's line is flat: its host work is one launch per generation whatever the host
+# costs. The host loop's line leaves it once the host's per-step work (the engine's own step
+# and one graph submit) exceeds the step's device time. On the H200, recorded
+# (`scripts/record_gpu_device_loop.py`, paired and interleaved on one engine behind an A/A gate):
+
+# %%
+dl = recorded("device_loop.json")
+if dl is None:
+    print("data/gpu/device_loop.json is not recorded yet: run scripts/gpu_run.sh on a GPU")
+else:
+    for name in ("plain", "pdl"):
+        print(f"[{name}]")
+        show(report.format_ab(report.narrow(dl[name])))
+    print("host launches per generate:", dl["launches"], "| bodies:", dl["bodies"])
+
+# %% [markdown]
+# The H200's host keeps up with a device-bound step, so the recorded difference is within the
+# noise: the device loop's value there is what it frees (the host thread, and the jitter of a
+# busy host), not speed. Where conditional nodes are missing (CUDA before 12.8 for SWITCH), or
+# the step is not clean (a deliberate bug's host work cannot run inside the loop), the engine
+# refuses with a message and runs the host loop:
+
+# %%
+import warnings  # noqa: E402
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    DecodeEngine(model, SIM.replace(loop="device", bugs={"ctx_by_value"})).generate(PROMPT, 4)
+show(caught[0].message)
