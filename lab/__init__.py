@@ -15,6 +15,9 @@
   stats       mean / sem / paired t / percentiles / the A/A verdict / leave-one-out arithmetic
   bench       paired interleaved A/B behind an A/A gate, sweeps, leave-one-out
   plots       timelines and charts
+  precision   summation orders (chain, tree, the kernels'), the argmax policy, KL, margins
+  kernel_run  matvec, rmsnorm, argmax_next run by themselves (numba's CUDA simulator or a GPU)
+  compare     two runs of one prompt, step by step: weights, path evidence, KL, top-1, verdict
   selfcheck/  self-check exercises: stubs + checkers against the project's own code
 """
 __version__ = "0.1.0"

@@ -6,6 +6,7 @@
   decode-lab bench loo --factors GRAPH,SPLIT_COMBINE
   decode-lab bench sweep --contexts 64,256,1000 --arms LAB_GRAPH=0 LAB_GRAPH=1 [--kv-init empty]
   decode-lab conformance [--data DIR]   the simulator's predictions against the recorded GPU files
+  decode-lab compare --a reference --b KV_DTYPE=float16 [--tokens N] [--json PATH]   two runs, step by step
   decode-lab selfcheck [--answers answers.json] [--solutions my_solutions.py] [--explain]
 
 Bad input (unknown characters, too many tokens, a corrupt weight file, an unknown LAB_* value,
@@ -181,6 +182,15 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from .compare import main_compare
+
+    cfg = from_env()
+    if args.backend:
+        cfg = cfg.replace(backend=args.backend)
+    return main_compare(args, cfg)
+
+
 def _bench_parsers(sub, common) -> None:
     """`bench ab|loo|sweep`: paired, interleaved measurement (see lab/bench.py)."""
     bp = sub.add_parser("bench", help="paired interleaved A/B (behind an A/A gate), "
@@ -253,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bars (default: on a terminal only)")
     c.set_defaults(fn=cmd_conformance)
+    from .compare import add_parser as compare_parser
+    compare_parser(sub, common).set_defaults(fn=cmd_compare)
     s = sub.add_parser("selfcheck", help="check the lecture's ten questions (--answers JSON) "
                        "and the five exercises (--solutions .py); no arguments: print the "
                        "questions (exit 1 unless all pass)")

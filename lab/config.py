@@ -123,3 +123,9 @@ def describe() -> str:
     rows += [f"  {b.env:<26} {'0|1':<16} default 0: deliberate bug ({b.kind}): {b.what}"
              for b in BUGS.values()]
     return "\n".join(rows)
+
+
+def child_env(**overrides: str) -> dict[str, str]:
+    """This process's environment with `overrides` set: for a child process that must read a
+    variable at its start (numba's NUMBA_ENABLE_CUDASIM is read when numba is imported)."""
+    return {**os.environ, **overrides}

@@ -18,6 +18,7 @@ step() { echo "== $* ($(date +%T))"; "$@"; echo "== exit $? ($(date +%T))"; }
   step python3 scripts/record_gpu_instances.py --out "$out/gpu"
   step python3 scripts/record_gpu_overlap.py --out "$out/gpu"
   step python3 scripts/record_gpu_bench.py --out "$out/gpu"
+  step python3 scripts/record_gpu_precision.py --out "$out/gpu"
   step python3 scripts/record_gpu_plan_switch.py --out "$out/gpu"
   step python3 scripts/record_gpu_device_loop.py --out "$out/gpu"
   step python3 -m lab conformance --data "$out/gpu"

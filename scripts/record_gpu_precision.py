@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -32,6 +33,13 @@ from lab.model import DATA_DIR, DEFAULT_WEIGHTS, load_model  # noqa: E402
 from lab.precision import kernel_order_check  # noqa: E402
 
 
+def _dumps(res: dict) -> str:
+    """Indented JSON, each list of plain numbers (a per-step column) kept on one line."""
+    def one_line(m):
+        return "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]"
+    return re.sub(r"\[([^\[\]{}\"]*)\]", one_line, json.dumps(res, indent=1))
+
+
 def _line(name: str, pair: dict) -> str:
     s = pair["summary"]
     d = s["first_divergence"]
@@ -40,33 +48,36 @@ def _line(name: str, pair: dict) -> str:
             f"{s['max_dlogit']:.3g}, top-1 {s['top1_agree_steps']}/{s['steps']}, first flip {flip}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--backend", default="cuda", choices=("cuda", "sim", "auto"))
+def _arguments() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description="record notebook 09's precision figures")
+    ap.add_argument("--out", required=True, type=Path, help="folder for precision.json")
+    ap.add_argument("--backend", default="cuda", choices=("cuda", "sim", "auto"),
+                    help="sim: a local smoke run, labelled simulated")
     ap.add_argument("--weights", default=str(DEFAULT_WEIGHTS))
-    ap.add_argument("--tokens", type=int, default=200)
-    ap.add_argument("--text-offset", type=int, default=20000)
-    ap.add_argument("--text-chars", type=int, default=1000)
-    args = ap.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model = load_model(args.weights)
-    cfg = LabConfig(backend=args.backend)
+    ap.add_argument("--tokens", type=int, default=200, help="tokens the oracle decodes")
+    ap.add_argument("--text-offset", type=int, default=20000, help="passage start in corpus.txt")
+    ap.add_argument("--text-chars", type=int, default=1000, help="passage length")
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = _arguments()
+    args.out.mkdir(parents=True, exist_ok=True)
+    model, cfg = load_model(args.weights), LabConfig(backend=args.backend)
     t0 = time.perf_counter()
     decode = kv_dtype_study(model, DEFAULT_PROMPT, args.tokens, cfg, args.weights, progress=None)
     corpus = (DATA_DIR / "corpus.txt").read_text()
     passage = corpus[args.text_offset:args.text_offset + args.text_chars]
     text = kv_dtype_study(model, base=cfg, weights=args.weights, text=passage, progress=None)
-    text.update(offset=args.text_offset, chars=len(passage))   # per step: its column of values
+    text.update(offset=args.text_offset, chars=len(passage))
     on_gpu = not decode["source"].startswith("simulated")
     order = kernel_order_check("gpu" if on_gpu else "cudasim")
     res = {"what": "notebook 09: KV cache float32 vs float16 vs the float64 oracle; kernel order",
            "source": decode["source"], "date": time.strftime("%Y-%m-%d"),
            "weights": decode["pairs"]["oracle-float32"]["sides"]["oracle"]["sha256"],
-           "decode": slim(decode), "text": slim(text, keep=("max_dlogit", "margin_a", "agree")),
+           "decode": slim(decode), "text": slim(text, keep=("max_dlogit", "margin_a")),
            "kernel_order": order}
-    path = atomic_write_text(out / "precision.json", json.dumps(res, indent=1))
+    path = atomic_write_text(args.out / "precision.json", _dumps(res))
     print(f"source: {res['source']}")
     for name, study in (("decode", decode), ("text", text)):
         print(f"{name} ({study['steps']} steps, {study['input']}):")
