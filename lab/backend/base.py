@@ -128,6 +128,22 @@ class Graph(ABC):
         raise NotImplementedError
 
 
+class LoopGraph(Graph):
+    """The device loop (LAB_LOOP=device): ONE conditional node at the top -- a WHILE whose body
+    runs a SWITCH over one body per plan."""
+
+    @property
+    def node_count(self) -> int:
+        return 1
+
+    def node_types(self) -> dict[str, int]:
+        return {"conditional": 1}
+
+    @abstractmethod
+    def body_node_counts(self) -> list[int]:
+        """Kernel nodes in each plan's body, in plan order."""
+
+
 class Backend(ABC):
     name: str = "?"
     simulated: bool = True

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import CaptureError
-from .base import Backend, Buffer, Graph, Launch, RawArray
+from .base import Backend, Buffer, Graph, Launch, LoopGraph, RawArray
 
 
 def _cudart():
@@ -187,19 +187,12 @@ def _add_conditional(graph, deps: list, handle, kind, size: int):
     return node, [params.conditional.phGraph_out[i] for i in range(size)]
 
 
-class CudaLoopGraph(Graph):
+class CudaLoopGraph(LoopGraph):
     """The device loop: one WHILE node whose body picks a plan's step with a SWITCH node."""
 
     def __init__(self, backend: "CudaBackend", raw: "_RawExec", body_counts: list[int]):
         self._backend, self._raw, self._counts = backend, raw, body_counts
         self.iterations = None          # counted by the simulator only
-
-    @property
-    def node_count(self) -> int:
-        return 1
-
-    def node_types(self) -> dict[str, int]:
-        return {"conditional": 1}
 
     def body_node_counts(self) -> list[int]:
         return list(self._counts)

@@ -15,9 +15,10 @@
   racecheck would say on a GPU).
 - A capture records each launch with its arguments BY VALUE (buffers by address, sizes, grids);
   nothing runs; memory stays live. A replay enqueues the records with the graph's edges.
-- Capture is GLOBAL mode: synchronize, synchronous copies and allocation while a capture is open
-  fail at the call (as `cudaErrorStreamCaptureUnsupported`) and invalidate the capture; the error
-  is sticky and surfaces again at `end_capture`, naming the first offence.
+- Capture is GLOBAL mode: synchronize, synchronous copies and a synchronous (pool-growing)
+  allocation while a capture is open fail at the call (as `cudaErrorStreamCaptureUnsupported`)
+  and invalidate the capture; the error is sticky and surfaces again at `end_capture`, naming the
+  first offence. (A stream-ordered allocation would be capturable; the lab makes none.)
 - Streams and events: `record_wait(src, dst)` orders dst after src's work; during a capture it
   pulls dst into the capture (fork) or joins it back; unjoined work fails `end_capture`.
 - Time comes from `CostModel` (measured component costs, data/gpu/kernel_costs.json): the host
@@ -38,7 +39,7 @@ from kernels.loop import loop_continue_twin, loop_plan_twin
 
 from ..errors import CaptureError, LabError
 from ..pdl_check import pre_wait_reads
-from .base import Backend, Buffer, Graph, Launch, RawArray
+from .base import Backend, Buffer, Graph, Launch, LoopGraph, RawArray
 from .costmodel import CostModel, launch_context
 
 _BASE_ADDR = 0x7F00_0000_0000
@@ -132,7 +133,7 @@ class SimGraph(Graph):
         return "\n".join(lines)
 
 
-class SimLoopGraph(Graph):
+class SimLoopGraph(LoopGraph):
     """A conditional graph: WHILE (pos < limit) { SWITCH (plan_of[pos]) { bodies } }."""
 
     def __init__(self, backend: "SimBackend", bodies: list[SimGraph], pos, plan_of, limit):
@@ -144,13 +145,6 @@ class SimLoopGraph(Graph):
     @property
     def iterations(self) -> int:
         return sum(self.runs)
-
-    @property
-    def node_count(self) -> int:
-        return 1
-
-    def node_types(self) -> dict[str, int]:
-        return {"conditional": 1}
 
     def body_node_counts(self) -> list[int]:
         return [b.node_count for b in self.bodies]
