@@ -114,6 +114,7 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
     sim = LabConfig(backend="sim")
     rec = {n: _load(data_dir, f"{n}.json") for n in
            ("ladder", "overlap", "fission", "bench_sweep", "kernel_costs")}
+    loop_file = data_dir / "device_loop.json"    # recorded since LAB_LOOP: older sets lack it
     rows: list[Row] = []
 
     # the ladder: ms/token per rung, launches and nodes
@@ -155,6 +156,10 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
         kw = {"graph": mode == "graph"}
         ab("fission.json", kw, {**kw, "split_combine": True}, _field(rec["fission"], mode, "fission"),
            f"fission ({mode}): split - combine")
+
+    if loop_file.is_file():
+        ab("device_loop.json", {}, {"loop": "device"}, _field(_load(data_dir, "device_loop.json"),
+           "plain", "device_loop"), "device loop: device - host loop")
 
     # the context sweep: how much the graph step grows from the shortest to the longest context
     sw = rec["bench_sweep"]

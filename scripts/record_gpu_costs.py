@@ -40,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kernels import REGISTRY, probe  # noqa: E402
+from kernels import REGISTRY, position, probe  # noqa: E402
 from lab import bench, report  # noqa: E402
 from lab.backend import Launch, StreamWait  # noqa: E402
 from lab.backend.costmodel import cost_key, launch_bytes  # noqa: E402
@@ -204,6 +204,45 @@ def measure_floors(eng, progress) -> dict:
     g1 = _capture(be, [empty], 1, False)
     out["graph_submit_us"] = host_per_call(be, g1.launch, 2000)
     progress(f"  graph launch, host: {out['graph_submit_us']:.3f} us")
+    out["loop"] = loop_floor(eng, progress)
+    return out
+
+
+def loop_floor(eng, progress, iterations=(200, 1000), rounds: int = 5) -> dict:
+    """The device loop's own cost per iteration (LAB_LOOP=device): a WHILE-over-SWITCH graph
+    whose one body is a single `advance` node, run for n iterations in ONE launch (wall time
+    around a synchronize); the slope over n, minus the same node's cost in a plain chain, is
+    what the conditional nodes and their two condition kernels add per iteration."""
+    be = eng.backend
+    why = ("the simulator's device loop costs what this file records, not a measurement"
+           if be.simulated else be.loop_support())
+    if why is not None:
+        progress(f"  device loop: not measured ({why})")
+        return {"why_not": why}
+    n_max = max(iterations)
+    table = be.alloc("loop_table", (n_max + 1,), np.int32)      # zeros: body 0 everywhere
+    pos, limit = be.alloc("loop_pos", (1,), np.int32), be.alloc("loop_limit", (1,), np.int32)
+    adv = Launch(position.advance, (position.ADVANCE_GRID, position.ADVANCE_BLOCK), (pos,))
+    loop = be.build_loop(1, lambda k: be.launch(adv), pos, table, limit)
+
+    def wall_us(n):
+        be.upload(pos, np.zeros(1, np.int32))
+        be.upload(limit, np.array([n], np.int32))
+        be.synchronize()
+        t0 = time.perf_counter()
+        loop.launch()
+        be.synchronize()
+        return 1e6 * (time.perf_counter() - t0)
+    wall_us(n_max)                                            # first launch: warm
+    med = {n: statistics.median(wall_us(n) for _ in range(rounds)) for n in iterations}
+    n1, n2 = iterations
+    per_iteration = (med[n2] - med[n1]) / (n2 - n1)
+    node = chain_fit(be, [adv], 1, False)["per_node_us"]
+    out = {"per_iteration_us": per_iteration, "advance_node_us": node,
+           "overhead_us": per_iteration - node, "iterations": list(iterations),
+           "wall_us": {str(n): med[n] for n in iterations}}
+    progress(f"  device loop: {per_iteration:.3f} us per iteration with one advance node "
+             f"({node:.3f} us as a chain node): +{out['overhead_us']:.3f} us of loop machinery")
     return out
 
 

@@ -169,6 +169,7 @@ class CostModel:
     drift_us: float                   # redrawn after this much model time  noise.prebound.rep_seconds
     node_jitter: float                # lognormal sigma per graph node     noise.graph.rep_cv
     host_scale: float = 1.0           # 1 = the measured host; notebooks make a slower, noisier one
+    loop_overhead_us: float | None = None   # device loop, per iteration  floors.loop.overhead_us
     misses: set = field(default_factory=set, compare=False, repr=False)
 
     @property
@@ -187,7 +188,8 @@ class CostModel:
                 "launch_jitter": "noise.prebound.token_cv_robust x sqrt(launches_per_token)",
                 "drift": "noise.prebound.rep_cv beyond per-token jitter",
                 "drift_us": "noise.prebound.rep_seconds",
-                "node_jitter": "noise.graph.rep_cv x sqrt(launches_per_token x tokens_per_rep)"}
+                "node_jitter": "noise.graph.rep_cv x sqrt(launches_per_token x tokens_per_rep)",
+                "loop_overhead_us": "floors.loop.overhead_us (only LAB_LOOP=device needs it)"}
 
     # ---- loading ---------------------------------------------------------------------------
     @classmethod
@@ -255,7 +257,18 @@ class CostModel:
             drift=drift, drift_us=1e6 * _num(data, "noise.prebound.rep_seconds", path),
             node_jitter=_num(data, "noise.graph.rep_cv", path, positive=False) * math.sqrt(
                 lpt * _num(data, "noise.graph.tokens_per_rep", path)),
+            loop_overhead_us=(_num(data, "floors.loop.overhead_us", path, positive=False)
+                              if "overhead_us" in data.get("floors", {}).get("loop", {}) else None),
         )
+
+    def loop_iteration_us(self) -> float:
+        """What the device loop adds per iteration (WHILE + SWITCH + two condition kernels), as
+        measured; a cost file recorded without it cannot simulate LAB_LOOP=device."""
+        if self.loop_overhead_us is None:
+            raise LabError(f"{self.path} has no floors.loop.overhead_us: the device loop's cost "
+                           f"was not recorded (scripts/record_gpu_costs.py records it on a GPU "
+                           f"with conditional nodes)")
+        return self.loop_overhead_us
 
     def replace(self, **changes) -> "CostModel":
         return dataclasses.replace(self, misses=set(), **changes)

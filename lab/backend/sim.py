@@ -454,8 +454,9 @@ class SimBackend(Backend):
 
     def _run_loop(self, loop: "SimLoopGraph", stream: str) -> None:
         """One host submit; then the device alone decides: each iteration runs the body that
-        plan_of[pos] names, then continues while pos < limit. Each iteration pays two
-        condition kernels, as empty nodes (floors.empty.per_node_us)."""
+        plan_of[pos] names, then continues while pos < limit. Each iteration pays the measured
+        cost of the loop's machinery (floors.loop.overhead_us: conditional nodes and their two
+        condition kernels) before its body."""
         if self._captures:
             self._offend("graph launch during capture")
         host0 = self.host_us
@@ -466,7 +467,7 @@ class SimBackend(Backend):
             k = loop_plan_twin(self._resolve(loop.pos), self._resolve(loop.plan_of))
             if not 0 <= k < len(loop.bodies):
                 raise LabError(f"device loop: plan_of[pos] = {k} names no body (SWITCH runs none)")
-            self._enqueue_graph(loop.bodies[k], stream, host0, lead + 2 * self.cost.empty_node_us)
+            self._enqueue_graph(loop.bodies[k], stream, host0, lead + self.cost.loop_iteration_us())
             lead = 0.0
             loop.runs[k] += 1
             self._run_queued()
