@@ -222,7 +222,7 @@ def loop_floor(eng, progress, iterations=(200, 1000), rounds: int = 5) -> dict:
     n_max = max(iterations)
     table = be.alloc("loop_table", (n_max + 1,), np.int32)      # zeros: body 0 everywhere
     pos, limit = be.alloc("loop_pos", (1,), np.int32), be.alloc("loop_limit", (1,), np.int32)
-    adv = Launch(position.advance, (position.ADVANCE_GRID, position.ADVANCE_BLOCK), (pos,))
+    adv = Launch(position.advance, position.ADVANCE_GRID, position.ADVANCE_BLOCK, (pos,))
     loop = be.build_loop(1, lambda k: be.launch(adv), pos, table, limit)
 
     def wall_us(n):
