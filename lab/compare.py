@@ -38,7 +38,7 @@ from .bench import parse_arm
 from .config import TOGGLES, LabConfig
 from .errors import LabError
 from .files import check_output
-from .model import DEFAULT_WEIGHTS, Model, check_request, load_model, sha256_of
+from .model import DATA_DIR, DEFAULT_WEIGHTS, Model, check_request, load_model, sha256_of
 from .precision import step_metrics
 from .report import save
 
@@ -86,6 +86,14 @@ class RunSpec:
         return " ".join(f"{k[4:]}={v}" for k, v in self.cfg.toggles().items())
 
 
+def _shown(path) -> str:
+    """A weights path as results record it: relative to the project when the file is in it (a
+    recorded result names no machine's folders), else as given."""
+    p = Path(path).resolve()
+    root = DATA_DIR.parent
+    return str(p.relative_to(root)) if p.is_relative_to(root) else str(path)
+
+
 def parse_spec(text: str, base: LabConfig) -> RunSpec:
     """`reference`, a backend name, and/or LAB_NAME=VALUE toggles, comma-separated."""
     items = [x.strip() for x in str(text).split(",") if x.strip()]
@@ -115,7 +123,7 @@ class Run:
     """One side's decode of the common input: the logits of every generated step."""
     label: str                 # "A", "B", or a name
     spec: RunSpec
-    weights: str               # path of the weights file
+    weights: str               # the weights file (relative to the project when inside it)
     sha256: str
     source: str                # where the numbers come from
     ids: np.ndarray            # prompt + generated ids, the input both sides are fed
@@ -168,7 +176,7 @@ def run_side(label: str, spec: RunSpec, model: Model, weights, prompt_ids, token
             ids, logits = reference.generate(model, prompt_ids, tokens, return_logits=True)
         else:
             ids, logits = feed, _reference_logits(model, feed, n_prompt, progress)
-        return Run(label, spec, str(weights), sha, "float64 NumPy oracle (lab/reference.py), CPU",
+        return Run(label, spec, _shown(weights), sha, "float64 NumPy oracle (lab/reference.py), CPU",
                    np.asarray(ids, np.int32), n_prompt, np.asarray(logits, np.float64))
     engine = (engine_factory or _default_engine)(model, spec.cfg)
     if feed is None:
@@ -177,7 +185,7 @@ def run_side(label: str, spec: RunSpec, model: Model, weights, prompt_ids, token
     else:
         logits = _engine_logits(engine, feed, 0, n_prompt, label, progress)
         ids = feed
-    return Run(label, spec, str(weights), sha, engine.backend.describe(), np.asarray(ids, np.int32),
+    return Run(label, spec, _shown(weights), sha, engine.backend.describe(), np.asarray(ids, np.int32),
                n_prompt, logits, fed=engine.tokens(len(ids)), engine=engine)
 
 

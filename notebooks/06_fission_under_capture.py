@@ -167,13 +167,16 @@ show(f"H200: {table['gpu_source']}; simulator: {table['cost_source']}")
 # simulator's figures in this table need not match its A/B above: a conformance row is the
 # model's EXPECTATION (noise off, both arms on one engine) at the recording's settings (more
 # tokens per run, so longer contexts, where the attention kernels' node times differ), while the
-# A/B above carries the simulated host's noise. The eager row's recording is itself noisy: its
-# standard error (printed with the recording above) is a large share of the effect, so a 25%
-# band around it can miss a right prediction; recording it with more reps decides.
+# A/B above carries the simulated host's noise. The eager row's recording is itself noisy (a
+# host-bound effect on a host whose speed drifts): its standard error, printed with the
+# recording above, is why the recorder runs it with 15 paired reps; with 5, an earlier H200
+# recording's standard error was over a third of its effect, too wide to tell a right prediction
+# from a wrong one.
 #
 # Captured, the effect is under a microsecond per token, and here the H200 teaches a measurement
-# lesson rather than a kernel one: **its sign is not stable between processes**. Four
-# recordings this round measured −0.38, +0.6, −0.84 and −0.41 us/token, each behind a passing A/A gate
+# lesson rather than a kernel one: **its sign is not stable between processes**. Earlier
+# recordings measured −0.38, +0.6, −0.84 and −0.41 us/token (the committed one: the table above),
+# each behind a passing A/A gate
 # with a standard error of a few hundredths of a microsecond. Within one process both arms run
 # on one engine, so the A/A samples only run-to-run noise; a new process puts the buffers at
 # other addresses, and identical engines differ by one to two microseconds per token from

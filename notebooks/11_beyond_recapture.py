@@ -192,14 +192,25 @@ print("tokens identical to the host loop:", np.array_equal(g_dev.tokens, g_rec.t
 # into them: only pointers. `kernels/loop.py` holds the two condition kernels (CUDA C: numba
 # cannot call `cudaGraphSetConditional`) beside their NumPy twins, which the simulator runs.
 #
-# What does it buy? On the simulator with the measured H200 host, the graph step is
-# device-bound: the host submits the next replay long before the device needs it, so removing
-# the host from the loop changes nothing. Make the host 60 times slower (a busy server process,
-# a Python stack doing other work) and the host loop becomes host-bound while the device loop
-# does not notice:
+# It is not free. Each iteration's conditional nodes and condition kernels cost the device
+# time of their own, measured on the H200 with a one-node body (`kernel_costs.json`,
+# `floors.loop`), which the simulator charges per iteration:
 
 # %%
 measured = CostModel.load()
+loop_floor = json.loads((GPU / "kernel_costs.json").read_text())["floors"]["loop"]
+show(f"one iteration with a one-node body: {loop_floor['per_iteration_us']:.2f} us; the node alone "
+     f"in a plain chain: {loop_floor['advance_node_us']:.2f} us -> the loop adds "
+     f"{measured.loop_iteration_us():.2f} us per iteration [{measured.describe()}]")
+
+# %% [markdown]
+# So what does it buy? With the measured H200 host the graph step is device-bound: the host
+# submits the next replay long before the device needs it, and the loop's own cost per
+# iteration is more than the host loop ever waited. Make the host slower (a busy server
+# process, a Python stack doing other work) and the host loop becomes host-bound while the
+# device loop does not notice:
+
+# %%
 rows = []
 for scale in (1, 20, 40, 60):
     cost = measured.replace(host_scale=float(scale))
@@ -221,9 +232,10 @@ ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# The device loop's line is flat: its host work is one launch per generation whatever the host
-# costs. The host loop's line leaves it once the host's per-step work (the engine's own step
-# and one graph submit) exceeds the step's device time. On the H200, recorded
+# The device loop's line is flat, a loop iteration's cost above the host loop's at the
+# measured host: its host work is one launch per generation whatever the host costs. The host
+# loop's line crosses it once the host's per-step work (the engine's own step and one graph
+# submit) exceeds the step's device time plus that iteration cost. On the H200, recorded
 # (`scripts/record_gpu_device_loop.py`, paired and interleaved on one engine behind an A/A gate):
 
 # %%
@@ -237,11 +249,14 @@ else:
     print("host launches per generate:", dl["launches"], "| bodies:", dl["bodies"])
 
 # %% [markdown]
-# The H200's host keeps up with a device-bound step, so the recorded difference is within the
-# noise: the device loop's value there is what it frees (the host thread, and the jitter of a
-# busy host), not speed. Where conditional nodes are missing (CUDA before 12.8 for SWITCH), or
-# the step is not clean (a deliberate bug's host work cannot run inside the loop), the engine
-# refuses with a message and runs the host loop:
+# On the H200 the device loop is the SLOWER one, by about one loop iteration's cost per token
+# (the difference above, against `floors.loop`): the H200's host keeps up with a device-bound
+# step, so there was no host time to save, and the conditional machinery adds device time.
+# The one launch pays where the host cannot keep up, and it frees the host thread either way.
+# (`decode-lab conformance` holds the simulator's prediction of this difference against the
+# recording.) Where conditional nodes are missing (CUDA before 12.8 for SWITCH), or the step is
+# not clean (a deliberate bug's host work cannot run inside the loop), the engine refuses with
+# a message and runs the host loop:
 
 # %%
 import warnings  # noqa: E402

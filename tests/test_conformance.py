@@ -15,20 +15,6 @@ def report(model):
     return conformance.run(model)
 
 
-# The committed H200 recording (2026-11-30) has ONE row outside the rule: eager fission, +16.0
-# ± 5.9 us/token recorded (5 reps) against +27.9 predicted from the measured host cost of the
-# four extra launches. Re-record fission.json with more reps; when the row passes, this strict
-# xfail turns into a failure and the marker must go.
-KNOWN_FAILING = {"fission (eager): split - combine"}
-
-
-def test_every_recorded_lesson_passes_but_the_known_gap(report):
-    failed = {r.lesson for r in report["rows"] if not r.ok}
-    assert failed <= KNOWN_FAILING, conformance.format_report(report)
-
-
-@pytest.mark.xfail(strict=True, reason="eager fission row: recorded +16.0 ± 5.9 us/token (5 reps) "
-                   "vs +27.9 predicted; needs a re-recording with more reps")
 def test_every_recorded_lesson_passes(report):
     failed = [r for r in report["rows"] if not r.ok]
     assert not failed, conformance.format_report(report)
@@ -38,7 +24,7 @@ def test_the_table_covers_the_lessons(report):
     lessons = " ".join(r.lesson for r in report["rows"])
     for needle in ("dispatcher", "prebound", "graph: ms/token", "graph+pdl", "PDL: share", "overlap:",
                    "fission (eager)", "fission (graph)", "context", "launches per token",
-                   "nodes per graph", "node: attn_partial"):
+                   "nodes per graph", "node: attn_partial", "device loop"):
         assert needle in lessons, needle
     assert report["gpu_source"].startswith("measured on NVIDIA")
 
