@@ -56,12 +56,15 @@ def cmd_generate(args) -> int:
     if args.ledger:
         _print_ledger(eng)
     if args.save_dot:
-        if not eng.graphs:
+        graphs = dict(eng.graphs)
+        if any(e.outcome == "device" for e in eng.ledger):        # LAB_LOOP=device ran
+            graphs[("device loop",)] = eng.device_loop()
+        if not graphs:
             raise LabError("--save-dot: no graph was captured (eager run, or every capture failed)")
         from pathlib import Path
         base = Path(args.save_dot)
-        for i, (key, graph) in enumerate(eng.graphs.items()):
-            path = base if len(eng.graphs) == 1 else base.with_name(f"{base.stem}.{i}{base.suffix}")
+        for i, (key, graph) in enumerate(graphs.items()):
+            path = base if len(graphs) == 1 else base.with_name(f"{base.stem}.{i}{base.suffix}")
             atomic_write_text(path, graph.dot())
             print(f"graph for plan {key}: {graph.node_count} nodes -> {path}")
     return 0

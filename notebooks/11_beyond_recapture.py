@@ -174,11 +174,33 @@ print("updated == clean:", np.array_equal(right, clean.tokens))
 # capture), and the host must stay in the loop — which the next section removes altogether.
 #
 # ## 3. The whole generation in one launch
-# `LAB_LOOP=device` builds, once, a graph of this shape, and `generate` launches it ONCE:
+# The ladder so far, counted from the launch log of one generation each: eagerly the host
+# launches every kernel of every step; with a graph per plan it launches one graph per step (and
+# still decides each step's plan, records the ledger, advances its position mirror); with the
+# device loop it launches once, and the device decides the rest.
+
+# %%
+ladder = {"eager (one launch per kernel)": SIM.replace(graph=False),
+          "graph (one launch per step)": SIM,
+          "device loop (one launch per generation)": SIM.replace(loop="device")}
+print(f"{'mode':<41} {'steps':>5} {'host launches':>13}  host work per step")
+for name, config in ladder.items():
+    eng = DecodeEngine(model, config)
+    gen = eng.generate(PROMPT, N)
+    launches = sum(r.kind in ("eager", "replay") for r in eng.log.records)
+    work = {"eager": "plan, 37 launches, ledger", "graph": "plan, 1 graph launch, ledger",
+            "device loop": "none: one upload per generation"}
+    print(f"{name:<41} {gen.steps:>5} {launches:>13}  {work[name.split(' (')[0]]}")
+print("[simulated]")
+
+# %% [markdown]
+# `LAB_LOOP=device` builds, once, a graph of this shape, and `generate` launches it ONCE. Its
+# DOT (what `decode-lab generate --save-dot` writes for it) and the audit's reading of it:
 
 # %%
 dev = DecodeEngine(model, SIM.replace(loop="device"))
 g_dev = dev.generate(PROMPT, N)
+print(dev.device_loop().dot())
 show(loop_report(dev))
 print()
 replays = [r for r in dev.log.records if r.kind == "replay"]
@@ -257,6 +279,37 @@ else:
 # recording.) Where conditional nodes are missing (CUDA before 12.8 for SWITCH), or the step is
 # not clean (a deliberate bug's host work cannot run inside the loop), the engine refuses with
 # a message and runs the host loop:
+
+# %% [markdown]
+# ### What the host can no longer do, and how the lab gets it back
+# With the loop on the device the host sees nothing until the launch ends: no token can be
+# streamed out as it is made, and the host cannot stop early (at a stop string, or when a user
+# cancels). Two standard answers: the device writes its progress into pinned, host-mapped
+# memory that the host polls while the graph runs; or the generation is cut into **chunks of K
+# tokens, one launch each**, with the host reading the new tokens — and deciding whether to go
+# on — between chunks. The lab does the second: `engine.decode(K)` runs K steps in one launch
+# from wherever the request is. Here, chunks of 16, stopping at the first blank line:
+
+# %%
+eng = DecodeEngine(model, SIM.replace(loop="device"))
+ids = eng.encode(PROMPT)
+budget, chunk, text = 96, 16, ""
+eng.reset(ids, budget)
+eng.decode(len(ids) - 1)                                  # the prompt's steps: one launch
+launches = 1
+while eng.position < len(ids) - 1 + budget and "\n\n" not in text:
+    eng.decode(min(chunk, len(ids) - 1 + budget - eng.position))     # one launch per chunk
+    launches += 1
+    new = model.tokenizer.decode(eng.tokens(eng.position + 1)[len(ids):])
+    print(f"launch {launches}: +{new[len(text):]!r}")
+    text = new
+print(f"stopped after {eng.position - (len(ids) - 1)} of {budget} tokens, {launches} launches "
+      f"[simulated]")
+
+# %% [markdown]
+# Each chunk costs one host launch instead of K, and the stop check waits at most K tokens.
+# K trades the two: K = 1 is the host loop again, K = the whole budget is one launch with no
+# early stop.
 
 # %%
 import warnings  # noqa: E402

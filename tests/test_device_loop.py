@@ -125,3 +125,43 @@ def test_the_audit_reads_a_conditional_graph(model):
     refused = DecodeEngine(model, LabConfig(backend="sim", loop="device", graph=False))
     with pytest.warns(UserWarning):
         assert loop_report(refused).startswith("no device loop: it needs LAB_GRAPH=1")
+
+
+def test_every_plan_boundary_on_the_device(model):
+    """A generation to the end of the context: the device crosses every plan boundary itself
+    (another prompt, crossing the first ones, is the reuse test's)."""
+    prompt = "To be, or not to be"
+    n = model.cfg.max_seq - len(prompt) - 1
+    host = DecodeEngine(model, LabConfig(backend="sim")).generate(prompt, n)
+    eng = DecodeEngine(model, LabConfig(backend="sim", loop="device"))
+    dev = eng.generate(prompt, n)
+    np.testing.assert_array_equal(dev.tokens, host.tokens)
+    assert all(eng.device_loop().runs)                     # every plan's body ran
+
+
+@pytest.mark.gpu
+def test_gpu_every_plan_boundary_on_the_device(model):
+    n = model.cfg.max_seq - len(PROMPT) - 1
+    host = DecodeEngine(model, LabConfig(backend="cuda")).generate(PROMPT, n)
+    dev = DecodeEngine(model, LabConfig(backend="cuda", loop="device")).generate(PROMPT, n)
+    np.testing.assert_array_equal(dev.tokens, host.tokens)
+
+
+@pytest.mark.parametrize("loop", ["host", "device"])
+def test_too_many_tokens_is_the_same_clear_error_for_both_loops(model, loop):
+    eng = DecodeEngine(model, LabConfig(backend="sim", loop=loop))
+    with pytest.raises(LabError, match="max_seq"):
+        eng.generate(PROMPT, model.cfg.max_seq)
+    eng.reset(eng.encode(PROMPT), 4)
+    with pytest.raises(LabError, match="would exceed max_seq"):
+        eng.decode(model.cfg.max_seq)
+
+
+def test_save_dot_draws_the_device_loop(tmp_path, capsys, monkeypatch):
+    from lab.__main__ import main
+    path = tmp_path / "loop.dot"
+    monkeypatch.setenv("LAB_LOOP", "device")
+    assert main(["generate", "--prompt", "ROMEO.", "--tokens", "4", "--backend", "sim",
+                 "--save-dot", str(path), "--no-progress"]) == 0
+    dots = sorted(tmp_path.glob("loop*.dot"))
+    assert any("WHILE pos < limit" in p.read_text() for p in dots), dots

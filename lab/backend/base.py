@@ -143,6 +143,18 @@ class LoopGraph(Graph):
     def body_node_counts(self) -> list[int]:
         """Kernel nodes in each plan's body, in plan order."""
 
+    def dot(self) -> str:
+        lines = ["digraph device_loop {", '  w [label="WHILE pos < limit" shape=diamond];',
+                 '  p [label="loop_plan: SWITCH value = plan_of[pos]" shape=box];',
+                 '  s [label="SWITCH" shape=diamond];',
+                 '  c [label="loop_continue: WHILE value = pos < limit" shape=box];',
+                 "  w -> p; p -> s;"]
+        for k, n in enumerate(self.body_node_counts()):
+            lines += [f'  b{k} [label="body {k}: {n} kernel nodes" shape=box];', f"  s -> b{k};",
+                      f"  b{k} -> c;"]
+        lines += ["  c -> w [style=dashed];", "}"]
+        return "\n".join(lines)
+
 
 class Backend(ABC):
     name: str = "?"

@@ -152,15 +152,6 @@ class SimLoopGraph(LoopGraph):
     def launch(self, stream: str = "main") -> None:
         self._backend._run_loop(self, stream)
 
-    def dot(self) -> str:
-        lines = ["digraph device_loop {", '  w [label="WHILE pos < limit" shape=diamond];',
-                 '  s [label="SWITCH plan_of[pos]" shape=diamond];', "  w -> s;"]
-        for k, b in enumerate(self.bodies):
-            lines.append(f'  b{k} [label="body {k}: {b.node_count} kernel nodes" shape=box];')
-            lines.append(f"  s -> b{k};")
-        lines.append("}")
-        return "\n".join(lines)
-
 
 class SimBackend(Backend):
     name = "sim"
