@@ -17,7 +17,8 @@ EXTRAS := dev$(if $(CUDA_MAJOR),$(if $(filter 12,$(CUDA_MAJOR)),$(comma)cuda12,$
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	# (the build backend's notice about editable installs is not ours to print: warnings off)
+	PYTHONWARNINGS=ignore $(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	touch $@
 
 demo: $(VENV)/.installed
