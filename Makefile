@@ -14,10 +14,10 @@ EXTRAS := dev$(if $(CUDA_MAJOR),$(if $(filter 12,$(CUDA_MAJOR)),$(comma)cuda12,$
 
 .PHONY: demo test gpu-test gpu-record lab notebooks clean
 
+# PYTHONWARNINGS=ignore: the build backend's notice about editable installs is not ours to print
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# (the build backend's notice about editable installs is not ours to print: warnings off)
 	PYTHONWARNINGS=ignore $(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	touch $@
 

@@ -117,34 +117,38 @@ def format_ab(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _ms(x: dict) -> str:
+    """ms/token and its standard error in us, as every table prints them."""
+    return f"{x['mean_ms']:>9.4f} {_f(x['sem_ms'] * 1000, '.2f'):>9}"
+
+
+def _close(lines: list[str], result: dict, gated, last: str) -> str:
+    """A table's end: the replay gate's lines for the `gated` arms or rows, then `last`."""
+    return "\n".join(lines + _gate_lines(result, gated) + [last])
+
+
 def format_ladder(result: dict) -> str:
     lines = [f"{'rung':<11} {'ms/token':>9} {'± sem us':>9} {'launches/tok':>12} {'us/launch':>9}"
              f" {'replays':>7}  what it removes"]
-    for a in result["arms"]:
-        lines.append(f"{a['name']:<11} {a['mean_ms']:>9.4f} {_f(a['sem_ms'] * 1000, '.2f'):>9} "
-                     f"{a['launches_per_token']:>12} {a['us_per_launch']:>9.2f} {_replays(a):>7}"
-                     f"  {a['what']}")
+    lines += [f"{a['name']:<11} {_ms(a)} {a['launches_per_token']:>12} {a['us_per_launch']:>9.2f} "
+              f"{_replays(a):>7}  {a['what']}" for a in result["arms"]]
     if result.get("meaningful") is not False:
         lines.append(f"graph replay: {result['graph_over_prebound']:.1f}x less time per token than "
                      f"pre-bound eager, {result['graph_over_dispatcher']:.1f}x less than the "
                      f"dispatcher; outputs "
                      f"{'byte-identical' if result['outputs_identical'] else 'DIFFER'}")
-    lines += _gate_lines(result, result["arms"])
-    lines.append(f"{result['reps']} reps x {result['tokens']} tokens, interleaved on one engine; "
-                 f"source: {result['source']}")
-    return "\n".join(lines)
+    return _close(lines, result, result["arms"], f"{result['reps']} reps x {result['tokens']} "
+                  f"tokens, interleaved on one engine; source: {result['source']}")
 
 
 def format_sweep(result: dict) -> str:
-    lines = [f"{'context':>7} {'splits':>6} {'arm':<22} {'ms/token':>9} {'± sem us':>9} "
-             f"{'tok/s':>9} {'replays':>7}"]
-    for r in result["rows"]:
-        lines.append(f"{r['context']:>7} {r['splits']:>6} {r['arm']:<22} {r['mean_ms']:>9.4f} "
-                     f"{_f(r['sem_ms'] * 1000, '.2f'):>9} {r['tok_per_s']:>9.0f} {_replays(r):>7}")
-    lines += _gate_lines(result, result["rows"])
-    lines.append(f"{result['reps']} reps x {result['tokens']} tokens per context, kv_init "
-                 f"{result['kv_init']}; source: {result['source']}")
-    return "\n".join(lines)
+    head = [f"{'context':>7} {'splits':>6} {'arm':<22} {'ms/token':>9} {'± sem us':>9} "
+            f"{'tok/s':>9} {'replays':>7}"]
+    rows = [f"{r['context']:>7} {r['splits']:>6} {r['arm']:<22} {_ms(r)} {r['tok_per_s']:>9.0f} "
+            f"{_replays(r):>7}" for r in result["rows"]]
+    return _close(head + rows, result, result["rows"], f"{result['reps']} reps x "
+                  f"{result['tokens']} tokens per context, kv_init {result['kv_init']}; source: "
+                  f"{result['source']}")
 
 
 def format_loo(result: dict) -> str:
