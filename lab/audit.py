@@ -289,8 +289,8 @@ def loop_report(engine) -> str:
     if loop is None:
         return f"no device loop: {engine.device_loop_refusal() or engine.warnings[-1]}"
     c, b = engine.model.cfg, engine.buf
-    plans = [engine.plan(p) for p in [0] + plan_boundaries(c.max_seq)]
     first = [0] + plan_boundaries(c.max_seq)
+    plans = [engine.plan(p) for p in first]
     lines = [f"device loop ({engine.backend.describe()}):",
              f"  WHILE  another step while pos[0] < limit[0]: reads {b.pos.label} (the step's "
              f"advance kernel",

@@ -332,26 +332,31 @@ class DecodeEngine:
         graph is kept too, so a later switch back to this plan is an update, not a capture."""
         if self.cfg.plan_switch != "update":
             return self.capture(plan)
-        source, failure = self._defs.get(plan.key), None
+        source, failure = self._kept_capture(plan)
+        if source is None:
+            return None, failure
+        graph = self._graphs[plan.key] = self.backend.instantiate(source)
+        return graph, None
+
+    def _kept_capture(self, plan: Plan):
+        """The plan's captured (not instantiated) graph, captured on first need and kept:
+        (source, None), or (None, CaptureFailure)."""
+        source = self._defs.get(plan.key)
         if source is None:
             source, failure = self.capture(plan, instantiate=False)
             if source is None:
                 return None, failure
             self._defs[plan.key] = source
-        graph = self._graphs[plan.key] = self.backend.instantiate(source)
-        return graph, None
+        return source, None
 
     def _update_live(self, plan: Plan):
         """LAB_PLAN_SWITCH=update: give the live graph the new plan's parameters in place.
         (graph, "", None) when done; (None, "update-refused: why", None) when the runtime refused,
         and then the caller instantiates a graph of its own for the plan, as recapture does;
         (None, "", CaptureFailure) when the step could not be captured at all."""
-        source = self._defs.get(plan.key)
+        source, failure = self._kept_capture(plan)
         if source is None:
-            source, failure = self.capture(plan, instantiate=False)
-            if source is None:
-                return None, "", failure
-            self._defs[plan.key] = source
+            return None, "", failure
         why = self._live.update(source)
         if why is not None:
             return None, f"update-refused: {why}", None

@@ -52,7 +52,7 @@ def _summary(us: list[float]) -> dict:
             "samples_us": [round(x, 2) for x in us]}
 
 
-def _node_param_setter(eng, live, source_from, source_to):
+def _node_param_setter(live, source_from, source_to):
     """A function that sets, on `live` (instantiated from `source_from`), the kernel-node
     parameters of `source_to` for the nodes whose launch differs (or all): cuda only. Through
     the driver API: numba's kernels are driver functions, which the runtime's
@@ -121,8 +121,8 @@ def main() -> int:
         assert why is None, why
         rows["update only"].append(us)
     if args.backend == "cuda":
-        go = _node_param_setter(eng, live, defs[a.key], defs[b.key])
-        back = _node_param_setter(eng, live, defs[a.key], defs[a.key])
+        go = _node_param_setter(live, defs[a.key], defs[b.key])
+        back = _node_param_setter(live, defs[a.key], defs[a.key])
         for _ in range(args.reps):
             rows["node parameters (changed nodes)"].append(_timed(be, lambda: go(changed))[0])
             back(changed)

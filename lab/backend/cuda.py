@@ -192,7 +192,6 @@ class CudaLoopGraph(LoopGraph):
 
     def __init__(self, backend: "CudaBackend", raw: "_RawExec", body_counts: list[int]):
         self._backend, self._raw, self._counts = backend, raw, body_counts
-        self.iterations = None          # counted by the simulator only
 
     def body_node_counts(self) -> list[int]:
         return list(self._counts)
@@ -466,16 +465,21 @@ class CudaBackend(Backend):
     def begin_capture(self, stream: str = "main") -> None:
         if self.is_capturing():
             raise CaptureError("a capture is already open")
-        self._offence = None
-        self._issued = 0
-        # Global mode forbids unsafe CUDA calls from ANY thread while the capture is open, and
-        # Python's garbage collector may free an old graph exec or unload a module (both unsafe
-        # calls) at any moment: hold the collector off until end_capture. (No gc.collect() here:
-        # on the H200 a full collection made each capture cost 166 ms instead of ~1.5 ms.)
+        self._open_capture(lambda: self.stream.begin_capture(
+            mode=self.cp.cuda.runtime.streamCaptureModeGlobal))
+
+    def _open_capture(self, begin) -> None:
+        """Open a global-mode capture with `begin()`, with what every capture here shares: no
+        offence yet, launches counted from 0, and the collector held off. (Global mode forbids
+        unsafe CUDA calls from ANY thread while the capture is open, and Python's garbage
+        collector may free an old graph exec or unload a module -- both unsafe -- at any moment.
+        No gc.collect() first: on the H200 a full collection made each capture cost 166 ms
+        instead of ~0.4 ms.)"""
+        self._offence, self._issued = None, 0
         self._gc_was_on = gc.isenabled()
         gc.disable()
         try:
-            self.stream.begin_capture(mode=self.cp.cuda.runtime.streamCaptureModeGlobal)
+            begin()
         except Exception:
             self._restore_gc()
             raise
@@ -568,14 +572,10 @@ class CudaBackend(Backend):
         nodes it added. Same rules as begin_capture/end_capture (global mode, no collector)."""
         cudart = _cudart()
         before = {int(n) for n in _graph_nodes(graph)}
-        self._offence, self._issued = None, 0
-        self._gc_was_on = gc.isenabled()
-        gc.disable()
+        self._open_capture(lambda: _check(cudart.cudaStreamBeginCaptureToGraph(
+            self.stream.ptr, graph, deps or None, None, len(deps),
+            cudart.cudaStreamCaptureMode.cudaStreamCaptureModeGlobal)))
         try:
-            _check(cudart.cudaStreamBeginCaptureToGraph(
-                self.stream.ptr, graph, deps or None, None, len(deps),
-                cudart.cudaStreamCaptureMode.cudaStreamCaptureModeGlobal))
-            self._capturing = True
             with self.stream:
                 issue()
         except BaseException:
