@@ -165,3 +165,28 @@ def test_save_dot_draws_the_device_loop(tmp_path, capsys, monkeypatch):
                  "--save-dot", str(path), "--no-progress"]) == 0
     dots = sorted(tmp_path.glob("loop*.dot"))
     assert any("WHILE pos < limit" in p.read_text() for p in dots), dots
+
+
+def test_recorder_lengths_and_first_launch_on_the_simulator(model):
+    """The recorder's length sweep and first-generate measurement run end to end (simulated,
+    tiny): every arm gets a mean per length, the loops' tokens agree, and a fresh device-loop
+    engine's first generate builds the loop graph once."""
+    from scripts import record_gpu_device_loop as rec
+    base = LabConfig(backend="sim")
+    sweep = rec.lengths_sweep(model, base, [4, 8], reps=2, progress=lambda msg: None)
+    assert set(sweep["arms"]) == {"host loop", "device loop", "host loop +pdl",
+                                  "device loop +pdl", "tokens identical"}
+    assert all(sweep["arms"]["tokens identical"].values())
+    for name in ("host loop", "device loop +pdl"):
+        assert set(sweep["arms"][name]) == {"4", "8"}
+        assert len(sweep["arms"][name]["8"]["ms_per_token"]) == 2
+    first = rec.first_generate(model, base, 8)
+    assert first["device loop"]["build_ms"] > 0 and first["host loop"]["build_ms"] is None
+    assert first["host loop"]["graphs"] == 1 and first["device loop"]["ledger"]["device"] > 0
+
+
+@pytest.mark.parametrize("text", ["", "16,x", "0", "2000"])
+def test_recorder_rejects_bad_lengths(text):
+    from scripts import record_gpu_device_loop as rec
+    with pytest.raises(LabError, match="--lengths"):
+        rec.parse_lengths(text, 1017)

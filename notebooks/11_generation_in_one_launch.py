@@ -271,6 +271,50 @@ else:
     print("host launches per generate:", dl["launches"], "| bodies:", dl["bodies"])
 
 # %% [markdown]
+# One length says little about a loop whose one launch is shared by every token. The same
+# recorder times both loops, without and with PDL, at several generation lengths (the four arms
+# interleaved on one engine, the order reversed every other rep), and what the FIRST generate
+# of a fresh engine costs: the host loop captures and instantiates each plan's graph when the
+# position reaches it; the device loop captures every plan's body and instantiates the loop
+# graph before its one launch.
+
+# %%
+sweep = dl.get("lengths") if dl else None
+if sweep is None:
+    print("data/gpu/device_loop.json has no length sweep yet: run scripts/gpu_run.sh on a GPU")
+else:
+    arms, lengths = sweep["arms"], sweep["lengths"]
+    names = [n for n in arms if n != "tokens identical"]
+    print(f"{'tokens':>6} " + " ".join(f"{n:>16}" for n in names) + "  device/host  +pdl")
+    for n in lengths:
+        us = {a: 1000 * arms[a][str(n)]["mean_ms"] for a in names}
+        print(f"{n:>6} " + " ".join(f"{us[a]:>9.1f} ± {1000 * arms[a][str(n)]['sem_ms']:>4.1f}"
+                                     for a in names)
+              + f"  {us['device loop'] / us['host loop']:>11.3f}"
+              + f"  {us['device loop +pdl'] / us['host loop +pdl']:.3f}")
+    print("us/token, mean ± sem over", sweep["reps"], "reps; tokens identical across arms:",
+          all(arms["tokens identical"].values()))
+    fig, ax = plt.subplots(figsize=(5.5, 3))
+    for a in names:
+        ax.errorbar(lengths, [1000 * arms[a][str(n)]["mean_ms"] for n in lengths],
+                    [1000 * arms[a][str(n)]["sem_ms"] for n in lengths], marker="o",
+                    ls="-" if a.startswith("host") else "--", label=a)
+    ax.set_xscale("log")
+    ax.set_xlabel("tokens generated")
+    ax.set_ylabel("us / token")
+    ax.set_title(report.source_label(dl["source"]), fontsize=8)
+    ax.legend(fontsize=7)
+    plt.show()
+    first = dl["first"]
+    print(f"first generate of {first['tokens']} tokens on a fresh engine (wall ms):")
+    print(f"{'loop':<12} {'first':>8} {'steady':>8} {'one-time':>9} {'of it, build':>13}")
+    for name, r in first["loops"].items():
+        build = f"{r['build_ms']:.1f}" if r["build_ms"] is not None else "-"
+        print(f"{name:<12} {r['first_ms']:>8.1f} {r['steady_ms']:>8.1f} {r['one_time_ms']:>9.1f}"
+              f" {build:>13}")
+    show(f"source: {dl['source']}, {dl['date']}")
+
+# %% [markdown]
 # On the H200 the device loop is the SLOWER one, by about one loop iteration's cost per token
 # (the difference above, against `floors.loop`): the H200's host keeps up with a device-bound
 # step, so there was no host time to save, and the conditional machinery adds device time.
