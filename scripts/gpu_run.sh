@@ -21,5 +21,6 @@ step() { echo "== $* ($(date +%T))"; "$@"; echo "== exit $? ($(date +%T))"; }
   step python3 scripts/record_gpu_precision.py --out "$out/gpu"
   step python3 scripts/record_gpu_plan_switch.py --out "$out/gpu"
   step python3 scripts/record_gpu_device_loop.py --out "$out/gpu"
+  step python3 scripts/record_gpu_peer.py --out "$out/gpu"
   step python3 -m lab conformance --data "$out/gpu"
 } 2>&1 | tee "$out/gpu_run.log"
