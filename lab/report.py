@@ -151,6 +151,60 @@ def format_sweep(result: dict) -> str:
                   f"{result['source']}")
 
 
+def format_peer(res: dict) -> str:
+    """The peer recording (scripts/record_gpu_peer.py, peer.json) as a table: ms/token per arm
+    and context, each lab arm's ratio to torch.compile, the tokens check."""
+    compile_arm = res["method"].get("compile_arm", "torch.compile")
+    m = res["method"]
+    lines = [f"peer: decode-lab vs PyTorch, same model and weights ({res['weights']['file']}), "
+             f"float32, greedy on the device",
+             f"{m['reps']} reps x {m['tokens_per_rep']} tokens per arm and context, arm order "
+             f"rotated per rep; {m['process_separation']}",
+             f"{'context':>7} {'arm':<21} {'process':<7} {'ms/token':>9} {'± sem us':>9} "
+             f"{'tok/s':>7} {'replays':>7} {'tokens':>8} {'/ torch.compile':>15}"]
+    for c in m["contexts"]:
+        rows = res["results"][str(c)]
+        for arm in res["arm_order"]:
+            row = rows[arm]
+            proc = "lab" if arm.startswith("lab") else "torch"
+            if "mean_ms" not in row:
+                lines.append(f"{c:>7} {arm:<21} {proc:<7} FAILED: {row['error']}")
+                continue
+            f = row.get("replay_fraction")
+            rep = "-" if f is None else f"{100 * f:.1f}%"
+            tok = "same" if row["tokens_match_reference"] else "DIFFER"
+            ratio = row.get("ratio_to_torch_compile")
+            rtxt = "-" if ratio is None else f"{ratio:.3f}"
+            lines.append(f"{c:>7} {arm:<21} {proc:<7} {row['mean_ms']:>9.4f} "
+                         f"{1000 * row['sem_ms']:>9.2f} {row['tok_per_s']:>7.0f} {rep:>7} "
+                         f"{tok:>8} {rtxt:>15}")
+    for c in m["contexts"]:
+        parts = [f"{arm} {r[compile_arm]['ratio']:.3f} ± {r[compile_arm]['sem']:.3f}"
+                 for arm, r in res["ratios"].get(str(c), {}).items() if compile_arm in r]
+        if parts:
+            lines.append(f"lab / torch.compile ms/token at context {c}: {', '.join(parts)}")
+    tc = res["tokens_check"]
+    if tc["ok"]:
+        lines.append(f"tokens: every arm generated the same {m['tokens_per_rep']} ids at every "
+                     f"context and rep")
+    else:
+        for mm in tc["mismatches"]:
+            lines.append(f"TOKENS MISMATCH: {mm['arm']} at context {mm['context']} differs from "
+                         f"{mm['reference_arm']} from generated token {mm['token_index']} "
+                         f"(reps {mm['reps_differing']})")
+    orc = tc.get("oracle") or {}
+    if orc:
+        parts = [f"{c}: " + ("same" if o["reference_matches_oracle"]
+                             else f"differs from token {o['first_diff']}") for c, o in orc.items()]
+        lines.append(f"float64 oracle vs the reference ids (information): {', '.join(parts)}")
+    for arm, why in res["failed_arms"].items():
+        lines.append(f"ARM FAILED: {arm}: {why}")
+    for w in res.get("warnings", []):
+        lines.append(f"warning: {w}")
+    lines.append(f"source: {res['source']}")
+    return "\n".join(lines)
+
+
 def format_loo(result: dict) -> str:
     tw = _tw(result["arms"])
     lines = [f"{'arm':<20} {'toggles':<{tw}} {'ms/token':>9} {'± sem us':>9} {'replays':>7}"]

@@ -75,6 +75,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from lab.errors import LabError  # noqa: E402  (numpy only: the worker imports no numba or CuPy)
+from lab import report  # noqa: E402
 from lab.model import DEFAULT_WEIGHTS, load_model, sha256_of  # noqa: E402
 
 RECORDED_BY = "scripts/record_gpu_peer.py"
@@ -227,57 +228,6 @@ def summarize(contexts, arm_names, data: dict, oracle: dict | None = None,
                              "reference": refs, "mismatches": mismatches,
                              "oracle": oracle_rows},
             "failed_arms": failed, "ok": ok}
-
-
-def format_table(res: dict) -> str:
-    m = res["method"]
-    lines = [f"peer: decode-lab vs PyTorch, same model and weights ({res['weights']['file']}), "
-             f"float32, greedy on the device",
-             f"{m['reps']} reps x {m['tokens_per_rep']} tokens per arm and context, arm order "
-             f"rotated per rep; {m['process_separation']}",
-             f"{'context':>7} {'arm':<21} {'process':<7} {'ms/token':>9} {'± sem us':>9} "
-             f"{'tok/s':>7} {'replays':>7} {'tokens':>8} {'/ torch.compile':>15}"]
-    for c in m["contexts"]:
-        rows = res["results"][str(c)]
-        for arm in res["arm_order"]:
-            row = rows[arm]
-            proc = "lab" if arm.startswith("lab") else "torch"
-            if "mean_ms" not in row:
-                lines.append(f"{c:>7} {arm:<21} {proc:<7} FAILED: {row['error']}")
-                continue
-            f = row.get("replay_fraction")
-            rep = "-" if f is None else f"{100 * f:.1f}%"
-            tok = "same" if row["tokens_match_reference"] else "DIFFER"
-            ratio = row.get("ratio_to_torch_compile")
-            rtxt = "-" if ratio is None else f"{ratio:.3f}"
-            lines.append(f"{c:>7} {arm:<21} {proc:<7} {row['mean_ms']:>9.4f} "
-                         f"{1000 * row['sem_ms']:>9.2f} {row['tok_per_s']:>7.0f} {rep:>7} "
-                         f"{tok:>8} {rtxt:>15}")
-    for c in m["contexts"]:
-        parts = [f"{arm} {r[COMPILE_ARM]['ratio']:.3f} ± {r[COMPILE_ARM]['sem']:.3f}"
-                 for arm, r in res["ratios"].get(str(c), {}).items() if COMPILE_ARM in r]
-        if parts:
-            lines.append(f"lab / torch.compile ms/token at context {c}: {', '.join(parts)}")
-    tc = res["tokens_check"]
-    if tc["ok"]:
-        lines.append(f"tokens: every arm generated the same {m['tokens_per_rep']} ids at every "
-                     f"context and rep")
-    else:
-        for mm in tc["mismatches"]:
-            lines.append(f"TOKENS MISMATCH: {mm['arm']} at context {mm['context']} differs from "
-                         f"{mm['reference_arm']} from generated token {mm['token_index']} "
-                         f"(reps {mm['reps_differing']})")
-    orc = tc.get("oracle") or {}
-    if orc:
-        parts = [f"{c}: " + ("same" if o["reference_matches_oracle"]
-                             else f"differs from token {o['first_diff']}") for c, o in orc.items()]
-        lines.append(f"float64 oracle vs the reference ids (information): {', '.join(parts)}")
-    for arm, why in res["failed_arms"].items():
-        lines.append(f"ARM FAILED: {arm}: {why}")
-    for w in res.get("warnings", []):
-        lines.append(f"warning: {w}")
-    lines.append(f"source: {res['source']}")
-    return "\n".join(lines)
 
 
 # ---- the torch model (imported only in the worker, or by the tests) -------------------------
@@ -918,7 +868,7 @@ def _run(args, model, contexts, prompts, arm_keys, worker, out_dir, t_start) -> 
     from lab.files import atomic_write_text
     path = out_dir / "peer.json"
     atomic_write_text(path, json.dumps(res, indent=2, default=_jsonable))
-    print(f"\n== peer ==\n{format_table(res)}", flush=True)
+    print(f"\n== peer ==\n{report.format_peer(res)}", flush=True)
     if not res["tokens_check"]["ok"]:
         print("TOKENS MISMATCH: the arms did not all generate the same ids (see above and "
               "tokens_check in peer.json)", flush=True)
@@ -1056,6 +1006,7 @@ def record(args, model, contexts, prompts, arms, data, oracle, failed, torch_nam
         "weights": {"file": Path(args.weights).name, "sha256": sha256_of(Path(args.weights))},
         "method": {
             "reps": args.reps, "tokens_per_rep": args.tokens, "contexts": contexts,
+            "compile_arm": COMPILE_ARM,
             "context": "context c: the prompt is c + 1 characters of data/corpus.txt from "
                        f"offset {args.prompt_offset}, fed one position per step (untimed); "
                        "the timed window is the next `tokens_per_rep` steps, at positions "

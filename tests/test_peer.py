@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lab import reference
+from lab import reference, report
 from scripts import record_gpu_peer as peer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,7 +139,7 @@ def test_summarize_reports_a_mismatch_and_a_failed_arm():
     res = {**s, "method": {"reps": 2, "tokens_per_rep": 4, "contexts": [64],
                            "process_separation": "torch arms ran in a separate process"},
            "weights": {"file": "tiny_model.npz"}, "arm_order": ARMS, "source": "simulated"}
-    table = peer.format_table(res)
+    table = report.format_peer(res)
     assert "TOKENS MISMATCH: torch eager at context 64 differs from lab graph from generated " \
            "token 2" in table
     assert "ARM FAILED: torch.compile: RuntimeError: boom" in table
