@@ -4,16 +4,17 @@ Importing this package compiles nothing and needs no GPU. The import block is th
 contents: one line per file, with the kernels it defines.
 """
 from kernels._spec import REGISTRY, KernelSpec  # the registry and its entry type
+from kernels import reduce      # (device fns only) warp_sum, warp_sums, block_sum, block_argmax: the shared reduction orders
 from kernels import embed       # embed
 from kernels import rmsnorm     # rmsnorm (+ bug variant rmsnorm_late_wait)
-from kernels import matvec      # matvec, matvec_residual (+ device fn row_dot)
+from kernels import matvec      # matvec, matvec_residual (+ device fns row_dot, row_dot2)
 from kernels import rope        # rope_kv_append (+ bug variant rope_kv_append_row)
-from kernels import attention   # attn_partial, attn_merge, attn_combine (+ device fn merge_elem; bug variant attn_partial_len)
+from kernels import attention   # attn_partial, attn_merge, attn_combine (+ device fns partial_slice, merge_weights, merge_elem_sh, merge_elem; bug variant attn_partial_len)
 from kernels import mlp         # swiglu_up
 from kernels import sample      # argmax_next
 from kernels import position    # advance
 from kernels import probe       # empty, spin (cost-recorder probes, not part of a step)
 from kernels import loop        # loop_plan, loop_continue (CUDA C for conditional nodes; LAB_LOOP=device)
 
-__all__ = ["REGISTRY", "KernelSpec", "embed", "rmsnorm", "matvec", "rope", "attention", "mlp",
+__all__ = ["REGISTRY", "KernelSpec", "reduce", "embed", "rmsnorm", "matvec", "rope", "attention", "mlp",
            "sample", "position", "probe", "loop"]

@@ -2,11 +2,15 @@
 
 Owns
 - `attn_partial`: block (h, s) runs an online softmax over its slice of timesteps and writes the
-  unnormalised (m, l, o) of that slice;
-- `attn_merge`: merges the slices of every head into o [D] (device function `merge_elem`);
+  unnormalised (m, l, o) of that slice (device function `partial_slice`);
+- `attn_merge`: merges the slices of every head into o [D];
 - `attn_combine`: merge + output projection + residual add in ONE kernel. Contract: bit-identical
   to `attn_merge` then `matvec_residual(Wo, o, x)`, because it calls the same device functions
-  (`merge_elem`, `row_dot`) in the same order and rounds o to float32 at the same point.
+  (`merge_weights`, `merge_elem_sh`, `row_dot`) in the same order and rounds o to float32 at
+  the same point;
+- device function `merge_elem`: one merged element read straight from global memory, the same
+  arithmetic in the same order as `merge_weights` + `merge_elem_sh` (the same bits; the fused
+  kernels of kernels/fused.py use it).
 
 The context length L = pos[0] + 1 is read from device memory (a loop bound can be: the kernel
 reads it when it runs); `splits` = gridDim.y is part of the launch, fixed in a captured graph's
@@ -14,6 +18,47 @@ node until the graph is recaptured (the engine's default at a plan change) or th
 parameters are updated, so the slice length chunk = ceil(L / splits) grows with L at run time.
 An empty slice (s * chunk >= L) writes m = -inf, l = 0, o = 0; the merge then weighs it by
 exp(-inf - M) = 0 (slice 0 is never empty, so M is finite and no NaN appears).
+
+attn_partial's layout: grid (n_head, splits), block ATTN_THREADS = 128 = ATTN_WARPS (4) warps,
+for any head_dim up to MAX_HEAD_DIM = 128. Lanes run across head_dim: lane l holds dims
+d = l, l + 32, ... (those < hd; 2 per lane for hd <= 64, the model's, through `walk_64`, else 4
+through `walk_128`: the same code with 2 or 4, so a 64-dim head issues no masked half), and a
+warp reads one timestep's K or V row of the head with consecutive lanes on consecutive d
+(coalesced). The block walks its slice in passes of
+ATTN_PASS = 32 timesteps; in a pass warp w owns timesteps tb + w + 4i, i = 0..7 (ATTN_STEPS):
+  1. it issues the loads of its 8 K rows and 8 V rows first;
+  2. score_t = scale * (q . k_t): each lane's partial dot (fma over its dims in increasing d,
+     from +0.0), then kernels/reduce.py's `warp_sums` (the warp tree s = 16..1 per score; on a
+     GPU 8 shuffle butterflies interleaved), so every lane holds all 8 scores;
+  3. the pass's max is taken ONCE over those 8 registers; the warp's own online-softmax state
+     (m, l, o[d]) is rescaled once by exp(m - m_new), then each timestep, in increasing t, adds
+     p = exp(score - m_new): l += p, o[d] = fma(p, v_t[d], o[d]).
+At the end the 4 warps' states are merged in warp order 0..3 through shared memory (one
+barrier): M = max_w m_w, c_w = exp(m_w - M), o[d] = fma chain of o_w[d] * c_w, l = fma chain of
+l_w * c_w (w = 0..3), all from +0.0. Nothing depends on timing, so the bits are the same every
+run. A warp that saw no timestep keeps m = -inf, l = 0, o = 0 and weighs c_w = 0; when no warp
+saw one (an empty slice) the block writes m = -inf, l = 0, o = 0 exactly.
+
+The merge (attn_merge, attn_combine): for head h, M = max_s m_s, w_s = exp(m_s - M), then per
+element L = fma chain of l_s * w_s and acc = fma chain of o_s[d] * w_s over s = 0..splits-1
+(from +0.0), o = acc / L. `merge_weights` computes the w_s ONCE per (head, slice) per block into
+shared memory (the kernel before recomputed M and every w_s for every element: D * splits exps
+per block); `merge_elem_sh` then runs the two chains for one element, its loads issued
+MERGE_GROUP = 8 slices at a time. The same order as before this layout, so the same bits.
+
+Instruction count matters as much as loads here: a first version unrolled 32 slices deep
+(masked past `splits`), with Python's signed 64-bit index and division arithmetic, compiled to
+2808 SASS instructions (the loop it replaced: 696) and measured 4.1 us per attn_merge node at
+context 64 on the H200 (the loop: 1.5). Hence groups of 8, unsigned indices in the hot loads
+(no negative-index wraparound code), `udivmod` (one unsigned division for // and %), and
+`while` loops where `range` would divide by a runtime step (1120 instructions now).
+
+attn_combine's layout: grid ceil(D / 8), block COMBINE_THREADS = 256 = 8 warps, warp w of block b
+owns row 8b + w of Wo (matvec_residual's row_dot per row, so the same bits, with 8 rows per block
+instead of 4). Every block needs all of o, so every block still merges all D elements: that is
+the price of one launch instead of two and no round trip of o through global memory. Wider
+blocks halve the blocks that pay it (64 -> 32 at D = 256), each thread merges one element
+(D = 256), and the weights are n_head * splits exps per block instead of D * splits.
 """
 import math
 
@@ -22,20 +67,28 @@ import numpy as np
 from numba import cuda
 
 from kernels._spec import kernel
-from kernels.matvec import (MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS, WARP, matvec_residual_twin,
-                            row_dot)
+from kernels.matvec import WARP, matvec_residual_twin, row_dot
 from kernels.pdl import pdl_launch_dependents, pdl_wait
+from kernels.reduce import WARP_SUMS, warp_sums
 
-ATTN_TILE = 128   # shared score tile; a tile is blockDim.x = head_dim timesteps, so hd <= 128
 MAX_HEAD_DIM = 128
-MAX_D = 1024      # attn_combine keeps the whole merged o [D] in shared memory
-COMBINE_THREADS = MATVEC_THREADS
-COMBINE_ROWS_PER_BLOCK = MATVEC_ROWS_PER_BLOCK
+DIMS_PER_LANE = MAX_HEAD_DIM // WARP      # 4: dims d = lane + 32j a lane holds
+ATTN_WARPS = 4
+ATTN_THREADS = ATTN_WARPS * WARP          # 128
+ATTN_STEPS = WARP_SUMS                    # 8 timesteps per warp per pass (one warp_sums call)
+ATTN_PASS = ATTN_WARPS * ATTN_STEPS       # 32 timesteps per block per pass
+MAX_D = 1024            # attn_combine keeps the whole merged o [D] in shared memory
+MERGE_MAX_PAIRS = 1024  # n_head * splits (head, slice) weights a block's merge holds in shared
+MERGE_GROUP = 8         # slices whose loads an element's merge issues together
+COMBINE_THREADS = 256
+COMBINE_ROWS_PER_BLOCK = COMBINE_THREADS // WARP  # 8: one warp per row of Wo
 
 
 def partial_grid(n_head: int, splits: int, head_dim: int):
-    """(grid, block) for `attn_partial`."""
-    return (n_head, splits), (head_dim,)
+    """(grid, block) for `attn_partial`: one block of ATTN_THREADS per (head, slice)."""
+    if not 1 <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim {head_dim}: attn_partial needs 1 <= head_dim <= {MAX_HEAD_DIM}")
+    return (n_head, splits), (ATTN_THREADS,)
 
 
 def merge_grid(n_head: int, head_dim: int):
@@ -44,7 +97,7 @@ def merge_grid(n_head: int, head_dim: int):
 
 
 def combine_grid(d_model: int):
-    """(grid, block) for `attn_combine`: one warp per output row of Wo, like matvec."""
+    """(grid, block) for `attn_combine`: one warp per output row of Wo, 8 rows per block."""
     return ((d_model + COMBINE_ROWS_PER_BLOCK - 1) // COMBINE_ROWS_PER_BLOCK,), (COMBINE_THREADS,)
 
 
@@ -57,8 +110,8 @@ def slice_bounds(L: int, splits: int, s: int) -> tuple[int, int]:
 # ---------------------------------------------------------------- attn_partial
 
 def _partial_twin(grid, block, q, k_cache, v_cache, L, part_o, part_ml, scale):
-    n_head, splits = grid[0], grid[1]
-    hd = block[0]
+    n_head, splits, hd = part_o.shape                     # the geometry does not carry hd
+    assert grid == (n_head, splits) and hd <= MAX_HEAD_DIM, "grid must be (n_head, splits)"
     scale = np.float32(scale)
     for h in range(n_head):
         qh = q[h * hd:(h + 1) * hd]                                          # [hd]
@@ -78,55 +131,121 @@ def _partial_twin(grid, block, q, k_cache, v_cache, L, part_o, part_ml, scale):
 
 
 def attn_partial_twin(grid, block, q, k_cache, v_cache, pos, part_o, part_ml, scale):
-    _partial_twin(grid, block, q, k_cache, v_cache, int(pos[0]) + 1, part_o, part_ml, scale)
+    _partial_twin(tuple(grid), block, q, k_cache, v_cache, int(pos[0]) + 1, part_o, part_ml, scale)
+
+
+def _make_walk(dims: int):
+    """The walk of one warp over its timesteps of a slice, for heads of head_dim <= 32 * dims
+    (lane l holds d = l + 32j, j < dims). One function per dims, so a head of 64 runs code with
+    2 dims per lane, not 4 of which 2 are masked (half the instructions to issue and fetch)."""
+
+    @cuda.jit(device=True)
+    def walk(q, k_cache, v_cache, base, hd, t0, t1, scale, red, o_sh, ml_sh):
+        """Warp w's online softmax over timesteps t0 + w + 4i, i >= 0, below t1; leaves its
+        (m, l) in ml_sh[w] and its o[d] in o_sh[w, d]. Every thread of the block must call it."""
+        tid = cuda.threadIdx.x
+        lane = tid % WARP
+        w = tid // WARP
+        qd = cuda.local.array(dims, numba.float32)                  # [dims] q[d]
+        od = cuda.local.array(dims, numba.float32)                  # [dims] this warp's o[d]
+        kt = cuda.local.array((ATTN_STEPS, dims), numba.float32)    # [steps, dims] k_t[d]
+        vt = cuda.local.array((ATTN_STEPS, dims), numba.float32)    # [steps, dims] v_t[d]
+        sc = cuda.local.array(ATTN_STEPS, numba.float32)            # [steps] scores
+        for j in range(dims):
+            d = lane + j * WARP
+            qd[j] = q[base + d] if d < hd else numba.float32(0.0)
+            od[j] = numba.float32(0.0)
+        m = numba.float32(-math.inf)
+        l = numba.float32(0.0)
+        for tb in range(t0, t1, ATTN_PASS):  # the same passes in every warp (block-wide trees)
+            for i in range(ATTN_STEPS):      # every load of the pass first
+                t = tb + w + i * ATTN_WARPS
+                for j in range(dims):
+                    d = lane + j * WARP
+                    if t < t1 and d < hd:
+                        tu = numba.uint64(t)     # unsigned: no negative-index wraparound code
+                        du = numba.uint64(base + d)
+                        kt[i, j] = numba.float32(k_cache[tu, du])
+                        vt[i, j] = numba.float32(v_cache[tu, du])
+                    else:
+                        kt[i, j] = numba.float32(0.0)
+                        vt[i, j] = numba.float32(0.0)
+            for i in range(ATTN_STEPS):      # this lane's part of each q . k_t
+                dot = numba.float32(0.0)
+                for j in range(dims):
+                    dot = cuda.fma(qd[j], kt[i, j], dot)
+                sc[i] = dot
+            warp_sums(sc, tid, red)          # every lane now holds all 8 dot products
+            m_new = m
+            for i in range(ATTN_STEPS):      # the pass's max, once, over registers
+                if tb + w + i * ATTN_WARPS < t1:
+                    sc[i] = scale * sc[i]
+                    m_new = max(m_new, sc[i])
+            if m_new != -math.inf:           # the warp has seen a timestep (uniform in the warp)
+                alpha = math.exp(m - m_new)  # rescale the old sums; exp(-inf) = 0 at the first
+                l = l * alpha
+                for j in range(dims):
+                    od[j] = od[j] * alpha
+                for i in range(ATTN_STEPS):  # timesteps in increasing t
+                    if tb + w + i * ATTN_WARPS < t1:
+                        p = math.exp(sc[i] - m_new)
+                        l = l + p
+                        for j in range(dims):
+                            od[j] = cuda.fma(p, vt[i, j], od[j])
+                m = m_new
+        if lane == 0:
+            ml_sh[w, 0] = m
+            ml_sh[w, 1] = l
+        for j in range(dims):
+            d = lane + j * WARP
+            if d < hd:
+                o_sh[w, d] = od[j]
+
+    return walk
+
+
+walk_64 = _make_walk(2)                       # head_dim <= 64 (the model's)
+walk_128 = _make_walk(DIMS_PER_LANE)          # head_dim <= 128
 
 
 @cuda.jit(device=True)
-def partial_slice(q, k_cache, v_cache, L, part_o, part_ml, scale, q_sh, sc):
-    """Block (h, s): online softmax over its slice of a context of L timesteps."""
+def partial_slice(q, k_cache, v_cache, L, part_o, part_ml, scale, red, o_sh, ml_sh):
+    """Block (h, s): online softmax over its slice of a context of L timesteps.
+
+    red: shared [ATTN_STEPS, ATTN_THREADS] (the simulator's trees), o_sh: shared
+    [ATTN_WARPS, MAX_HEAD_DIM], ml_sh: shared [ATTN_WARPS, 2]. Every thread must call it.
+    """
     tid = cuda.threadIdx.x
-    hd = cuda.blockDim.x
+    hd = part_o.shape[2]
     h = cuda.blockIdx.x
     s = cuda.blockIdx.y
     splits = cuda.gridDim.y
-    base = h * hd
     chunk = (L + splits - 1) // splits
     t0 = min(s * chunk, L)
     t1 = min(t0 + chunk, L)
-
-    q_sh[tid] = q[base + tid]
-    m = numba.float32(-math.inf)
-    l = numba.float32(0.0)
-    o = numba.float32(0.0)  # this thread's head dimension d = tid
+    if hd <= 64:  # uniform over the block
+        walk_64(q, k_cache, v_cache, h * hd, hd, t0, t1, scale, red, o_sh, ml_sh)
+    else:
+        walk_128(q, k_cache, v_cache, h * hd, hd, t0, t1, scale, red, o_sh, ml_sh)
     cuda.syncthreads()
-    for ts in range(t0, t1, hd):  # tiles of hd timesteps: thread i scores timestep ts + i
-        n = min(hd, t1 - ts)
-        if tid < n:
-            dot = numba.float32(0.0)
-            for d in range(hd):  # whole dot product per thread, fixed order
-                dot = cuda.fma(q_sh[d], numba.float32(k_cache[ts + tid, base + d]), dot)
-            sc[tid] = scale * dot
-        cuda.syncthreads()
-        m_new = m
-        for i in range(n):  # every thread finds the same max (same reads, same order)
-            m_new = max(m_new, sc[i])
-        cuda.syncthreads()  # all maxima taken before sc is overwritten
-        if tid < n:
-            sc[tid] = math.exp(sc[tid] - m_new)
-        cuda.syncthreads()
-        alpha = math.exp(m - m_new)  # rescale the old sums; exp(-inf) = 0 on the first tile
-        l = l * alpha
-        o = o * alpha
-        for i in range(n):
-            p = sc[i]
-            l = l + p
-            o = cuda.fma(p, numba.float32(v_cache[ts + i, base + tid]), o)
-        m = m_new
-        cuda.syncthreads()  # sc is reused by the next tile
-    part_o[h, s, tid] = o
+    # merge the warps' states, in warp order
+    M = ml_sh[0, 0]
+    for ww in range(1, ATTN_WARPS):
+        M = max(M, ml_sh[ww, 0])
+    cw = cuda.local.array(ATTN_WARPS, numba.float32)                     # [warps] exp(m_w - M)
+    for ww in range(ATTN_WARPS):
+        cw[ww] = math.exp(ml_sh[ww, 0] - M) if M != -math.inf else numba.float32(0.0)
+    for d in range(tid, hd, ATTN_THREADS):
+        acc = numba.float32(0.0)
+        for ww in range(ATTN_WARPS):
+            acc = cuda.fma(o_sh[ww, d], cw[ww], acc)
+        part_o[h, s, d] = acc
     if tid == 0:
-        part_ml[h, s, 0] = m
-        part_ml[h, s, 1] = l
+        lsum = numba.float32(0.0)
+        for ww in range(ATTN_WARPS):
+            lsum = cuda.fma(ml_sh[ww, 1], cw[ww], lsum)
+        part_ml[h, s, 0] = M
+        part_ml[h, s, 1] = lsum
 
 
 _PARTIAL_SIG = ("void(float32[::1], {kv}[:, ::1], {kv}[:, ::1], int32[::1], "
@@ -136,7 +255,7 @@ _PARTIAL_SIG = ("void(float32[::1], {kv}[:, ::1], {kv}[:, ::1], int32[::1], "
 @kernel(_PARTIAL_SIG.format(kv="float32"), _PARTIAL_SIG.format(kv="float16"),
         twin=attn_partial_twin, reads=(0, 1, 2, 3), writes=(4, 5))
 def attn_partial(q, k_cache, v_cache, pos, part_o, part_ml, scale):
-    """Online softmax of head h over slice s; grid (n_head, splits), block (head_dim,).
+    """Online softmax of head h over slice s; grid (n_head, splits), block (ATTN_THREADS,).
 
     q [D], k_cache/v_cache [max_seq, D], pos [1], part_o [n_head, splits, hd],
     part_ml [n_head, splits, 2] = (running max m, sum l of exp(score - m)).
@@ -144,9 +263,10 @@ def attn_partial(q, k_cache, v_cache, pos, part_o, part_ml, scale):
     """
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
-    q_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)  # [hd] this head's query
-    sc = cuda.shared.array(ATTN_TILE, numba.float32)       # [tile] scores, then exp weights
-    partial_slice(q, k_cache, v_cache, pos[0] + 1, part_o, part_ml, scale, q_sh, sc)
+    red = cuda.shared.array((ATTN_STEPS, ATTN_THREADS), numba.float32)  # the simulator's trees
+    o_sh = cuda.shared.array((ATTN_WARPS, MAX_HEAD_DIM), numba.float32)  # [warps, hd] o per warp
+    ml_sh = cuda.shared.array((ATTN_WARPS, 2), numba.float32)            # [warps, 2] (m, l)
+    partial_slice(q, k_cache, v_cache, pos[0] + 1, part_o, part_ml, scale, red, o_sh, ml_sh)
 
 
 # ---- deliberate-bug variant (lab/bugs.py, LAB_BUG_CTX_BY_VALUE) --------------------------------
@@ -154,7 +274,7 @@ def attn_partial(q, k_cache, v_cache, pos, part_o, part_ml, scale):
 # replay attends over the capture-time context and ignores the newest keys.
 
 def attn_partial_len_twin(grid, block, q, k_cache, v_cache, ctx_len, part_o, part_ml, scale):
-    _partial_twin(grid, block, q, k_cache, v_cache, int(ctx_len), part_o, part_ml, scale)
+    _partial_twin(tuple(grid), block, q, k_cache, v_cache, int(ctx_len), part_o, part_ml, scale)
 
 
 _PARTIAL_LEN_SIG = ("void(float32[::1], {kv}[:, ::1], {kv}[:, ::1], int32, "
@@ -167,19 +287,21 @@ def attn_partial_len(q, k_cache, v_cache, ctx_len, part_o, part_ml, scale):
     """attn_partial with the context length passed by value (a loop bound a graph freezes)."""
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
-    q_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)
-    sc = cuda.shared.array(ATTN_TILE, numba.float32)
-    partial_slice(q, k_cache, v_cache, ctx_len, part_o, part_ml, scale, q_sh, sc)
+    red = cuda.shared.array((ATTN_STEPS, ATTN_THREADS), numba.float32)
+    o_sh = cuda.shared.array((ATTN_WARPS, MAX_HEAD_DIM), numba.float32)
+    ml_sh = cuda.shared.array((ATTN_WARPS, 2), numba.float32)
+    partial_slice(q, k_cache, v_cache, ctx_len, part_o, part_ml, scale, red, o_sh, ml_sh)
 
 
 # ---------------------------------------------------------------- merge
 
 @cuda.jit(device=True)
 def merge_elem(part_o, part_ml, h, d):
-    """Merged, normalised o[h*hd + d] from the splits of head h, s in order 0..splits-1.
+    """Merged, normalised o[h*hd + d] from the splits of head h, s in order 0..splits-1, read
+    straight from global memory (one element, no shared memory, no barrier).
 
-    part_o [n_head, splits, hd], part_ml [n_head, splits, 2]. The shared order is the contract
-    between attn_merge and attn_combine.
+    part_o [n_head, splits, hd], part_ml [n_head, splits, 2]. The same arithmetic in the same
+    order as merge_weights + merge_elem_sh, so the same bits (kernels/fused.py relies on it).
     """
     splits = part_ml.shape[1]
     M = part_ml[h, 0, 0]
@@ -194,7 +316,68 @@ def merge_elem(part_o, part_ml, h, d):
     return acc / L
 
 
+@cuda.jit(device=True)
+def udivmod(a, b):
+    """(a // b, a % b) for a >= 0, b > 0 by ONE unsigned division: Python's signed floor
+    division costs a 64-bit division and sign fix-ups each, // and % one each."""
+    q = numba.int64(numba.uint64(a) // numba.uint64(b))
+    return q, a - q * b
+
+
+@cuda.jit(device=True)
+def merge_weights(part_ml, h0, nh, ml_sh, w_sh):
+    """The merge weights of heads h0 .. h0+nh-1 into shared memory, once per block: for pair
+    p = (h - h0) * splits + s, ml_sh[p] = (m, l) of slice s and w_sh[p] = exp(m - M_h),
+    M_h = max_s m (0 for an empty slice). ml_sh [>= nh*splits, 2], w_sh [>= nh*splits].
+    Every thread of the block must call it (two barriers; both arrays are ready on return).
+    """
+    nt = cuda.blockDim.x
+    splits = part_ml.shape[1]
+    n = nh * splits
+    p = cuda.threadIdx.x
+    while p < n:  # (while, not range: a runtime step costs range a 64-bit division)
+        hh, s = udivmod(p, splits)
+        ml_sh[p, 0] = part_ml[h0 + hh, s, 0]
+        ml_sh[p, 1] = part_ml[h0 + hh, s, 1]
+        p += nt
+    cuda.syncthreads()
+    p = cuda.threadIdx.x
+    while p < n:
+        hh, s = udivmod(p, splits)
+        first = p - s                          # the head's slice 0
+        M = ml_sh[first, 0]
+        for s in range(1, splits):             # max is exact: any order gives these bits
+            M = max(M, ml_sh[first + s, 0])
+        w_sh[p] = math.exp(ml_sh[p, 0] - M)
+        p += nt
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def merge_elem_sh(part_o, ml_sh, w_sh, p0, h, d):
+    """Merged, normalised o[h*hd + d] from the weights `merge_weights` left in shared memory;
+    p0: the pair index of head h's slice 0. L and acc are fma chains over s = 0..splits-1."""
+    splits = part_o.shape[1]
+    hu = numba.uint64(h)   # unsigned indices: no negative-index wraparound code
+    du = numba.uint64(d)
+    L = numba.float32(0.0)
+    acc = numba.float32(0.0)
+    ov = cuda.local.array(MERGE_GROUP, numba.float32)  # [group] part_o[h, s, d]
+    for s0 in range(0, splits, MERGE_GROUP):
+        for j in range(MERGE_GROUP):                   # the group's loads first ...
+            if s0 + j < splits:
+                ov[j] = part_o[hu, numba.uint64(s0 + j), du]
+        for j in range(MERGE_GROUP):                   # ... then the chains, s in order
+            if s0 + j < splits:
+                pu = numba.uint64(p0 + s0 + j)
+                w = w_sh[pu]
+                L = cuda.fma(ml_sh[pu, 1], w, L)
+                acc = cuda.fma(ov[j], w, acc)
+    return acc / L
+
+
 def attn_merge_twin(grid, block, part_o, part_ml, o):
+    assert part_ml.shape[1] <= MERGE_MAX_PAIRS, "attn_merge holds at most MERGE_MAX_PAIRS slices"
     m = part_ml[:, :, 0]                                     # [n_head, splits]
     l = part_ml[:, :, 1]                                     # [n_head, splits]
     M = m.max(axis=1, keepdims=True)                         # [n_head, 1]
@@ -210,16 +393,23 @@ def attn_merge(part_o, part_ml, o):
     """o[h*hd + d] = merged slices of head h; grid (n_head,), block (head_dim,)."""
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
+    ml_sh = cuda.shared.array((MERGE_MAX_PAIRS, 2), numba.float32)  # [splits, 2] (m, l)
+    w_sh = cuda.shared.array(MERGE_MAX_PAIRS, numba.float32)        # [splits] weights
     h = cuda.blockIdx.x
+    hd = part_o.shape[2]
+    merge_weights(part_ml, h, 1, ml_sh, w_sh)
     d = cuda.threadIdx.x
-    o[h * cuda.blockDim.x + d] = merge_elem(part_o, part_ml, h, d)
+    while d < hd:
+        o[h * hd + d] = merge_elem_sh(part_o, ml_sh, w_sh, 0, h, d)
+        d += cuda.blockDim.x
 
 
 # ---------------------------------------------------------------- combine
 
 def attn_combine_twin(grid, block, part_o, part_ml, Wo, x):
     # literally the two-kernel path: the contract is bitwise equality with it
-    n_head, _, hd = part_o.shape
+    n_head, splits, hd = part_o.shape
+    assert n_head * hd <= MAX_D and n_head * splits <= MERGE_MAX_PAIRS, "attn_combine's shared limits"
     o = np.empty(n_head * hd, dtype=np.float32)              # [D]
     attn_merge_twin((n_head,), (hd,), part_o, part_ml, o)
     matvec_residual_twin(grid, block, Wo, o, x)
@@ -228,22 +418,28 @@ def attn_combine_twin(grid, block, part_o, part_ml, Wo, x):
 @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, ::1], float32[::1])",
         twin=attn_combine_twin, reads=(0, 1, 2, 3), writes=(3,))
 def attn_combine(part_o, part_ml, Wo, x):
-    """x[r] += Wo[r] . merge(part_o, part_ml); Wo [D, D], x [D]; grid ceil(D/4), block 128.
+    """x[r] += Wo[r] . merge(part_o, part_ml); Wo [D, D], x [D]; grid ceil(D/8), block 256.
 
     Every block merges all D values into shared memory (redundant across blocks, but it saves a
-    launch and a round trip of o through global memory), then does its 4 rows like matvec.
+    launch and a round trip of o through global memory), then does its 8 rows like matvec.
+    Limits: D <= MAX_D, n_head * splits <= MERGE_MAX_PAIRS.
     """
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
-    o_sh = cuda.shared.array(MAX_D, numba.float32)            # [D] merged attention output
-    red = cuda.shared.array(MATVEC_THREADS, numba.float32)    # [threads]
+    o_sh = cuda.shared.array(MAX_D, numba.float32)                  # [D] merged attention output
+    ml_sh = cuda.shared.array((MERGE_MAX_PAIRS, 2), numba.float32)  # [n_head * splits, 2] (m, l)
+    w_sh = cuda.shared.array(MERGE_MAX_PAIRS, numba.float32)        # [n_head * splits] weights
+    red = cuda.shared.array(COMBINE_THREADS, numba.float32)         # [threads] (simulator's tree)
     tid = cuda.threadIdx.x
+    n_head = part_o.shape[0]
+    splits = part_o.shape[1]
     hd = part_o.shape[2]
-    D = part_o.shape[0] * hd
-    for i in range(tid, D, MATVEC_THREADS):
-        o_sh[i] = merge_elem(part_o, part_ml, i // hd, i % hd)  # rounded to f32 like attn_merge's o
+    merge_weights(part_ml, 0, n_head, ml_sh, w_sh)
+    for i in range(tid, n_head * hd, COMBINE_THREADS):
+        h, d = udivmod(i, hd)
+        o_sh[i] = merge_elem_sh(part_o, ml_sh, w_sh, h * splits, h, d)  # f32, like attn_merge's o
     cuda.syncthreads()
-    r = cuda.blockIdx.x * MATVEC_ROWS_PER_BLOCK + tid // WARP
+    r = cuda.blockIdx.x * COMBINE_ROWS_PER_BLOCK + tid // WARP
     dot = row_dot(Wo, r, o_sh, tid, red)
     if tid % WARP == 0 and r < x.shape[0]:
         x[r] = x[r] + dot

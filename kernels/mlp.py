@@ -1,8 +1,9 @@
 """The MLP's up projection with SwiGLU fused.
 
 Owns `swiglu_up`: act[r] = silu(W_gate[r] . h) * (W_up[r] . h), silu(g) = g / (1 + exp(-g)).
-Warp per row like `matvec`, through the same `row_dot`. The down projection and its residual
-add is `matvec_residual`.
+Warp per row like `matvec`, through `row_dot2`: both dot products in `row_dot`'s order (the same
+bits as two `row_dot` calls), the loads of the gate row and the up row in flight together. The
+down projection and its residual add is `matvec_residual`.
 """
 import math
 
@@ -11,7 +12,7 @@ import numpy as np
 from numba import cuda
 
 from kernels._spec import kernel
-from kernels.matvec import MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS, WARP, grid_for, row_dot
+from kernels.matvec import MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS, WARP, grid_for, row_dot2
 from kernels.pdl import pdl_launch_dependents, pdl_wait
 
 __all__ = ["swiglu_up", "grid_for"]   # grid_for: matvec's warp-per-row geometry
@@ -30,10 +31,9 @@ def swiglu_up(W_gate, W_up, h, act):
     """act[r] = silu(W_gate[r] . h) * (W_up[r] . h); W_* [F, D], h [D], act [F]; grid ceil(F/4)."""
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
-    red = cuda.shared.array(MATVEC_THREADS, numba.float32)  # [threads]
+    red = cuda.shared.array(MATVEC_THREADS, numba.float32)  # [threads] (simulator's tree)
     tid = cuda.threadIdx.x
     r = cuda.blockIdx.x * MATVEC_ROWS_PER_BLOCK + tid // WARP
-    g = row_dot(W_gate, r, h, tid, red)
-    u = row_dot(W_up, r, h, tid, red)
+    g, u = row_dot2(W_gate, W_up, r, h, tid, red)
     if tid % WARP == 0 and r < act.shape[0]:
         act[r] = (g / (numba.float32(1.0) + math.exp(-g))) * u

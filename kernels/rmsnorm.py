@@ -1,8 +1,13 @@
 """RMSNorm over the residual stream, one block.
 
-Owns `rmsnorm`: out = x / sqrt(mean(x*x) + eps) * w. One block of RMSNORM_THREADS threads:
-thread-strided partial sums of squares, then a fixed-order shared-memory tree, so the result
-is bit-reproducible run to run (no atomics).
+Owns `rmsnorm`: out = x / sqrt(mean(x*x) + eps) * w. One block of RMSNORM_THREADS = 256
+threads: thread t sums x[i]^2 for i = t, t + 256, ... with fma in increasing i (from +0.0), then
+the 256 partial sums are added by kernels/reduce.py's `block_sum`, the fixed tree t += t + s for
+s = 128, 64, ..., 1 (lab/precision.py's `rmsnorm_order` mirrors the whole kernel bit for bit).
+No atomics, so the result is bit-reproducible run to run. On a GPU the tree costs ONE block
+barrier (each warp folds the strides 128, 64, 32 from shared memory itself, then a shuffle
+butterfly: every thread gets the total); under numba's CUDA simulator it is the shared-memory
+tree with a barrier per stride.
 """
 import math
 
@@ -12,8 +17,9 @@ from numba import cuda
 
 from kernels._spec import kernel
 from kernels.pdl import pdl_launch_dependents, pdl_wait
+from kernels.reduce import BLOCK_THREADS, block_sum
 
-RMSNORM_THREADS = 256  # power of two: the tree halves it
+RMSNORM_THREADS = BLOCK_THREADS  # 256: block_sum's tree is written for exactly this many
 RMSNORM_GRID = (1,)
 RMSNORM_BLOCK = (RMSNORM_THREADS,)
 
@@ -37,18 +43,15 @@ def sum_squares(x, tid):
 
 @cuda.jit(device=True)
 def normalise(x, w, out, eps, acc, red):
-    """Reduce the partial sums in a fixed-order tree, then write out = x * inv_rms * w."""
+    """Sum the block's partial sums (block_sum's fixed tree), then write out = x * inv_rms * w.
+
+    Every thread of the 256-thread block must call it; red: shared [256] scratch, to be reused
+    only after a barrier.
+    """
     tid = cuda.threadIdx.x
     n = x.shape[0]
-    red[tid] = acc
-    cuda.syncthreads()
-    stride = RMSNORM_THREADS // 2
-    while stride > 0:  # fixed pairing: the sum order never depends on timing
-        if tid < stride:
-            red[tid] = red[tid] + red[tid + stride]
-        cuda.syncthreads()
-        stride //= 2
-    inv = numba.float32(1.0) / math.sqrt(red[0] / numba.float32(n) + eps)
+    total = block_sum(acc, tid, red)
+    inv = numba.float32(1.0) / math.sqrt(total / numba.float32(n) + eps)
     for i in range(tid, n, RMSNORM_THREADS):
         out[i] = (x[i] * inv) * w[i]
 

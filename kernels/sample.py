@@ -4,6 +4,11 @@ Owns `argmax_next`: tokens[pos[0] + 1] = argmax(logits) unless that slot is stil
 prompt (nxt < n_prompt[0], the prompt is preloaded in tokens) or past the end of `tokens`. So
 prompt ingestion and generation are the same step. Ties go to the LOWEST index; NaN never wins
 (all-NaN logits give token 0).
+
+One block of ARGMAX_THREADS = 256 threads: thread t scans i = t, t + 256, ... keeping its best
+(value, index), then kernels/reduce.py's `block_argmax` picks the block's best pair (one barrier
+and a shuffle butterfly on a GPU, the shared-memory tree under numba's CUDA simulator). The
+pick is a total order on (value, index) pairs, so the id never depends on the reduction order.
 """
 import math
 
@@ -13,8 +18,9 @@ from numba import cuda
 
 from kernels._spec import kernel
 from kernels.pdl import pdl_launch_dependents, pdl_wait
+from kernels.reduce import BLOCK_THREADS, block_argmax
 
-ARGMAX_THREADS = 256  # power of two: the tree halves it
+ARGMAX_THREADS = BLOCK_THREADS  # 256: block_argmax is written for exactly this many
 ARGMAX_GRID = (1,)
 ARGMAX_BLOCK = (ARGMAX_THREADS,)
 
@@ -56,22 +62,7 @@ def argmax_next(logits, pos, n_prompt, tokens):
         # NaN compares false both ways, so it is never taken; -inf is taken only if nothing better
         if v > bv or (v == bv and i < bi):
             bv = v
-            bi = i
-    best_v[tid] = bv
-    best_i[tid] = bi
-    cuda.syncthreads()
-    stride = ARGMAX_THREADS // 2
-    while stride > 0:  # fixed pairing; ties to the lower index, so the order cannot matter
-        if tid < stride:
-            ov = best_v[tid + stride]
-            oi = best_i[tid + stride]
-            if ov > best_v[tid] or (ov == best_v[tid] and oi < best_i[tid]):
-                best_v[tid] = ov
-                best_i[tid] = oi
-        cuda.syncthreads()
-        stride //= 2
+            bi = numba.int32(i)
+    best = block_argmax(bv, bi, tid, best_v, best_i)
     if tid == 0:
-        bi = best_i[0]
-        if bi >= V:  # every logit was NaN
-            bi = 0
-        tokens[nxt] = bi
+        tokens[nxt] = best if best < V else 0  # V: every logit was NaN

@@ -1,9 +1,13 @@
 """Kernel tests, no GPU needed.
 
 (a) NumPy only: the twins against straightforward float64 math, the combine contract on the
-    twins (bitwise), and the house rules every registered kernel must follow.
-(b) The kernels themselves under numba's CUDA simulator, in a subprocess (the simulator flag must
-    be set before numba is imported): tests/_cudasim_kernels.py.
+    twins (bitwise), the house rules every registered kernel must follow, and kernels/reduce.py's
+    two dataflows (GPU shuffles, simulator trees) giving the same bits as each other and as
+    lab/precision.py's order mirrors.
+(b) The kernels themselves under numba's CUDA simulator, in subprocesses (the simulator flag must
+    be set before numba is imported): tests/_cudasim_kernels.py twice, once on the simulator's
+    shared-memory trees and once with emulated warp shuffles (the GPU path), and the two runs'
+    outputs held against each other bit for bit.
 """
 import ast
 import inspect
@@ -18,7 +22,9 @@ import numpy as np
 import pytest
 
 from kernels import REGISTRY
-from kernels.attention import attn_combine_twin, attn_merge_twin, attn_partial_twin, slice_bounds
+from kernels import reduce as R
+from kernels.attention import (ATTN_THREADS, MAX_HEAD_DIM, attn_combine_twin, attn_merge_twin,
+                               attn_partial_twin, partial_grid, slice_bounds)
 from kernels.embed import embed_twin
 from kernels.matvec import matvec_residual_twin, matvec_twin
 from kernels.mlp import swiglu_up_twin
@@ -26,6 +32,7 @@ from kernels.position import advance_twin
 from kernels.rmsnorm import rmsnorm_twin
 from kernels.rope import rope_kv_append_twin
 from kernels.sample import argmax_next_twin
+from lab import precision as P
 
 ROOT = Path(__file__).resolve().parents[1]
 EPS32 = float(np.finfo(np.float32).eps)
@@ -164,7 +171,7 @@ def test_attention_twins_vs_softmax(cache_dtype, L, splits):
     scale = np.float32(1 / np.sqrt(hd))
     part_o = np.full((H, splits, hd), np.nan, np.float32)  # NaN: any slot left unwritten shows
     part_ml = np.full((H, splits, 2), np.nan, np.float32)
-    attn_partial_twin((H, splits), (hd,), q, kc, vc, np.array([L - 1], np.int32), part_o, part_ml, scale)
+    attn_partial_twin(*partial_grid(H, splits, hd), q, kc, vc, np.array([L - 1], np.int32), part_o, part_ml, scale)
     for s in range(splits):
         t0, t1 = slice_bounds(L, splits, s)
         if t0 >= t1:  # empty slice: m = -inf, l = 0, o = 0
@@ -222,15 +229,109 @@ def test_advance_twin():
     assert pos[0] == 42 and pos.dtype == np.int32
 
 
+# ------------------------------------------------------------------ reduction orders (NumPy)
+
+
+def _hard_sums(r, n, *shape):
+    """float32 values whose sums depend on the order: mixed signs and magnitudes 1e-4 .. 1e4."""
+    return (r.standard_normal(shape + (n,)) * 10.0 ** r.integers(-4, 5, shape + (n,))).astype(np.float32)
+
+
+def test_warp_sum_shuffle_order_is_the_tree_order_in_every_lane():
+    """The xor butterfly gives every lane the tree's lane-0 total, bit for bit (commutativity),
+    and both are lab/precision.py's tree over 32 lanes."""
+    v = _hard_sums(rng(), R.WARP, 2000)                       # [2000, 32]
+    lanes = R.warp_sum_shuffle_twin(v)                        # [2000, 32]
+    tree = R.warp_sum_tree_twin(v)                            # [2000]
+    assert np.array_equal(lanes.view(np.uint32), np.repeat(tree[:, None], R.WARP, 1).view(np.uint32))
+    assert np.array_equal(tree.view(np.uint32), P.tree_sum(v).view(np.uint32))
+    assert not np.array_equal(tree, P.chain_sum(v))           # the data do tell orders apart
+
+
+def test_block_sum_shuffle_order_is_the_256_tree_in_every_thread():
+    v = _hard_sums(rng(), R.BLOCK_THREADS, 1000)              # [1000, 256]
+    threads = R.block_sum_shuffle_twin(v)                     # [1000, 256]
+    tree = R.block_sum_tree_twin(v)
+    assert np.array_equal(threads.view(np.uint32),
+                          np.repeat(tree[:, None], R.BLOCK_THREADS, 1).view(np.uint32))
+    assert np.array_equal(tree.view(np.uint32), P.tree_sum(v).view(np.uint32))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_row_dot_and_rmsnorm_mirrors_are_lane_chains_then_the_shuffle_order(fused):
+    """lab/precision.py's mirrors (which the kernels are checked against, bit for bit, on the
+    simulator and on a GPU) are the per-lane fma chains followed by either dataflow."""
+    r = rng()
+    W, x = f32(r, 6, 600), f32(r, 600)
+    lane = np.zeros((6, R.WARP), np.float32)
+    for k in range(600):  # lane k % 32 takes k, in increasing k
+        lane[:, k % 32] = P._mul_add(W[:, k], x[k], lane[:, k % 32], fused)
+    for got in (R.warp_sum_tree_twin(lane), R.warp_sum_shuffle_twin(lane)[:, 5]):
+        assert np.array_equal(got.view(np.uint32), P.row_dot_order(W, x, fused).view(np.uint32))
+    xs = f32(r, 300)
+    part = np.zeros(R.BLOCK_THREADS, np.float32)
+    for i in range(300):
+        part[i % 256] = P._mul_add(xs[i], xs[i], part[i % 256], fused)
+    total = R.block_sum_shuffle_twin(part)[77]
+    assert total == P.strided_dot(xs, xs, R.BLOCK_THREADS, fused)
+
+
+def test_block_argmax_both_orders_pick_the_lowest_index_of_the_max():
+    r = rng()
+    V = 300
+    for trial in range(300):
+        logits = np.round(f32(r, V) * 2) / 2                  # many exact ties
+        logits[r.integers(0, V, 5)] = np.nan
+        if trial % 7 == 0:
+            logits[:] = -np.inf
+        if trial % 11 == 0:
+            logits[r.integers(0, V, 3)] = -0.0
+        bv = np.full(R.BLOCK_THREADS, -np.inf, np.float32)    # each thread's strided scan, as the kernel
+        bi = np.full(R.BLOCK_THREADS, V, np.int32)
+        for i in range(V):
+            t = i % R.BLOCK_THREADS
+            if logits[i] > bv[t] or (logits[i] == bv[t] and i < bi[t]):
+                bv[t], bi[t] = logits[i], i
+        tree = int(R.block_argmax_tree_twin(bv, bi))
+        lanes = R.block_argmax_shuffle_twin(bv, bi)
+        assert np.all(lanes == tree)
+        assert (tree if tree < V else 0) == P.argmax_index(logits)
+
+
+def test_attention_geometry_comes_from_partial_grid():
+    assert partial_grid(4, 8, 64) == ((4, 8), (ATTN_THREADS,))
+    assert partial_grid(3, 1, MAX_HEAD_DIM)[1] == (ATTN_THREADS,)
+    with pytest.raises(ValueError):
+        partial_grid(1, 1, MAX_HEAD_DIM + 2)
+
+
 # ------------------------------------------------------------------ the kernels, simulated
 
 
-def test_kernels_under_cudasim():
+def _cudasim(*flags, timeout=600):
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.Popen([sys.executable, str(ROOT / "tests" / "_cudasim_kernels.py"), *flags],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def test_kernels_under_cudasim(tmp_path):
+    """Every kernel on the simulator's trees AND on emulated warp shuffles (the GPU path), the
+    two at once (one process each): each against its twin and its contracts, then the two
+    runs' outputs against each other, bit for bit."""
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "_cudasim_kernels.py")], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)
-    elapsed = time.perf_counter() - t
-    assert proc.returncode == 0, f"cudasim kernels failed (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    print(proc.stdout.strip(), f"(subprocess {elapsed:.1f}s)")
+    runs = {mode: (_cudasim("--dump", str(tmp_path / f"{mode}.npz"), *flags), tmp_path / f"{mode}.npz")
+            for mode, flags in (("trees", ()), ("shuffles", ("--shuffles",)))}
+    for mode, (proc, _) in runs.items():
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"cudasim kernels ({mode}) failed (rc {proc.returncode}):\n{out}\n{err}"
+        print(out.strip())
+    print(f"(subprocesses {time.perf_counter() - t:.1f}s)")
+    with np.load(runs["trees"][1]) as a, np.load(runs["shuffles"][1]) as b:
+        labels = list(a["labels"])
+        assert labels == list(b["labels"]) and len(labels) > 100
+        for i, label in enumerate(labels):
+            x, y = a[f"a{i}"], b[f"a{i}"]
+            assert x.dtype == y.dtype and np.array_equal(x.view(np.uint8), y.view(np.uint8)), \
+                f"{label}: the shuffle path's bits differ from the tree path's"
