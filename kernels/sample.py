@@ -39,6 +39,24 @@ def argmax_next_twin(grid, block, logits, pos, n_prompt, tokens):
         tokens[nxt] = argmax_twin_index(logits)
 
 
+@cuda.jit(device=True)
+def pick_next(logits, tokens, nxt, tid, red_v, red_i):
+    """tokens[nxt] = argmax(logits) over a block of ARGMAX_THREADS threads (every thread calls):
+    a strided scan per thread, then reduce's block_argmax. red_v, red_i: shared [threads]."""
+    V = logits.shape[0]
+    bv = numba.float32(-math.inf)
+    bi = numba.int32(V)  # "none yet": loses every comparison below on index
+    for i in range(tid, V, ARGMAX_THREADS):
+        v = logits[i]
+        # NaN compares false both ways, so it is never taken; -inf is taken only if nothing better
+        if v > bv or (v == bv and i < bi):
+            bv = v
+            bi = numba.int32(i)
+    best = block_argmax(bv, bi, tid, red_v, red_i)
+    if tid == 0:
+        tokens[nxt] = best if best < V else 0  # V: every logit was NaN
+
+
 @kernel("void(float32[::1], int32[::1], int32[::1], int32[::1])",
         twin=argmax_next_twin, reads=(0, 1, 2, 3), writes=(3,))
 def argmax_next(logits, pos, n_prompt, tokens):
@@ -53,16 +71,4 @@ def argmax_next(logits, pos, n_prompt, tokens):
     nxt = pos[0] + 1
     if nxt >= tokens.shape[0] or nxt < n_prompt[0]:
         return  # uniform over the block: no thread is left waiting at a barrier
-    tid = cuda.threadIdx.x
-    V = logits.shape[0]
-    bv = numba.float32(-math.inf)
-    bi = numba.int32(V)  # "none yet": loses every comparison below on index
-    for i in range(tid, V, ARGMAX_THREADS):
-        v = logits[i]
-        # NaN compares false both ways, so it is never taken; -inf is taken only if nothing better
-        if v > bv or (v == bv and i < bi):
-            bv = v
-            bi = numba.int32(i)
-    best = block_argmax(bv, bi, tid, best_v, best_i)
-    if tid == 0:
-        tokens[nxt] = best if best < V else 0  # V: every logit was NaN
+    pick_next(logits, tokens, nxt, cuda.threadIdx.x, best_v, best_i)

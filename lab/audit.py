@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from .backend.costmodel import CONTEXT_KERNELS
 from .config import LabConfig
 from .plan import plan_boundaries
 
@@ -300,7 +301,7 @@ def loop_report(engine) -> str:
              "  frozen in the graph: those three pointers, and in each body its plan's grids:"]
     for k, (plan, counts) in enumerate(zip(plans, loop.body_node_counts())):
         last = first[k + 1] - 1 if k + 1 < len(first) else c.max_seq - 1
-        attn = next(x for x in engine.step_launches(plan) if x.name.startswith("attn_partial"))
+        attn = next(x for x in engine.step_launches(plan) if x.name in CONTEXT_KERNELS)
         lines.append(f"    body {k}: positions {first[k]:>4}..{last:<4} {counts} kernel nodes, "
                      f"attention grid {attn.grid}")
     return "\n".join(lines)

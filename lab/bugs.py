@@ -22,6 +22,14 @@ Each bug is a named override of one or two pieces of the clean step (lab/step.py
 at the end of this file are the whole of what a bug changes. `step_class(cfg.bugs)` composes the
 switched-on bugs with the clean step; the `Bug` rows say what each freezes, how it is caught and
 the fix, for the notebooks.
+
+With the fused step (LAB_FUSION=1, `FusedStep`) a bug works when the pieces it overrides are
+still there -- lazy_table (its host work comes before norm_qkv_rope, where RoPE now is),
+lazy_scratch (attn_fused uses the same scratch) and raw_array (norm_qkv_rope reads the norm's
+input) -- and is refused, with a LabError saying why, when it overrides a piece the fused step
+does not have (`FusedStep.absent`): frozen_kv_row (the standalone RoPE + KV append),
+ctx_by_value (the standalone attention partial), pos_outside_graph (the standalone position
+kernel) and late_wait (the standalone rmsnorm). A bug never silently vanishes.
 """
 from __future__ import annotations
 
@@ -31,8 +39,8 @@ import numpy as np
 
 from kernels import attention, rmsnorm, rope
 from .backend import Buffer
-from .errors import CaptureError
-from .step import HostWork, Step, launch
+from .errors import CaptureError, LabError
+from .step import FusedStep, HostWork, Step, launch
 
 
 @dataclass(frozen=True)
@@ -170,9 +178,35 @@ OVERRIDES: dict[str, type[Step]] = {
 }
 
 
+def refusals(names, base: type[Step] = Step) -> dict[str, str]:
+    """{bug: why it cannot exist in `base`} for the named bugs that override a piece `base` does
+    not have (`base.absent`: the fused step's missing one-op-per-kernel pieces)."""
+    absent, chosen = getattr(base, "absent", {}), set(names)
+    out = {}
+    for name in (n for n in BUGS if n in chosen):
+        missing = [piece for piece in vars(OVERRIDES[name]) if piece in absent]
+        if missing:
+            out[name] = "; ".join(f"it overrides `{piece}`, {absent[piece]}" for piece in missing)
+    return out
+
+
+def fusion_refusal(names) -> str | None:
+    """Why the named bugs cannot run with LAB_FUSION=1 (None: they can), for LabConfig."""
+    why = refusals(names, FusedStep)
+    if not why:
+        return None
+    return " ".join(f"{BUGS[n].env}=1 cannot exist in the fused step (LAB_FUSION=1): {reason}."
+                    for n, reason in why.items()) + " Run it with LAB_FUSION=0."
+
+
 def step_class(names, base: type[Step] = Step) -> type[Step]:
     """`base` (the clean step, or a variant of it) with the named bugs' overrides on top (the
-    bugs override distinct pieces)."""
+    bugs override distinct pieces). A bug that overrides a piece `base` does not have is a
+    LabError: it would silently do nothing there."""
+    why = refusals(names, base)
+    if why:
+        raise LabError(" ".join(f"{BUGS[n].env}=1 cannot exist in {base.__name__}: {reason}."
+                                for n, reason in why.items()))
     chosen = tuple(OVERRIDES[n] for n in BUGS if n in set(names))
     if not chosen:
         return base

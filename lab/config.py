@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from .bugs import BUGS
+from .bugs import BUGS, fusion_refusal
 from .errors import LabError
 
 # (environment variable, LabConfig field, allowed values, default, meaning)
@@ -25,6 +25,12 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
      "programmatic dependent launch (sm_90+; refused with a message elsewhere)"),
     ("LAB_OVERLAP", "overlap", ("0", "1"), "0",
      "q and kv projections on two streams, forked and joined with events"),
+    ("LAB_FUSION", "fusion", ("0", "1"), "0",
+     "0: one op per kernel (37 launches per token); 1: the fused step (18: norms folded into "
+     "the projections, RoPE + KV append into qkv, attention partials + merge + Wo + residual "
+     "in one kernel, argmax + position advance into the LM head; kernels/fused.py). "
+     "LAB_SPLIT_COMBINE is ignored under it (the plan says split_combine 0); the deliberate "
+     "bugs that override a standalone kernel the fused step lacks are refused"),
     ("LAB_LAUNCH", "launch", ("dispatcher", "prebound"), "prebound",
      "eager launch mechanism: numba's dispatcher (types and flattens the arguments on every "
      "launch) or pre-bound (kernel handle and flattened arguments prepared once per plan, "
@@ -37,7 +43,7 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
      "generate: the host launches one graph per token, or ONE graph runs every step on the "
      "device (a WHILE node over a SWITCH of every plan's step; needs conditional nodes)"),
 )
-_BOOL_FIELDS = {"graph", "split_combine", "pdl", "overlap"}
+_BOOL_FIELDS = {"graph", "split_combine", "pdl", "overlap", "fusion"}
 _BUG_VARS = {b.env: name for name, b in BUGS.items()}  # LAB_BUG_<NAME> -> bug name (lab/bugs.py)
 
 
@@ -48,6 +54,7 @@ class LabConfig:
     split_combine: bool = False
     pdl: bool = False
     overlap: bool = False
+    fusion: bool = False            # LAB_FUSION: the fused step (lab/step.py FusedStep)
     launch: str = "prebound"        # LAB_LAUNCH: how the cuda backend issues each kernel
     kv_dtype: str = "float32"
     plan_switch: str = "recapture"  # LAB_PLAN_SWITCH: a new graph per plan, or one graph updated
@@ -66,6 +73,9 @@ class LabConfig:
                 raise LabError(f"LabConfig.{fld} must be a bool, got {value!r}")
             if shown not in allowed:
                 raise LabError(f"{var}={shown!r} is not allowed; use one of {', '.join(allowed)}")
+        why = fusion_refusal(self.bugs) if self.fusion else None
+        if why:
+            raise LabError(why)
 
     def replace(self, **changes) -> "LabConfig":
         return dataclasses.replace(self, **changes)

@@ -12,11 +12,17 @@ A clean engine builds each plan's step once and issues the SAME Launch objects a
 step with that plan key (eager or captured), so a backend can prepare each launch once
 (LAB_LAUNCH=prebound). A deliberate bug (lab/bugs.py) overrides pieces of the step; most make the
 step depend on the position or on host state, so it is rebuilt and issued as it is built.
+LAB_FUSION=1 issues the fused step instead (lab/step.py FusedStep: 18 launches per token, not
+37); it allocates nothing more than the unfused step, so it switches on a live engine like the
+other launch toggles.
 
 Device-resident state (read by kernels at run time, so a replay decodes the NEXT token):
-  tokens [max_seq] int32  the prompt, then each generated id (written by argmax_next)
+  tokens [max_seq] int32  the prompt, then each generated id (written by argmax_next, or in
+                          the fused step by norm_lm_head_argmax)
   pos    [1] int32        the step's position (advanced by the last kernel of the step)
   n_prompt [1] int32      generated ids are written only at positions >= n_prompt
+  counters [n_layer + 1] int32  the fused step's "last block done" counters, one per launch
+                          site (attn_fused per layer, norm_lm_head_argmax); 0 between launches
 The host keeps `self.position`, a mirror used only to choose the plan. A captured launch keeps
 the argument values it was captured with (buffers by address) unless the graph's nodes are
 updated, but the memory behind them stays live: a replay reads whatever `pos` holds when it
@@ -39,7 +45,7 @@ from .instrument import LaunchLog
 from .model import Model, check_request
 from .plan import Plan, decode_plan, plan_boundaries
 from .reference import rope_tables
-from .step import HostWork, Step
+from .step import FusedStep, HostWork, Step
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ class _Buffers:
     act: object = None
     logits: object = None
     plan_of: object = None      # [max_seq] int32: the plan body each position runs (LAB_LOOP=device)
+    counters: object = None     # [n_layer + 1] int32: the fused step's last-block counters, zeroed
     limit: object = None        # [1] int32: the device loop runs steps while pos < limit
     part_o: object = None
     part_ml: object = None
@@ -100,8 +107,9 @@ class DecodeEngine:
     def __init__(self, model: Model, cfg: LabConfig | None = None, backend=None,
                  kv_init: str = "zeros", warm_up: bool = True, step: type[Step] = Step):
         """`step`: the step's pieces (lab/step.py); a subclass of Step is a variant for an
-        experiment (e.g. a step with a join dropped). Deliberate bugs (cfg.bugs) override pieces
-        on top of it."""
+        experiment (e.g. a step with a join dropped), a subclass of FusedStep a variant of the
+        fused step (LAB_FUSION=1 runs FusedStep when `step` is the clean Step). Deliberate bugs
+        (cfg.bugs) override pieces on top of it."""
         self.model = model
         self._cfg = cfg or LabConfig()
         self.backend = backend or make_backend(self._cfg)
@@ -117,8 +125,10 @@ class DecodeEngine:
         self.position = 0
         self.n_prompt = 0
         self._steps = 0
-        # the step's pieces: the clean step, or the deliberate bugs' overrides of it (lab/bugs.py)
-        self.pieces: Step = bugs.step_class(self._cfg.bugs, step)(self)
+        # the step's pieces: the clean step (fused or not), or the deliberate bugs' overrides
+        # of it (lab/bugs.py)
+        self._step = step
+        self.pieces: Step = self._step_class(self._cfg)(self)
         self._retired: list = []  # buffers replaced by a lazy re-allocation; graphs may point at them
         self.warnings: list[str] = []
         self._alloc(kv_init)
@@ -132,16 +142,34 @@ class DecodeEngine:
 
     @cfg.setter
     def cfg(self, value: LabConfig) -> None:
-        """Switch launch toggles (GRAPH, PDL, OVERLAP, SPLIT_COMBINE, LAUNCH) on the same buffers;
-        graphs and built steps stay cached per plan key, and the key names each toggle that
-        changes them (LAUNCH does not: both mechanisms capture the same graph). Toggles that
+        """Switch launch toggles (GRAPH, PDL, OVERLAP, SPLIT_COMBINE, FUSION, LAUNCH) on the same
+        buffers; graphs and built steps stay cached per plan key, and the key names each toggle
+        that changes them (LAUNCH does not: both mechanisms capture the same graph). FUSION
+        swaps the step's pieces (the host state lazy code recorded carries over). Toggles that
         change allocation (KV dtype, the lazy-allocation bugs) need a new engine."""
         alloc = ("kv_dtype", "bugs")
         if any(getattr(value, f) != getattr(self._cfg, f) for f in alloc):
             raise LabError(f"{', '.join(alloc)} change what the engine allocates: build a new "
                            f"DecodeEngine for them")
+        if value.fusion != self._cfg.fusion:
+            pieces = self._step_class(value)(self)
+            pieces.lazy = self.pieces.lazy
+            self.pieces = pieces
         self._cfg = value
         self.bind()
+
+    def _step_class(self, cfg: LabConfig) -> type[Step]:
+        """The step's pieces for `cfg`: the engine's step, or under LAB_FUSION=1 its fused form
+        (FusedStep for the clean Step), with the deliberate bugs' overrides on top."""
+        base = self._step
+        if cfg.fusion and not issubclass(base, FusedStep):
+            if base is not Step:
+                raise LabError(f"step={base.__name__} is a variant of the one-op-per-kernel step; "
+                               f"LAB_FUSION=1 runs the fused step (pass a subclass of FusedStep)")
+            base = FusedStep
+        elif not cfg.fusion and issubclass(base, FusedStep):
+            raise LabError(f"step={base.__name__} is a variant of the fused step: it needs LAB_FUSION=1")
+        return bugs.step_class(cfg.bugs, base)
 
     def bind(self) -> None:
         """Make this engine the backend's current user: its launch log, its PDL switch and its
@@ -192,6 +220,10 @@ class DecodeEngine:
         be.upload(b.plan_of, np.searchsorted(plan_boundaries(c.max_seq), np.arange(c.max_seq),
                                              side="right").astype(np.int32))
         b.limit = be.alloc("limit", (1,), np.int32)
+        # the fused step's last-block counters (zeroed; each launch leaves its slot at 0), and a
+        # view per launch site, made here so no step ever creates one
+        b.counters = be.alloc("counters", (c.n_layer + 1,), np.int32)
+        self.counters = [be.rows(b.counters, i, i + 1) for i in range(c.n_layer + 1)]
         kv = np.dtype(self.cfg.kv_dtype)
         for i in range(c.n_layer):
             b.k_cache.append(be.alloc(f"k_cache.{i}", (c.max_seq, D), kv, init=kv_init))

@@ -1,8 +1,9 @@
 """decode_plan(): every host decision about one decode step, made in one place.
 
 The plan holds what a captured graph freezes by design -- the number of attention `splits` (and
-with it the attention grids) and the kernel choice for the combine. Everything that changes every
-token (position, token id, KV contents) is NOT here: it lives in device memory.
+with it the attention grids) and the kernel choices: the combine's, and the fused step's.
+Everything that changes every token (position, token id, KV contents) is NOT here: it lives in
+device memory.
 
 The engine calls `decode_plan()` both to build a step's launches and to decide whether the
 cached graph still fits (`plan.key`); one function, so the two can never disagree.
@@ -27,12 +28,14 @@ class Plan:
     n_head: int
     pdl: bool = False      # launches are programmatic (PDL edges in the graph)
     overlap: bool = False  # the k/v projection runs on a side stream (a parallel branch)
+    fusion: bool = False   # the fused step (18 launches) instead of one op per kernel (37)
 
     @property
     def key(self) -> tuple:
-        """What a captured graph depends on: a different key means a different graph."""
+        """What a captured graph depends on: a different key means a different graph (a fused
+        and an unfused step never share one)."""
         return ("splits", self.splits, "split_combine", self.split_combine, "pdl", self.pdl,
-                "overlap", self.overlap)
+                "overlap", self.overlap, "fusion", self.fusion)
 
 
 def splits_for(context: int) -> int:
@@ -56,8 +59,11 @@ def decode_plan(position: int, model_cfg, lab_cfg, splits: int | None = None) ->
         splits = splits_for(position + 1)
     elif splits not in SPLIT_CHOICES:
         raise ValueError(f"splits={splits!r}: use one of {', '.join(map(str, SPLIT_CHOICES))}")
-    return Plan(position, splits, lab_cfg.split_combine, model_cfg.n_head, lab_cfg.pdl,
-                lab_cfg.overlap)
+    # the fused step has no separate combine to split: LAB_SPLIT_COMBINE is ignored under
+    # LAB_FUSION, and the plan (its key) says what runs
+    split_combine = lab_cfg.split_combine and not lab_cfg.fusion
+    return Plan(position, splits, split_combine, model_cfg.n_head, lab_cfg.pdl, lab_cfg.overlap,
+                lab_cfg.fusion)
 
 
 def plan_boundaries(max_seq: int) -> list[int]:

@@ -20,6 +20,13 @@ Two class attributes tell the engine how to allocate for the step (`scratch_spli
 `tables_at_start_up`) and one how to issue it (`rebuilt_each_step`: a step whose launches or
 host work depend on the position is built anew at each step, and issued as it is built).
 
+`FusedStep` (LAB_FUSION=1) is the fused form of the step: 18 launches per token instead of 37
+(kernels/fused.py). It reads straight through too; it keeps the host-work pieces (prelude,
+prepare_rope, norm_input, prepare_attention, scratch) and adds its own (norm_qkv_rope,
+attention_fused, sample). The one-op-per-kernel pieces it does not have are listed in
+`FusedStep.absent`, with where their work went: a variant that overrides one of them (a
+deliberate bug) cannot exist in the fused step, and lab/bugs.py refuses it, saying so.
+
 Building a step never touches the device: host work is yielded, and only the engine's issue
 loop runs it. `Step.launches(plan)` is therefore a query without side effects.
 """
@@ -31,7 +38,7 @@ from typing import Callable
 
 import numpy as np
 
-from kernels import attention, embed, matvec, mlp, position, rmsnorm, rope, sample
+from kernels import attention, embed, fused, matvec, mlp, position, rmsnorm, rope, sample
 from .backend import Launch, StreamWait
 from .plan import MAX_SPLITS, Plan
 
@@ -141,3 +148,77 @@ class Step:
     def launches(self, plan: Plan) -> list[Launch]:
         """The step's launches for `plan`, built without running its host work (a query)."""
         return [x for x in self.items(plan) if isinstance(x, Launch)]
+
+
+class FusedStep(Step):
+    """The fused decode step (LAB_FUSION=1): per layer norm_qkv_rope, attn_fused, norm_swiglu,
+    matvec_residual; around them embed and norm_lm_head_argmax: 2 + 4 * n_layer launches (18
+    for the tiny model). LAB_SPLIT_COMBINE means nothing here (decode_plan drops it from the
+    plan under fusion); LAB_OVERLAP makes norm_qkv_rope two launches (q | k, v) on two streams."""
+
+    # the one-op-per-kernel step's pieces this step does not have, and where their work went
+    absent = {
+        "attn_norm_kernel": "the standalone attention rmsnorm, which norm_qkv_rope folds in",
+        "append_kv": "the standalone RoPE + KV append, which is norm_qkv_rope's epilogue",
+        "attention": "the standalone attention partial, which attn_fused does together with the "
+                     "merge, the output projection and the residual add",
+        "advance": "the standalone position kernel: norm_lm_head_argmax advances the position",
+    }
+
+    # ---- the fused pieces ----------------------------------------------------------------------
+    def norm_qkv_rope(self, plan: Plan, layer: int):
+        """RMSNorm + qkv + RoPE + KV append at the device-resident position: one launch, or
+        under LAB_OVERLAP the q part on the main stream and the k/v part on a side stream."""
+        e = self.engine
+        c, b, w = e.model.cfg, e.buf, e.w
+        p = f"layers.{layer}."
+        x, eps = self.norm_input(layer), np.float32(c.norm_eps)
+
+        def args(W, part0):
+            return (x, w[p + "attn_norm"], eps, W, np.int32(part0), b.pos, b.cos, b.sin, b.q,
+                    b.k_cache[layer], b.v_cache[layer])
+        if plan.overlap:
+            wq, wkv = e.wqkv_views[layer]
+            yield StreamWait("main", "side")                        # fork: side waits for x
+            yield launch(fused.norm_qkv_rope, fused.qkv_grid(c.n_head, 2), args(wkv, 1), layer, "side")
+            yield launch(fused.norm_qkv_rope, fused.qkv_grid(c.n_head, 1), args(wq, 0), layer)
+            yield StreamWait("side", "main")                        # join before attention
+        else:
+            yield launch(fused.norm_qkv_rope, fused.qkv_grid(c.n_head, 3), args(w[p + "wqkv"], 0), layer)
+
+    def attention_fused(self, plan: Plan, layer: int, part_o, part_ml, scale) -> Launch:
+        """Partials + merge + Wo + residual; the context length is read on the device."""
+        e = self.engine
+        c, b = e.model.cfg, e.buf
+        return launch(fused.attn_fused, fused.attention_grid(c.n_head, plan.splits, c.head_dim),
+                      (b.q, b.k_cache[layer], b.v_cache[layer], b.pos, part_o, part_ml, scale,
+                       e.w[f"layers.{layer}.wo"], b.x, e.counters[layer]), layer)
+
+    def sample(self) -> Launch:
+        """Final norm + LM head; its last block writes the next token id and advances pos."""
+        e = self.engine
+        c, b = e.model.cfg, e.buf
+        return launch(fused.norm_lm_head_argmax, fused.rows_grid(c.vocab_size),
+                      (b.x, e.w["final_norm"], np.float32(c.norm_eps), e.w["lm_head"], b.logits,
+                       b.pos, b.n_prompt, b.tokens, e.counters[c.n_layer]))
+
+    # ---- the step ----------------------------------------------------------------------------
+    def items(self, plan: Plan):
+        """Yield the fused step's items in issue order."""
+        e = self.engine
+        c, b, w = e.model.cfg, e.buf, e.w
+        D, F = c.d_model, c.d_ff
+        eps, scale = np.float32(c.norm_eps), np.float32(1.0 / np.sqrt(c.head_dim))
+
+        yield launch(embed.embed, embed.grid_for(D), (b.tokens, b.pos, w["tok_emb"], b.x))
+        for i in range(c.n_layer):
+            p = f"layers.{i}."
+            yield from self.prepare_rope(i)
+            yield from self.norm_qkv_rope(plan, i)
+            yield from self.prepare_attention(plan)
+            part_o, part_ml = self.scratch(plan.splits)
+            yield self.attention_fused(plan, i, part_o, part_ml, scale)
+            yield launch(fused.norm_swiglu, fused.rows_grid(F),
+                         (b.x, w[p + "mlp_norm"], eps, w[p + "w_gate"], w[p + "w_up"], b.act), i)
+            yield launch(matvec.matvec_residual, matvec.grid_for(D), (w[p + "w_down"], b.act, b.x), i)
+        yield self.sample()

@@ -11,12 +11,13 @@ check with one replay passes, a check with three fails. `first_mismatch` says wh
 floor that catches this lab's frozen-value bugs, not a proof that every graph bug shows by the
 third token: check many replays, across plan boundaries and after a request reset.
 
-Why bytes, not a tolerance: this lab's kernels are deterministic (no atomics, a fixed reduction
-order), both arms start from the same initialised state and run the same launches in an order
-their dependencies fix, so a replay must reproduce the eager step bit for bit. That is a
-property of these kernels and this fixture, not of CUDA graphs in general: kernels with atomics
-or order-dependent reductions can differ between two eager runs already, and then only an A/A
-control tells a real difference from that noise.
+Why bytes, not a tolerance: this lab's kernels are deterministic (no atomic in any sum -- the
+fused step's "last block done" counters only elect which block does the follow-on work -- and a
+fixed reduction order), both arms start from the same initialised state and run the same
+launches in an order their dependencies fix, so a replay must reproduce the eager step bit for
+bit. That is a property of these kernels and this fixture, not of CUDA graphs in general:
+kernels with atomic accumulation or order-dependent reductions can differ between two eager
+runs already, and then only an A/A control tells a real difference from that noise.
 """
 from __future__ import annotations
 

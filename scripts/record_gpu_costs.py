@@ -3,8 +3,8 @@
   python scripts/record_gpu_costs.py --out DIR [--backend cuda]
 
 Measures, on the real engine's buffers and launches (nothing here decodes a token):
-- every distinct kernel launch of the step (base, split combine, overlap), at several positions
-  for the attention kernels: its time as a NODE of a graph, from chains cycling through the
+- every distinct kernel launch of the step (base, split combine, overlap, fused), at several
+  positions for the attention kernels (attn_fused's time grows with the context too): its time as a NODE of a graph, from chains cycling through the
   launch's instances in a step (one per layer) captured n1 and n2 times (slope = per-node time,
   gap included; with and without PDL);
 - the extra cost of a node whose predecessor runs another kernel (chains of adjacent pairs);
@@ -53,12 +53,37 @@ PROMPT = "ROMEO.\n"
 # first and last position of every attention plan (splits 1, 2, 4, 8, 16, 32) and the sweep's end
 POSITIONS = (0, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512, 1000)
 BASE_POSITION = 64           # where the context-independent kernels are measured
-ATTENTION = ("attn_partial", "attn_merge", "attn_combine")
+ATTENTION = ("attn_partial", "attn_merge", "attn_combine", "attn_fused")
 N1, N2 = 8, 24               # chain lengths (both long enough to keep the device busy)
+CHAIN_TOKENS = 1 << 17       # token slots for chains of a launch that advances pos (below)
+_chain_tokens: dict = {}     # backend id -> that tokens buffer, allocated on first need
 
 
 def _main_stream(launch: Launch) -> Launch:
     return Launch(launch.kernel, launch.grid, launch.block, launch.args, launch.layer, "main")
+
+
+def _for_chains(eng, launch: Launch) -> Launch:
+    """`launch` as a chain replays it: on the main stream; and when it advances `pos` and
+    writes the next token (the fused step's norm_lm_head_argmax), with a tokens buffer of
+    CHAIN_TOKENS slots: it picks a token only while pos + 1 < len(tokens), and a chain advances
+    pos some 20,000 times, so with the step's max_seq slots most of a chain would skip the
+    argmax. Its work does not depend on the buffer's length; the row keeps the step's key."""
+    names = launch.kernel.arg_names
+    args = list(launch.args)
+    if "pos" in names and "tokens" in names and names.index("pos") in launch.kernel.writes:
+        be = eng.backend
+        if id(be) not in _chain_tokens:
+            _chain_tokens[id(be)] = be.alloc("chain_tokens", (CHAIN_TOKENS,), np.int32)
+        args[names.index("tokens")] = _chain_tokens[id(be)]
+    return Launch(launch.kernel, launch.grid, launch.block, tuple(args), launch.layer, "main")
+
+
+def _as_in_step(eng, launch: Launch) -> Launch:
+    """A chain's launch with the step's tokens buffer back (its bytes are the step's)."""
+    chain = _chain_tokens.get(id(eng.backend))
+    args = tuple(eng.buf.tokens if a is chain else a for a in launch.args)
+    return Launch(launch.kernel, launch.grid, launch.block, args, launch.layer, launch.stream)
 
 
 def _capture(be, items, repeat: int, pdl: bool):
@@ -111,8 +136,9 @@ def _instances(eng, cfgs, position):
         eng.cfg = cfg
         for launch in eng.step_launches(eng.plan(position)):
             same = out.setdefault(cost_key(launch), [])
-            if not any(x.args == launch.args for x in same):
-                same.append(_main_stream(launch))
+            chained = _for_chains(eng, launch)
+            if not any(x.args == chained.args for x in same):
+                same.append(chained)
     return out
 
 
@@ -136,7 +162,8 @@ def measure_kernels(eng, cfgs, progress) -> list[dict]:
                 continue
             row = {"key": key, "kernel": launch.name, "position": position,
                    "context": position + 1, "grid": list(launch.grid), "block": list(launch.block),
-                   "bytes": launch_bytes(launch, position + 1), "instances": len(same)}
+                   "bytes": launch_bytes(_as_in_step(eng, launch), position + 1),
+                   "instances": len(same)}
             for pdl in (False, True):
                 _set_pos(eng, position)
                 # the chain cycles through the key's instances (each layer's weights and cache),
@@ -162,9 +189,9 @@ def measure_switches(eng, cfgs, kernels, progress) -> list[dict]:
     pairs = {}
     for cfg in cfgs:
         eng.cfg = cfg
-        launches = [_main_stream(x) for x in eng.step_launches(eng.plan(BASE_POSITION))]
-        for a, b in zip(launches, launches[1:]):
-            pairs.setdefault((cost_key(a), cost_key(b)), (a, b))
+        launches = eng.step_launches(eng.plan(BASE_POSITION))
+        for a, b in zip(launches, launches[1:]):   # keyed as the step's launches, chained as above
+            pairs.setdefault((cost_key(a), cost_key(b)), (_for_chains(eng, a), _for_chains(eng, b)))
     rows = []
     for (ka, kb), (a, b) in pairs.items():
         row = {"prev": ka, "key": kb}
@@ -473,7 +500,8 @@ def main() -> int:
     eng = DecodeEngine(model, base)
     eng.log = LaunchLog()
     eng.bind()
-    cfgs = [base, base.replace(split_combine=True), base.replace(overlap=True)]
+    cfgs = [base, base.replace(split_combine=True), base.replace(overlap=True),
+            base.replace(fusion=True)]
     t0 = time.perf_counter()
 
     def progress(msg):

@@ -54,6 +54,8 @@ MECHANISMS = ("dispatcher", "prebound")
 TWIN_OF = {"rmsnorm_late_wait": "rmsnorm", "attn_partial_len": "attn_partial",
            "rope_kv_append_row": "rope_kv_append"}
 KV_ARGS = ("k_cache", "v_cache")
+# kernels that read `context` rows of the KV cache (the others touch one row: an append)
+CONTEXT_KERNELS = ("attn_partial", "attn_partial_len", "attn_fused")
 
 
 def _buffer(a):
@@ -83,7 +85,7 @@ def launch_bytes(launch: Launch, context: int) -> int:
         if not isinstance(b, Buffer):
             continue
         if name in KV_ARGS and len(b.shape) == 2:
-            rows = context if launch.name.startswith("attn_partial") else 1
+            rows = context if launch.name in CONTEXT_KERNELS else 1
             total += min(rows, b.shape[0]) * b.nbytes // b.shape[0]
         else:
             total += b.nbytes

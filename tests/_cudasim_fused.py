@@ -1,0 +1,284 @@
+"""Run the fused step's kernels (kernels/fused.py) under numba's CUDA simulator against their twins.
+
+Started by tests/test_fusion.py in a subprocess with NUMBA_ENABLE_CUDASIM=1 (the flag must be set
+before numba is imported). For each fused kernel and signature it launches the kernel at tiny
+shapes (the simulator runs every thread in Python) and compares the written arguments with the
+twin's (`atol + k * eps(dtype) * |ref|`), checks that arguments it does not declare as written
+are untouched, and checks the last-block counters: 0 after every launch, and a second launch on
+the same inputs giving the same bits (the replay-2 check). Contracts checked bit for bit, on
+the simulator and on a GPU alike: norm_qkv_rope's normalised x is what `rmsnorm` writes;
+attn_fused's x is `attn_combine` on attn_fused's own partials; the token norm_lm_head_argmax
+writes is the argmax policy's pick on the logits it wrote. Exits non-zero naming the kernel on
+the first mismatch, or if a fused kernel/signature was never exercised.
+
+  --shuffles    give the simulator tests/_cudasim_kernels.py's lane-exact warp shuffles first,
+                so kernels/reduce.py takes its GPU path (shuffle butterflies, one barrier per
+                block reduction): the dataflow a GPU runs, without a GPU
+  --dump PATH   write every kernel output in launch order to PATH (.npz); tests/test_fusion.py
+                holds the two paths' dumps bit for bit against each other
+  --gpu         the same checks on a real device (kernels compiled for real), plus the model's dims
+"""
+import sys
+import time
+
+import numpy as np
+from numba import config, cuda
+
+GPU = "--gpu" in sys.argv
+if not config.ENABLE_CUDASIM and not GPU:
+    sys.exit("_cudasim_fused.py needs NUMBA_ENABLE_CUDASIM=1 set before numba is imported")
+if "--shuffles" in sys.argv:   # before kernels/ is imported: reduce.py picks its path at import
+    if not config.ENABLE_CUDASIM:
+        sys.exit("--shuffles is for the simulator (a GPU has its own)")
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule
+    from _cudasim_kernels import install_warp_shuffles  # (its own --shuffles installs them too)
+    if not hasattr(FakeCUDAModule, "shfl_xor_sync"):
+        install_warp_shuffles()
+
+from kernels import REGISTRY, fused, reduce  # noqa: E402
+from kernels.attention import combine_grid  # noqa: E402
+from kernels.sample import argmax_twin_index  # noqa: E402
+
+FUSED = ("norm_qkv_rope", "attn_fused", "norm_swiglu", "norm_lm_head_argmax")
+SEED = 4321
+EPS32 = float(np.finfo(np.float32).eps)
+EPS16 = float(np.finfo(np.float16).eps)
+
+# n_head 2 (head indexing), hd 8 (a 2-tile context at max_seq 16), F and V not multiples of the 8
+# rows a norm block computes; attention blocks of 32 or 64 threads (4 or 8 groups of hd lanes)
+TINY = dict(D=16, n_head=2, hd=8, F=24, V=11, max_seq=16, attn_threads=(32, 64))
+CONFIGS = [TINY]
+if GPU:   # the real model's dims, attn_fused at its own block size (max_seq cut to 128)
+    CONFIGS.append(dict(D=256, n_head=4, hd=64, F=512, V=71, max_seq=128, attn_threads=(None,)))
+
+_compiled: dict = {}
+_exercised: set = set()
+_dump: list = []       # (label, kernel output) in launch order, for --dump
+
+
+class Mismatch(Exception):
+    pass
+
+
+def compiled(name: str, cache_dtype=np.float32):
+    sigs = REGISTRY[name].signatures
+    sig = sigs[0] if len(sigs) == 1 else next(
+        s for s in sigs if ("float16" in s) == (np.dtype(cache_dtype) == np.float16))
+    if (name, sig) not in _compiled:
+        _compiled[(name, sig)] = cuda.jit(sig)(REGISTRY[name].py_func)
+    _exercised.add((name, sig))
+    return _compiled[(name, sig)]
+
+
+def close(got, ref, atol, k, eps):
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    same = (got == ref) | (np.isnan(got) & np.isnan(ref))
+    with np.errstate(invalid="ignore"):
+        ok = same | (np.abs(got - ref) <= atol + k * eps * np.abs(ref))
+        err = np.abs(np.where(same, 0.0, got - ref))
+    return bool(np.all(ok)), float(np.nanmax(err)) if got.size else 0.0
+
+
+def copies(args):
+    return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+
+
+def run_case(name, grid, block, args, tol, cache_dtype=np.float32, label="", skip=()):
+    """Launch `name` and its twin on copies of args; compare every argument (not `skip`: an
+    output the caller checks itself). Returns the kernel's arguments after the launch."""
+    spec = REGISTRY[name]
+    a_k, a_t = copies(args), copies(args)
+    compiled(name, cache_dtype)[grid, block](*a_k)
+    spec.twin(grid, block, *a_t)
+    where = f"kernel {name} grid={grid} block={block} {label}"
+    _dump.extend((f"{where} arg {i}", a_k[i].copy()) for i in spec.writes)
+    for i, (orig, got, ref) in enumerate(zip(args, a_k, a_t)):
+        if not isinstance(orig, np.ndarray) or i in skip:
+            continue
+        if i not in spec.writes:
+            if not np.array_equal(got, orig, equal_nan=True):
+                raise Mismatch(f"{where}: argument {i} changed but is not in writes={spec.writes}")
+            continue
+        if got.dtype.kind in "iu":
+            if not np.array_equal(got, ref):
+                raise Mismatch(f"{where}: argument {i} kernel {got.ravel()[:8]} != twin {ref.ravel()[:8]}")
+            continue
+        atol, k = tol
+        ok, err = close(got, ref, atol, k, EPS16 if got.dtype == np.float16 else EPS32)
+        if not ok:
+            raise Mismatch(f"{where}: argument {i} max |err| {err:.3g} > atol {atol} + {k}*eps*|ref|"
+                           f"\n kernel {got.ravel()[:8]}\n twin   {ref.ravel()[:8]}")
+    return a_k
+
+
+def same_bits(a, b, what):
+    if np.asarray(a).tobytes() != np.asarray(b).tobytes():
+        raise Mismatch(f"{what}: not bit-identical (max diff "
+                       f"{np.nanmax(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))):.3g})")
+
+
+def counter_zero(counter, what):
+    if counter[0] != 0:
+        raise Mismatch(f"{what}: the last-block counter is {counter[0]} after the launch, not 0")
+
+
+def f32(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def rope_tables(S, hd):
+    ang = np.arange(S)[:, None] * (10000.0 ** (-np.arange(hd // 2) / (hd // 2)))[None, :]
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def check_norm_qkv_rope(rng, cfg, tag):
+    """Full launch (q, k, v); the k/v part alone (LAB_OVERLAP's side launch) with a float16
+    cache; the q part alone with W = I at position 0 (cos 1, sin 0): q is then exactly the
+    normalised x, which must be what the rmsnorm kernel writes."""
+    D, H, hd, S = cfg["D"], cfg["n_head"], cfg["hd"], cfg["max_seq"]
+    cos, sin = rope_tables(S, hd)
+    eps = np.float32(1e-5)
+    # rmsnorm (~(log2 D + 4) eps), a D-term dot (error relative to sum |W h|, so atol), two
+    # products and a sum for RoPE: atol 1e-5 and k = 16, as the unfused kernels' checks
+    tol = (1e-5, 16)
+    W = f32(rng, 3 * D, D, scale=D ** -0.5)
+    x, w = f32(rng, D), f32(rng, D)
+    blank = lambda dt: [np.zeros(D, np.float32), f32(rng, S, D).astype(dt), f32(rng, S, D).astype(dt)]
+    run_case("norm_qkv_rope", *fused.qkv_grid(H, 3),
+             [x, w, eps, W, np.int32(0), np.array([5], np.int32), cos, sin, *blank(np.float32)],
+             tol, label=f"{tag} full pos=5")
+    run_case("norm_qkv_rope", *fused.qkv_grid(H, 2),
+             [x, w, eps, np.ascontiguousarray(W[D:]), np.int32(1), np.array([S - 1], np.int32),
+              cos, sin, *blank(np.float16)], tol, np.float16, label=f"{tag} k/v part, float16 cache")
+    eye = np.eye(D, dtype=np.float32)
+    q = run_case("norm_qkv_rope", *fused.qkv_grid(H, 1),
+                 [x, w, eps, eye, np.int32(0), np.array([0], np.int32), cos, sin, *blank(np.float32)],
+                 tol, label=f"{tag} q part, W = I")[8]
+    h = np.zeros(D, np.float32)   # W = I and a rotation by 0 are exact: q is h itself
+    cuda.jit(REGISTRY["rmsnorm"].signatures[0])(REGISTRY["rmsnorm"].py_func)[
+        (1,), (fused.NORM_THREADS,)](x, w, h, eps)
+    same_bits(q, h, f"norm_qkv_rope {tag}: its normalised x vs the rmsnorm kernel's")
+
+
+def check_attn_fused(rng, cfg, tag):
+    """Every block's partials, then the last block's merge + Wo + residual: against the twin
+    (attn_partial + attn_combine); attn_combine run on the kernel's own partials gives the same
+    x bit for bit; the counter is back to 0; a second launch on the same inputs is identical."""
+    D, H, hd, S = cfg["D"], cfg["n_head"], cfg["hd"], cfg["max_seq"]
+    scale = np.float32(1.0 / np.sqrt(hd))
+    # scores: hd-term dots; exp; sums of <= L terms with an online rescale; merge (<= splits
+    # terms, a divide); a D-term projection: values O(1), so k = 64 and atol 1e-5, as the
+    # unfused attention's checks
+    tol = (1e-5, 64)
+    cases = [(np.float32, S - 1, 1), (np.float32, 9, 3), (np.float16, 0, 2)]  # 2 tiles; 3 slices; L = 1, an empty slice
+    if GPU and D > 16:
+        cases += [(np.float32, S - 1, 4), (np.float16, S - 1, 32)]
+    for n, (dt, p, splits) in enumerate(cases):
+        threads = cfg["attn_threads"][n % len(cfg["attn_threads"])]
+        grid, block = fused.attention_grid(H, splits, hd, threads)
+        label = f"{tag} pos={p} splits={splits} threads={block[0]} cache={np.dtype(dt).name}"
+        args = [f32(rng, D, scale=2.0), f32(rng, S, D).astype(dt), f32(rng, S, D).astype(dt),
+                np.array([p], np.int32), np.zeros((H, splits, hd), np.float32),
+                np.zeros((H, splits, 2), np.float32), scale, f32(rng, D, D, scale=D ** -0.5),
+                f32(rng, D), np.zeros(1, np.int32)]
+        out = run_case("attn_fused", grid, block, args, tol, dt, label=label)
+        counter_zero(out[9], f"attn_fused {label}")
+        if n == 1:
+            again = copies(args)
+            compiled("attn_fused", dt)[grid, block](*again)
+            counter_zero(again[9], f"attn_fused {label}, second launch")
+            for i in (4, 5, 8):
+                same_bits(again[i], out[i], f"attn_fused {label}: second launch, argument {i}")
+            x = args[8].copy()
+            combine = cuda.jit(REGISTRY["attn_combine"].signatures[0])(REGISTRY["attn_combine"].py_func)
+            combine[combine_grid(D)](out[4], out[5], args[7], x)
+            same_bits(out[8], x, f"attn_fused {label}: x vs attn_combine on its partials")
+
+
+def check_norm_swiglu(rng, cfg, tag):
+    D, F = cfg["D"], cfg["F"]
+    # rmsnorm, two D-term dots, exp and a divide: atol 1e-5, k = 16 (as swiglu_up's check)
+    run_case("norm_swiglu", *fused.rows_grid(F),
+             [f32(rng, D), f32(rng, D), np.float32(1e-5), f32(rng, F, D, scale=D ** -0.5),
+              f32(rng, F, D, scale=D ** -0.5), np.zeros(F, np.float32)], (1e-5, 16), label=tag)
+
+
+def check_norm_lm_head_argmax(rng, cfg, tag):
+    """Logits against the twin; the token: the argmax policy on the logits the kernel wrote
+    (ties to the lowest index, NaN never wins, all NaN gives 0), only at generated positions;
+    the position advanced every time; the counter back to 0; a second launch identical."""
+    D, V, S = cfg["D"], cfg["V"], cfg["max_seq"]
+    grid, block = fused.rows_grid(V)
+    x, w = f32(rng, D), f32(rng, D)
+    ties = f32(rng, V, D, scale=D ** -0.5)
+    ties[0] = np.nan                        # logit 0 is NaN: never picked
+    ties[2] = ties[V - 1] = 8.0 * np.sign(x * w) * D ** -0.5   # the largest logits, equal: 2 wins
+    cases = [("ties and NaN, last slot", ties, S - 2, 1),
+             ("all NaN", np.full((V, D), np.nan, np.float32), 3, 2),
+             ("random", f32(rng, V, D, scale=D ** -0.5), 5, 2),
+             ("prompt slot: no token", f32(rng, V, D, scale=D ** -0.5), 3, 5)]
+    for n, (what, W, p, n_prompt) in enumerate(cases):
+        label = f"{tag} {what} pos={p} n_prompt={n_prompt}"
+        tokens = (np.arange(S, dtype=np.int32) + 100)          # recognisable "untouched" ids
+        args = [x, w, np.float32(1e-5), W, np.zeros(V, np.float32), np.array([p], np.int32),
+                np.array([n_prompt], np.int32), tokens, np.zeros(1, np.int32)]
+        # rmsnorm and a D-term dot: atol 1e-5, k = 16; tokens are checked on the kernel's logits
+        out = run_case("norm_lm_head_argmax", grid, block, args, (1e-5, 16), label=label, skip=(7,))
+        want = tokens.copy()
+        if p + 1 >= n_prompt:
+            want[p + 1] = argmax_twin_index(out[4])
+        if not np.array_equal(out[7], want) or out[5][0] != p + 1:
+            raise Mismatch(f"norm_lm_head_argmax {label}: tokens {out[7]} (want {want}), "
+                           f"pos {out[5][0]} (want {p + 1})")
+        if n == 0 and out[7][p + 1] != 2:
+            raise Mismatch(f"norm_lm_head_argmax {label}: picked {out[7][p + 1]}, want 2 (tie)")
+        if n == 1 and out[7][p + 1] != 0:
+            raise Mismatch(f"norm_lm_head_argmax {label}: picked {out[7][p + 1]}, want 0 (all NaN)")
+        counter_zero(out[8], f"norm_lm_head_argmax {label}")
+        if n == 0:
+            again = copies(args)
+            compiled("norm_lm_head_argmax")[grid, block](*again)
+            counter_zero(again[8], f"norm_lm_head_argmax {label}, second launch")
+            for i in (4, 5, 7):
+                same_bits(again[i], out[i], f"norm_lm_head_argmax {label}: second launch, argument {i}")
+
+
+def main() -> int:
+    if "--shuffles" in sys.argv and not reduce.SHUFFLES:
+        raise Mismatch("--shuffles: kernels/reduce.py did not take the shuffle path")
+    rng = np.random.default_rng(SEED)
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+    for cfg in CONFIGS:
+        tag = f"D={cfg['D']} H={cfg['n_head']} hd={cfg['hd']}"
+        for name, check in (("norm_qkv_rope", check_norm_qkv_rope), ("attn_fused", check_attn_fused),
+                            ("norm_swiglu", check_norm_swiglu),
+                            ("norm_lm_head_argmax", check_norm_lm_head_argmax)):
+            t = time.perf_counter()
+            check(rng, cfg, tag)
+            timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
+    missing = sorted({(n, s) for n in FUSED for s in REGISTRY[n].signatures} - _exercised)
+    if missing:
+        raise Mismatch(f"fused kernels/signatures never exercised: {missing}")
+    unlisted = sorted(n for n, spec in REGISTRY.items()
+                      if spec.py_func.__module__ == fused.__name__ and n not in FUSED)
+    if unlisted:
+        raise Mismatch(f"kernels in kernels/fused.py this check does not know: {unlisted}")
+    print(" ".join(f"{k}={v:.1f}s" for k, v in timings.items()))
+    if "--dump" in sys.argv:
+        path = sys.argv[sys.argv.index("--dump") + 1]
+        np.savez(path, labels=np.array([k for k, _ in _dump]),
+                 **{f"a{i}": v for i, (_, v) in enumerate(_dump)})
+    mode = "gpu" if GPU else "cudasim " + ("shuffles" if reduce.SHUFFLES else "trees")
+    print(f"{mode}: {len(FUSED)} fused kernels, {len(_exercised)} signatures "
+          f"OK in {time.perf_counter() - t_start:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Mismatch as e:
+        print(f"CUDASIM MISMATCH: {e}", file=sys.stderr)
+        sys.exit(1)
