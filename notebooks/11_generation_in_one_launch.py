@@ -265,7 +265,9 @@ dl = recorded("device_loop.json")
 if dl is None:
     print("data/gpu/device_loop.json is not recorded yet: run scripts/gpu_run.sh on a GPU")
 else:
-    for name in ("plain", "pdl"):
+    for name in ("plain", "pdl", "fused", "fused+pdl"):
+        if name not in dl:   # recorded before the fused step existed
+            continue
         print(f"[{name}]")
         show(report.format_ab(report.narrow(dl[name])))
     print("host launches per generate:", dl["launches"], "| bodies:", dl["bodies"])

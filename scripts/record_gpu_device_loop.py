@@ -1,13 +1,13 @@
 """Record the host loop against the device loop (LAB_LOOP), as JSON with source and date:
 graph replays launched by the host, one per token, against ONE launch of a WHILE-over-SWITCH
-graph for the whole generation; without and with PDL.
+graph for the whole generation; without and with PDL, unfused and fused (LAB_FUSION).
 
   python scripts/record_gpu_device_loop.py --out DIR [--backend cuda] [--reps 5] [--tokens 256]
                                            [--lengths 16,64,256,900]
 
 Three measurements, all at the notebooks' prompt:
-- "plain" / "pdl": paired, interleaved A/B behind an A/A gate on one shared engine
-  (lab/bench.py) at --tokens generated tokens;
+- "plain" / "pdl" / "fused" / "fused+pdl": paired, interleaved A/B behind an A/A gate on one
+  shared engine (lab/bench.py) at --tokens generated tokens;
 - "lengths": ms/token of both loops (with and without PDL) at each generation length, the four
   arms interleaved on one engine per rep (the order reversed every other rep), so the loops'
   difference can be read against the length (the device loop's one launch is amortised over
@@ -17,8 +17,9 @@ Three measurements, all at the notebooks' prompt:
   it, the device loop captures every plan's body and instantiates the loop graph before its one
   launch. Each is timed end to end against a second, steady generate of the same length.
 
-Writes DIR/device_loop.json: {"plain", "pdl": A/B results, "lengths": {...}, "first": {...},
-"bodies": node counts, "launches": host launches per generate for each loop}.
+Writes DIR/device_loop.json: {"plain", "pdl", "fused", "fused+pdl": A/B results,
+"lengths": {...}, "first": {...}, "bodies": node counts, "launches": host launches per generate
+for each loop}.
 """
 from __future__ import annotations
 
@@ -121,7 +122,9 @@ def main() -> int:
 
     out = {"what": "host loop (a graph launch per token) vs device loop (one launch per "
                    "generate: WHILE over SWITCH of every plan's step)"}
-    for name, cfg in (("plain", base), ("pdl", base.replace(pdl=True))):
+    for name, cfg in (("plain", base), ("pdl", base.replace(pdl=True)),
+                      ("fused", base.replace(fusion=True)),
+                      ("fused+pdl", base.replace(fusion=True, pdl=True))):
         res = bench.run_ab(model, cfg, cfg.replace(loop="device"), reps=args.reps,
                            tokens=args.tokens, names=("host loop", "device loop"), progress=None,
                            per_token=0)
