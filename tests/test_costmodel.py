@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from lab.backend import Launch
 from lab.backend.costmodel import COSTS_FILE, CostModel, cost_key, launch_bytes
 from lab.backend.sim import SimBackend
 from lab.config import LabConfig
@@ -90,6 +91,19 @@ def test_unmeasured_launches_take_their_twin_or_the_floor_and_are_listed(model):
         eng.plan(64)) if x.name == "rmsnorm")
     assert cost.node_us(late, 65, False) == cost.node_us(clean, 65, False)
     assert cost_key(late) in cost.misses
+
+
+def test_a_launch_whose_geometry_changed_takes_the_same_work_recorded_and_is_listed(model):
+    """A kernel relaunched with another grid/block on the SAME argument shapes (its geometry
+    changed since the recording) costs what that work was recorded at, and is listed as a miss
+    until it is recorded again -- not the nearest-bytes guess, which can be another plan's."""
+    cost = CostModel.load().replace()
+    eng = DecodeEngine(model, SIM.replace(graph=False))
+    mv = next(x for x in eng.step_launches(eng.plan(64)) if x.name == "matvec")
+    assert cost_key(mv) in cost.kernels
+    moved = Launch(mv.kernel, (mv.grid[0] * 2,), (mv.block[0] // 2,), mv.args, mv.layer, mv.stream)
+    assert cost.node_us(moved, 65, False) == cost.node_us(mv, 65, False)
+    assert cost.misses == {cost_key(moved)}
 
 
 def test_same_seed_same_time_other_seed_other_noise(model):

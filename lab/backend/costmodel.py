@@ -30,9 +30,12 @@ The functional form, and why:
   per-token spread, a slow host drift from the spread of whole reps beyond what per-token
   jitter explains (redrawn every rep's duration); per-node graph jitter from the spread of whole
   graph reps (a per-token clock on a GPU mostly measures its own synchronisation).
-- A launch never measured (a deliberate bug's variant kernel, a float16 cache, another model)
-  takes its clean twin's nearest measured launch, else the empty-node floor plus its bytes over
-  the bandwidth fitted to the measured kernels; `CostModel.misses` lists them.
+- A launch never measured takes, in turn: the same kernel's recorded launch on the same
+  argument shapes under another grid/block (a kernel whose launch geometry changed since the
+  recording: its old time, until recorded again); its clean twin's nearest measured launch (a
+  deliberate bug's variant kernel, a float16 cache, another model); else the empty-node floor
+  plus its bytes over the bandwidth fitted to the measured kernels. `CostModel.misses` lists
+  every such launch.
 """
 from __future__ import annotations
 
@@ -286,6 +289,13 @@ class CostModel:
             return fit
         self.misses.add(key)
         family = TWIN_OF.get(launch.name, launch.name)
+        # the same kernel on the same argument shapes under another grid/block (its geometry
+        # changed since the recording): the recorded launch of that work, until re-recorded
+        shapes = key.split(" [", 1)[1]
+        same = [f for k, f in self.kernels.items()
+                if k.split(" ", 1)[0] == family and k.split(" [", 1)[1] == shapes]
+        if same:
+            return same[0]
         cands = [(k, f) for k, f in self.kernels.items() if k.split(" ", 1)[0] == family]
         if cands:
             nb = launch_bytes(launch, 1)
