@@ -166,7 +166,8 @@ for name, (bugs, writes) in designs.items():
 # `replay_check` decodes the same tokens eagerly and as graph replays, for several prompts on
 # one engine (so the second prompt replays graphs captured during the first, after a reset),
 # and compares every token id and every logit **bit for bit**. Bytes are the right bar *here*
-# because this lab's kernels are deterministic — no atomics, a fixed reduction order — and
+# because this lab's kernels are deterministic — no atomic in any sum (the fused step's one
+# atomic counter only elects which block finishes the work), a fixed reduction order — and
 # both arms start from the same state and run the same launches: a difference is a bug, not
 # "numerical drift". Kernels with atomics or order-dependent reductions would not promise that,
 # and there only an A/A control separates a bug from run-to-run noise. The check replays 72

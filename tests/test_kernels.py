@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+import kernels
 import pytest
 
 from kernels import REGISTRY
@@ -56,6 +58,21 @@ def assert_close(got, ref, atol, k, eps=EPS32):
 
 
 # ------------------------------------------------------------------ house rules
+
+
+def test_the_only_atomic_elects_a_block():
+    """No kernel sums with atomics: the one atomic in kernels/ is the fused step's "last block
+    done" counter (kernels/fused.py `arrive_last`), which only elects the block that does the
+    follow-on work; what that block computes reads every part in a fixed order."""
+    where = []
+    for path in sorted(Path(kernels.__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef):
+                for node in ast.walk(fn):
+                    if isinstance(node, ast.Attribute) and node.attr == "atomic":
+                        where.append((path.name, fn.name))
+    assert where and set(where) == {("fused.py", "arrive_last")}, where
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
