@@ -1,6 +1,7 @@
 """The sim engine against the float64 oracle, and the engine's refusals of bad requests."""
 import numpy as np
 import pytest
+from _oracle import logit_tol, stepped_logits
 
 from lab import reference
 from lab.engine import DecodeEngine
@@ -17,16 +18,6 @@ def oracle(model):
     return reference.generate(model, ids, N_TOKENS, return_logits=True)
 
 
-def _logit_tol(ref):
-    # float32 kernels vs the float64 oracle: each logit is a chain of 4 layers of float32 dot
-    # products of length <= 512 (relative rounding ~sqrt(512) * eps per dot, compounded through
-    # the residual stream). 2048 * eps(float32) * |logit| (~2.4e-4 relative) plus 1e-4 absolute
-    # for logits near zero is ~10x above the largest error measured on this model (see
-    # test_logit_error_is_far_inside_tolerance), yet far below the gap between a top-1 and a
-    # top-2 logit that would flip a token.
-    return 1e-4 + 2048 * np.finfo(np.float32).eps * np.abs(ref)
-
-
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 def test_sim_tokens_equal_reference_across_plan_boundaries(model, sim_cfg, oracle, graph):
     ref_tokens, _ = oracle
@@ -41,15 +32,9 @@ def test_sim_tokens_equal_reference_across_plan_boundaries(model, sim_cfg, oracl
 
 def test_sim_logits_within_dtype_tolerance_of_float64(model, sim_cfg, oracle):
     ref_tokens, ref_logits = oracle
-    eng = DecodeEngine(model, sim_cfg.replace(graph=False))
-    eng.reset(ref_tokens[:len(PROMPT)], N_TOKENS)
-    got = []
-    for pos in range(len(ref_tokens) - 1):
-        eng.step()
-        if pos + 1 >= len(PROMPT):
-            got.append(eng.logits())
-    got = np.array(got, dtype=np.float64)
-    assert np.all(np.abs(got - ref_logits) <= _logit_tol(ref_logits))
+    got = stepped_logits(DecodeEngine(model, sim_cfg.replace(graph=False)), ref_tokens,
+                         len(PROMPT), N_TOKENS)
+    assert np.all(np.abs(got - ref_logits) <= logit_tol(ref_logits))
 
 
 def test_logit_error_is_far_inside_tolerance(model, sim_cfg, oracle):
@@ -60,7 +45,7 @@ def test_logit_error_is_far_inside_tolerance(model, sim_cfg, oracle):
     for _ in range(len(PROMPT)):
         eng.step()
     err = np.abs(eng.logits().astype(np.float64) - ref_logits[0])
-    assert np.all(err <= _logit_tol(ref_logits[0]) / 10)
+    assert np.all(err <= logit_tol(ref_logits[0]) / 10)
 
 
 def test_float16_kv_cache_stays_close(model, sim_cfg, oracle):

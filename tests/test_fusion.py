@@ -23,6 +23,7 @@ import pytest
 
 import kernels
 from _bug_checks import check_illegal
+from _oracle import logit_tol, stepped_logits
 from kernels import fused
 from kernels.sample import argmax_twin_index
 from lab import bugs, reference
@@ -44,14 +45,6 @@ N_TOKENS = 72
 SIM = LabConfig(backend="sim")
 FUSED = SIM.replace(fusion=True)
 FUSED_KERNELS = ("norm_qkv_rope", "attn_fused", "norm_swiglu", "norm_lm_head_argmax")
-
-
-def _logit_tol(ref):
-    # as tests/test_engine.py: float32 dots of length <= 512 chained through 4 layers, vs the
-    # float64 oracle: 2048 eps(float32) * |logit| + 1e-4 is ~10x the largest error measured on
-    # this model and far below a top-1 / top-2 gap. The fused kernels reorder sums (attention's
-    # partials by thread groups) but keep every sum in float32 with the same lengths.
-    return 1e-4 + 2048 * np.finfo(np.float32).eps * np.abs(ref)
 
 
 @pytest.fixture(scope="module")
@@ -107,15 +100,9 @@ def test_fused_tokens_equal_the_float64_oracle_across_plan_boundaries(model, ora
 
 def test_fused_logits_within_float32_tolerance_of_the_oracle(model, oracle):
     ref_tokens, ref_logits = oracle
-    eng = DecodeEngine(model, FUSED.replace(graph=False))
-    eng.reset(ref_tokens[:len(PROMPT)], N_TOKENS)
-    got = []
-    for pos in range(len(ref_tokens) - 1):
-        eng.step()
-        if pos + 1 >= len(PROMPT):
-            got.append(eng.logits())
-    got = np.array(got, dtype=np.float64)
-    assert np.all(np.abs(got - ref_logits) <= _logit_tol(ref_logits))
+    got = stepped_logits(DecodeEngine(model, FUSED.replace(graph=False)), ref_tokens,
+                         len(PROMPT), N_TOKENS)
+    assert np.all(np.abs(got - ref_logits) <= logit_tol(ref_logits))
 
 
 def test_on_the_simulator_fused_equals_unfused_bit_for_bit(model):
@@ -403,23 +390,17 @@ def test_gpu_fused_kernels_match_their_twins():
 @pytest.mark.gpu
 def test_gpu_fused_and_unfused_tokens_equal_the_oracle_and_logits_agree(model, oracle):
     """Fused vs unfused on the GPU: the summation order differs (attention's partials), so the
-    logits are held against the float64 oracle with the float32 tolerance (_logit_tol), each
+    logits are held against the float64 oracle with the float32 tolerance (logit_tol), each
     side; both within it, they differ by at most twice it. Tokens are equal to the oracle's."""
     ref_tokens, ref_logits = oracle
     logits = {}
     for fusion in (False, True):
         eng = DecodeEngine(model, LabConfig(backend="cuda", graph=False, fusion=fusion))
-        eng.reset(ref_tokens[:len(PROMPT)], N_TOKENS)
-        got = []
-        for pos in range(len(ref_tokens) - 1):
-            eng.step()
-            if pos + 1 >= len(PROMPT):
-                got.append(eng.logits())
+        logits[fusion] = stepped_logits(eng, ref_tokens, len(PROMPT), N_TOKENS)
         np.testing.assert_array_equal(eng.tokens(len(ref_tokens)), ref_tokens)
-        logits[fusion] = np.array(got, dtype=np.float64)
-        assert np.all(np.abs(logits[fusion] - ref_logits) <= _logit_tol(ref_logits)), fusion
+        assert np.all(np.abs(logits[fusion] - ref_logits) <= logit_tol(ref_logits)), fusion
         assert not eng.backend.download(eng.buf.counters).any()    # every counter back to 0
-    assert np.all(np.abs(logits[True] - logits[False]) <= 2 * _logit_tol(ref_logits))
+    assert np.all(np.abs(logits[True] - logits[False]) <= 2 * logit_tol(ref_logits))
 
 
 @pytest.mark.gpu
