@@ -34,6 +34,10 @@ if "--shuffles" in sys.argv:   # before kernels/ is imported: reduce.py picks it
     from _cudasim_kernels import install_warp_shuffles  # (its own --shuffles installs them too)
     if not hasattr(FakeCUDAModule, "shfl_xor_sync"):
         install_warp_shuffles()
+# the kernel harness's launch-and-compare against the twin, its registry of compiled kernels
+# and signatures exercised, and its --dump list
+from _cudasim_kernels import (Mismatch, _dump, _exercised, compiled, f32, run_case,  # noqa: E402
+                              sig_for)
 
 from kernels import REGISTRY, fused, reduce  # noqa: E402
 from kernels.attention import combine_grid  # noqa: E402
@@ -41,8 +45,6 @@ from kernels.sample import argmax_twin_index  # noqa: E402
 
 FUSED = ("norm_qkv_rope", "attn_fused", "norm_swiglu", "norm_lm_head_argmax")
 SEED = 4321
-EPS32 = float(np.finfo(np.float32).eps)
-EPS16 = float(np.finfo(np.float16).eps)
 
 # n_head 2 (head indexing), hd 8 (a 2-tile context at max_seq 16), F and V not multiples of the 8
 # rows a norm block computes; attention blocks of 32 or 64 threads (4 or 8 groups of hd lanes)
@@ -51,65 +53,8 @@ CONFIGS = [TINY]
 if GPU:   # the real model's dims, attn_fused at its own block size (max_seq cut to 128)
     CONFIGS.append(dict(D=256, n_head=4, hd=64, F=512, V=71, max_seq=128, attn_threads=(None,)))
 
-_compiled: dict = {}
-_exercised: set = set()
-_dump: list = []       # (label, kernel output) in launch order, for --dump
-
-
-class Mismatch(Exception):
-    pass
-
-
-def compiled(name: str, cache_dtype=np.float32):
-    sigs = REGISTRY[name].signatures
-    sig = sigs[0] if len(sigs) == 1 else next(
-        s for s in sigs if ("float16" in s) == (np.dtype(cache_dtype) == np.float16))
-    if (name, sig) not in _compiled:
-        _compiled[(name, sig)] = cuda.jit(sig)(REGISTRY[name].py_func)
-    _exercised.add((name, sig))
-    return _compiled[(name, sig)]
-
-
-def close(got, ref, atol, k, eps):
-    got = np.asarray(got, dtype=np.float64)
-    ref = np.asarray(ref, dtype=np.float64)
-    same = (got == ref) | (np.isnan(got) & np.isnan(ref))
-    with np.errstate(invalid="ignore"):
-        ok = same | (np.abs(got - ref) <= atol + k * eps * np.abs(ref))
-        err = np.abs(np.where(same, 0.0, got - ref))
-    return bool(np.all(ok)), float(np.nanmax(err)) if got.size else 0.0
-
-
 def copies(args):
     return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-
-
-def run_case(name, grid, block, args, tol, cache_dtype=np.float32, label="", skip=()):
-    """Launch `name` and its twin on copies of args; compare every argument (not `skip`: an
-    output the caller checks itself). Returns the kernel's arguments after the launch."""
-    spec = REGISTRY[name]
-    a_k, a_t = copies(args), copies(args)
-    compiled(name, cache_dtype)[grid, block](*a_k)
-    spec.twin(grid, block, *a_t)
-    where = f"kernel {name} grid={grid} block={block} {label}"
-    _dump.extend((f"{where} arg {i}", a_k[i].copy()) for i in spec.writes)
-    for i, (orig, got, ref) in enumerate(zip(args, a_k, a_t)):
-        if not isinstance(orig, np.ndarray) or i in skip:
-            continue
-        if i not in spec.writes:
-            if not np.array_equal(got, orig, equal_nan=True):
-                raise Mismatch(f"{where}: argument {i} changed but is not in writes={spec.writes}")
-            continue
-        if got.dtype.kind in "iu":
-            if not np.array_equal(got, ref):
-                raise Mismatch(f"{where}: argument {i} kernel {got.ravel()[:8]} != twin {ref.ravel()[:8]}")
-            continue
-        atol, k = tol
-        ok, err = close(got, ref, atol, k, EPS16 if got.dtype == np.float16 else EPS32)
-        if not ok:
-            raise Mismatch(f"{where}: argument {i} max |err| {err:.3g} > atol {atol} + {k}*eps*|ref|"
-                           f"\n kernel {got.ravel()[:8]}\n twin   {ref.ravel()[:8]}")
-    return a_k
 
 
 def same_bits(a, b, what):
@@ -121,10 +66,6 @@ def same_bits(a, b, what):
 def counter_zero(counter, what):
     if counter[0] != 0:
         raise Mismatch(f"{what}: the last-block counter is {counter[0]} after the launch, not 0")
-
-
-def f32(rng, *shape, scale=1.0):
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
 def rope_tables(S, hd):
@@ -186,7 +127,7 @@ def check_attn_fused(rng, cfg, tag):
         counter_zero(out[9], f"attn_fused {label}")
         if n == 1:
             again = copies(args)
-            compiled("attn_fused", dt)[grid, block](*again)
+            compiled("attn_fused", sig_for("attn_fused", dt))[grid, block](*again)
             counter_zero(again[9], f"attn_fused {label}, second launch")
             for i in (4, 5, 8):
                 same_bits(again[i], out[i], f"attn_fused {label}: second launch, argument {i}")
@@ -224,7 +165,8 @@ def check_norm_lm_head_argmax(rng, cfg, tag):
         args = [x, w, np.float32(1e-5), W, np.zeros(V, np.float32), np.array([p], np.int32),
                 np.array([n_prompt], np.int32), tokens, np.zeros(1, np.int32)]
         # rmsnorm and a D-term dot: atol 1e-5, k = 16; tokens are checked on the kernel's logits
-        out = run_case("norm_lm_head_argmax", grid, block, args, (1e-5, 16), label=label, skip=(7,))
+        out = run_case("norm_lm_head_argmax", grid, block, args, (1e-5, 16), label=label, skip=(7,),
+                       nan_equal=True)            # NaN weights on purpose: NaN logits
         want = tokens.copy()
         if p + 1 >= n_prompt:
             want[p + 1] = argmax_twin_index(out[4])
@@ -238,7 +180,7 @@ def check_norm_lm_head_argmax(rng, cfg, tag):
         counter_zero(out[8], f"norm_lm_head_argmax {label}")
         if n == 0:
             again = copies(args)
-            compiled("norm_lm_head_argmax")[grid, block](*again)
+            compiled("norm_lm_head_argmax", sig_for("norm_lm_head_argmax"))[grid, block](*again)
             counter_zero(again[8], f"norm_lm_head_argmax {label}, second launch")
             for i in (4, 5, 7):
                 same_bits(again[i], out[i], f"norm_lm_head_argmax {label}: second launch, argument {i}")
