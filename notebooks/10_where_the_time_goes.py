@@ -37,7 +37,6 @@
 
 # %%
 import json
-import re
 import textwrap
 from pathlib import Path
 
@@ -58,41 +57,15 @@ CONTEXTS = (64, 900)
 HBM_TB_S = 4.8      # H200 HBM3e bandwidth, from NVIDIA's datasheet
 costs = CostModel.load()
 recorded_costs = json.loads((GPU / "kernel_costs.json").read_text())
-# The fast kernels' pass (data/gpu/pass_e527c0d): its log came back, most of its JSON did not
-# (see that folder's README); its recorders' printed tables are read from the log as printed.
-PASS = GPU / "pass_e527c0d"
-PASS_LOG = (PASS / "gpu_run.log").read_text().splitlines()
 
 
-def log_section(start, stop="== exit"):
-    """The lines of the pass log from the first line starting with `start` to `stop`."""
-    i = next(k for k, ln in enumerate(PASS_LOG) if ln.startswith(start))
-    j = next(k for k in range(i + 1, len(PASS_LOG)) if PASS_LOG[k].startswith(stop))
-    return PASS_LOG[i:j]
-
-
-def logged_node_times(position=64):
-    """{kernel: max us/node} the cost recorder printed for `position` (all its launch keys)."""
+def node_times(position=64):
+    """{kernel: largest us/node over its launch shapes} recorded at `position` (context + 1)."""
     out = {}
-    for ln in log_section("== python3 scripts/record_gpu_costs.py"):
-        m = re.match(r"\[\s*[\d.]+s\]\s+(\w+)\s+pos\s+(\d+): ([\d.]+) us/node", ln)
-        if m and int(m.group(2)) == position:
-            out[m.group(1)] = max(out.get(m.group(1), 0.0), float(m.group(3)))
+    for k in recorded_costs["kernels"]:
+        if k["position"] == position:
+            out[k["kernel"]] = max(out.get(k["kernel"], 0.0), k["node_us"])
     return out
-
-
-def logged_peer():
-    """The peer recorder's table, as printed: {context: {arm: (ms/token, sem us, / compile)}}."""
-    out, source = {}, ""
-    for ln in log_section("== peer ==", "wrote "):
-        m = re.match(r"\s*(\d+) (.+?)\s+(lab|torch)\s+([\d.]+)\s+([\d.]+)\s+\d+\s+\S+\s+"
-                     r"(same|DIFFER)\s+([\d.]+)", ln)
-        if m:
-            out.setdefault(int(m.group(1)), {})[m.group(2)] = (
-                float(m.group(4)), float(m.group(5)), float(m.group(7)))
-        if ln.startswith("source: "):
-            source = ln[len("source: "):]
-    return out, source
 
 
 def show(text, width=100):
@@ -124,20 +97,18 @@ def breakdown(cfg, context, pdl=False):
 # largest of a kernel's launch shapes), for the kernels of this build, unfused and fused:
 
 # %%
-logged = logged_node_times(64)
+logged = node_times(64)
 print(f"{'kernel':<22} {'us/node':>8}   (H200, context 65)")
 for k, us in sorted(logged.items(), key=lambda kv: -kv[1]):
     print(f"{k:<22} {us:>8.2f}")
-show(f"source: data/gpu/pass_e527c0d/gpu_run.log, {log_section('backend: ')[0][9:]}")
+show(f"source: data/gpu/kernel_costs.json, {recorded_costs['source']}, {recorded_costs['date']}")
 
 # %% [markdown]
 # Then as the simulator sees a whole step: per kernel, how many nodes a step has and their time
 # summed, at context 64 and 900, from the component costs it is built from
-# (`data/gpu/kernel_costs.json`). Those were recorded in the last complete pass, for the kernels
-# BEFORE this build's faster ones: a launch whose grid or block changed since takes its old
-# recorded time on the same argument shapes, and the fused kernels, never recorded there, an
-# estimate from their bytes (both listed below the table). Attention's time grows with the
-# context; nothing else's does.
+# (`data/gpu/kernel_costs.json`, the same recording as the table above; a launch shape it does
+# not hold would be listed below the table with how it was priced). Attention's time grows with
+# the context; nothing else's does.
 
 # %%
 unfused, fused = SIM, SIM.replace(fusion=True)
@@ -238,22 +209,15 @@ show(report.format_sweep(sim_sweep))
 # The same model from the same weight file in PyTorch, float32 with TF32 off, greedy on the
 # device, recorded on the H200 beside the lab's graph arms (`scripts/record_gpu_peer.py`; the
 # torch arms run in their own process: once torch has run kernels in a process, every later
-# graph node in it replays slower). From `peer.json` when recorded; else the recorder's table
-# as it printed it in the fast kernels' pass:
+# graph node in it replays slower). From `data/gpu/peer.json`:
 
 # %%
-peer_path = GPU / "peer.json"
-if peer_path.is_file():
-    peer = json.loads(peer_path.read_text())
-    show(report.format_peer(peer))
-    peer_rows = {c: {a: (r["mean_ms"], 1000 * r["sem_ms"], r.get("ratio_to_torch_compile"))
-                     for a, r in peer["results"][str(c)].items() if "mean_ms" in r}
-                 for c in CONTEXTS}
-    peer_source = peer["source"]
-else:
-    show("\n".join(log_section("== peer ==", "wrote ")[1:]))
-    print("[from data/gpu/pass_e527c0d/gpu_run.log: that pass's peer.json did not come back]")
-    peer_rows, peer_source = logged_peer()
+peer = json.loads((GPU / "peer.json").read_text())
+show(report.format_peer(peer))
+peer_rows = {c: {a: (r["mean_ms"], 1000 * r["sem_ms"], r.get("ratio_to_torch_compile"))
+                 for a, r in peer["results"][str(c)].items() if "mean_ms" in r}
+             for c in CONTEXTS}
+peer_source = peer["source"]
 
 # %% [markdown]
 # ## 5. What fusion buys, and what kernel quality buys
@@ -284,8 +248,9 @@ show(f"us/token: {peer_source}; floors: {recorded_costs['source']}")
 # 132, and its qkv kernel runs 12 blocks that each normalise x again. On this GPU a graph node
 # costs half a microsecond; a kernel that serialises work costs microseconds. Fusion pays when
 # it removes round trips without removing parallelism; here the unfused kernels, made fast
-# one by one (section 1), are what moved the step from about 0.12 ms/token (the kernels before
-# this build, in the complete pass's files) to 0.077.
+# one by one (section 1), are what moved the step from 0.120 ms/token (the graph step of the
+# kernels before this build, as the H200 pass of commit cf2ee52 recorded it: `git show
+# 88680e0:data/gpu/ladder.json`) to the figure in the peer table above.
 #
 # ## 6. The targets this step was built against
 # Each target, the number it is held to, and the recorded figure:

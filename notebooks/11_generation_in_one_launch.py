@@ -35,7 +35,6 @@
 
 # %%
 import json
-import re
 import textwrap
 from pathlib import Path
 
@@ -282,28 +281,8 @@ else:
 # graph before its one launch.
 
 # %%
-sweep = dl.get("lengths") if dl else None
-if sweep is None:
-    # data/gpu/device_loop.json predates the sweep; the pass of this build's kernels printed it
-    # (data/gpu/pass_e527c0d: its log came back, its device_loop.json did not)
-    log = (GPU / "pass_e527c0d" / "gpu_run.log").read_text().splitlines()
-    start = next(i for i, ln in enumerate(log) if "] lengths [" in ln)
-    stop = next(i for i in range(start, len(log)) if log[i].startswith("launches per generate"))
-    show("\n".join(log[start:stop + 1]))
-    src = next(ln for ln in log[:start][::-1] if ln.startswith("source: measured"))
-    show(f"[data/gpu/pass_e527c0d/gpu_run.log, the device-loop recorder's output as printed; {src}]")
-    pts = [re.search(r"(\d+) tokens: host ([\d.]+) device ([\d.]+)", ln) for ln in log[start:stop]]
-    pts = [(int(m.group(1)), 1000 * float(m.group(2)), 1000 * float(m.group(3))) for m in pts if m]
-    fig, ax = plt.subplots(figsize=(5.5, 3))
-    ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="host loop")
-    ax.plot([p[0] for p in pts], [p[2] for p in pts], "o--", label="device loop")
-    ax.set_xscale("log")
-    ax.set_xlabel("tokens generated")
-    ax.set_ylabel("us / token")
-    ax.set_title("H200, this build's kernels (pass e527c0d log)", fontsize=8)
-    ax.legend(fontsize=7)
-    plt.show()
-else:
+if dl is not None:
+    sweep = dl["lengths"]
     arms, lengths = sweep["arms"], sweep["lengths"]
     names = [n for n in arms if n != "tokens identical"]
     print(f"{'tokens':>6} " + " ".join(f"{n:>16}" for n in names) + "  device/host  +pdl")

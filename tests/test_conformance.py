@@ -39,6 +39,9 @@ def test_the_table_covers_the_lessons(report):
     (Row("x", "count", 37, 37, True), True),
     (Row("x", "count", 41, 37, True), False),
     (Row("x", "ms", float("nan"), 0.1), False),
+    (Row("x", "us/token", 27.0, 37.9, gpu_sem=9.4), True),    # 29% off, within 2 sem
+    (Row("x", "us/token", 27.0, 37.9, gpu_sem=4.0), False),   # 29% off, 2.7 sem
+    (Row("x", "us/token", -27.0, 37.9, gpu_sem=40.0), False),  # wrong sign: never noise
 ])
 def test_verdict_rule(row, ok):
     assert row.ok is ok
