@@ -76,6 +76,42 @@ BUGS: dict[str, Bug] = {b.name: b for b in (
 )}
 
 
+# Bugs of the tensor-parallel step (LAB_RANKS=2, lab/ranks.py): an override of RankStep, not of
+# the one-GPU Step, so they live apart from BUGS (whose rows every one-GPU notebook walks).
+RANK_BUGS: dict[str, Bug] = {b.name: b for b in (
+    Bug("rank_skew", "rank",
+        "each rank's own plan decision: rank 1 picks the all-reduce algorithm from ITS measured "
+        "message cost and, from the 4-split plans on (context 64+), issues reduce-scatter + "
+        "all-gather where rank 0 issues all-reduce",
+        "collective order check",
+        "make every decision that changes a rank's collectives from state every rank shares "
+        "(the position, the plan key), never from one rank's own measurements"),
+)}
+
+
+def ranks_refusal(cfg) -> str | None:
+    """Why `cfg` cannot run as configured with respect to ranks (None: it can), for LabConfig."""
+    if "rank_skew" in cfg.bugs and cfg.ranks < 2:
+        return ("LAB_BUG_RANK_SKEW=1 is a disagreement between ranks: it needs LAB_RANKS=2")
+    if cfg.ranks < 2:
+        return None
+    off = [(var, why) for var, on, why in (
+        ("LAB_FUSION=1", cfg.fusion, "the fused kernels take whole heads and the whole residual"),
+        ("LAB_PDL=1", cfg.pdl, "a collective is no programmatic launch"),
+        ("LAB_OVERLAP=1", cfg.overlap, "the side stream is not part of the rank's step"),
+        ("LAB_LOOP=device", cfg.loop == "device", "the loop graph is one device's"),
+        ("LAB_PLAN_SWITCH=update", cfg.plan_switch == "update", "each rank's graph is its own"),
+    ) if on]
+    one_gpu = sorted(set(cfg.bugs) - set(RANK_BUGS))
+    if one_gpu:
+        off.append((", ".join(f"{BUGS[b].env}=1" for b in one_gpu),
+                    "the one-GPU bugs override pieces of the one-GPU step"))
+    if not off:
+        return None
+    return (f"LAB_RANKS={cfg.ranks} runs the one-op-per-kernel step with graphs or eagerly, and "
+            f"nothing else yet: " + "; ".join(f"{v} is not built for ranks ({w})" for v, w in off)
+            + ". Run those with LAB_RANKS=1")
+
 # ---- each bug as the pieces of the step it overrides ---------------------------------------------
 class _Buggy(Step):
     rebuilt_each_step = True   # its launches or host work depend on the position or on host state

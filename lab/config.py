@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from .bugs import BUGS, fusion_refusal
+from .bugs import BUGS, RANK_BUGS, fusion_refusal, ranks_refusal
 from .errors import LabError
 
 # (environment variable, LabConfig field, allowed values, default, meaning)
@@ -39,12 +39,18 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
     ("LAB_PLAN_SWITCH", "plan_switch", ("recapture", "update"), "recapture",
      "at a plan change: capture and instantiate a graph for the new plan, or capture it and "
      "update the live executable graph in place (cudaGraphExecUpdate; instantiation when refused)"),
+    ("LAB_RANKS", "ranks", ("1", "2"), "1",
+     "tensor-parallel ranks, one GPU each (one simulated device each on the simulator): heads "
+     "and MLP split across ranks, two all-reduces per layer and an all-gather of the logits, "
+     "inside each rank's graph (lab/ranks.py: RankedEngine, `make_engine`)"),
     ("LAB_LOOP", "loop", ("host", "device"), "host",
      "generate: the host launches one graph per token, or ONE graph runs every step on the "
      "device (a WHILE node over a SWITCH of every plan's step; needs conditional nodes)"),
 )
 _BOOL_FIELDS = {"graph", "split_combine", "pdl", "overlap", "fusion"}
-_BUG_VARS = {b.env: name for name, b in BUGS.items()}  # LAB_BUG_<NAME> -> bug name (lab/bugs.py)
+_INT_FIELDS = {"ranks"}
+_ALL_BUGS = {**BUGS, **RANK_BUGS}
+_BUG_VARS = {b.env: name for name, b in _ALL_BUGS.items()}  # LAB_BUG_<NAME> -> bug (lab/bugs.py)
 
 
 @dataclass(frozen=True)
@@ -59,21 +65,28 @@ class LabConfig:
     kv_dtype: str = "float32"
     plan_switch: str = "recapture"  # LAB_PLAN_SWITCH: a new graph per plan, or one graph updated
     loop: str = "host"              # LAB_LOOP: who runs generate's loop of steps
+    ranks: int = 1                  # LAB_RANKS: tensor-parallel ranks (lab/ranks.py)
     bugs: frozenset = frozenset()   # deliberate bugs switched on (names from lab/bugs.py)
 
     def __post_init__(self):
         object.__setattr__(self, "bugs", frozenset(self.bugs))
-        unknown = sorted(set(self.bugs) - set(BUGS))
+        unknown = sorted(set(self.bugs) - set(_ALL_BUGS))
         if unknown:
-            raise LabError(f"unknown bug(s) {unknown}; known: {', '.join(BUGS)}")
+            raise LabError(f"unknown bug(s) {unknown}; known: {', '.join(_ALL_BUGS)}")
         for var, fld, allowed, _, _ in TOGGLES:
             value = getattr(self, fld)
-            shown = ("1" if value else "0") if fld in _BOOL_FIELDS else value
+            shown = ("1" if value else "0") if fld in _BOOL_FIELDS else (
+                str(value) if fld in _INT_FIELDS else value)
             if fld in _BOOL_FIELDS and not isinstance(value, bool):
                 raise LabError(f"LabConfig.{fld} must be a bool, got {value!r}")
+            if fld in _INT_FIELDS and (isinstance(value, bool) or not isinstance(value, int)):
+                raise LabError(f"LabConfig.{fld} must be an int, got {value!r}")
             if shown not in allowed:
                 raise LabError(f"{var}={shown!r} is not allowed; use one of {', '.join(allowed)}")
         why = fusion_refusal(self.bugs) if self.fusion else None
+        if why:
+            raise LabError(why)
+        why = ranks_refusal(self)
         if why:
             raise LabError(why)
 
@@ -89,9 +102,10 @@ class LabConfig:
         out = {}
         for var, fld, _, _, _ in TOGGLES:
             value = getattr(self, fld)
-            out[var] = ("1" if value else "0") if fld in _BOOL_FIELDS else value
+            out[var] = ("1" if value else "0") if fld in _BOOL_FIELDS else (
+                str(value) if fld in _INT_FIELDS else value)
         for name in sorted(self.bugs):
-            out[BUGS[name].env] = "1"
+            out[_ALL_BUGS[name].env] = "1"
         return out
 
 
@@ -115,7 +129,8 @@ def _parse(env: Mapping[str, str]) -> dict:
         text = str(raw).strip()
         if text not in allowed:
             raise LabError(f"{var}={raw!r} is not allowed; use one of {', '.join(allowed)}")
-        values[fld] = (text == "1") if fld in _BOOL_FIELDS else text
+        values[fld] = (text == "1") if fld in _BOOL_FIELDS else (
+            int(text) if fld in _INT_FIELDS else text)
     if bugs:
         values["bugs"] = frozenset(bugs)
     return values
@@ -131,7 +146,7 @@ def describe() -> str:
     rows = [f"  {var:<26} {'|'.join(allowed):<16} default {default}: {meaning}"
             for var, _, allowed, default, meaning in TOGGLES]
     rows += [f"  {b.env:<26} {'0|1':<16} default 0: deliberate bug ({b.kind}): {b.what}"
-             for b in BUGS.values()]
+             for b in _ALL_BUGS.values()]
     return "\n".join(rows)
 
 

@@ -112,6 +112,9 @@ class DecodeEngine:
         (cfg.bugs) override pieces on top of it."""
         self.model = model
         self._cfg = cfg or LabConfig()
+        if self._cfg.ranks > 1:
+            raise LabError(f"LAB_RANKS={self._cfg.ranks}: DecodeEngine drives one device; use "
+                           f"lab.ranks.RankedEngine (or lab.ranks.make_engine, which picks)")
         self.backend = backend or make_backend(self._cfg)
         self.log = LaunchLog()
         self.backend.log = self.log

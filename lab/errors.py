@@ -12,3 +12,8 @@ class CaptureError(LabError):
     def __init__(self, message: str, reason: str | None = None):
         super().__init__(message)
         self.reason = reason or message
+
+
+class CollectiveError(LabError):
+    """Ranks' collectives that cannot all complete: on a GPU pair, a hang (NCCL waits for ever)
+    or silent corruption; the simulator reports it instead, naming each rank's position."""

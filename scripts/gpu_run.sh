@@ -2,7 +2,8 @@
 # On a GPU host: run the GPU-marked tests and the kernel checks at model dims, then record every
 # GPU figure the README and notebooks quote. Everything lands in OUTDIR (logs + data/gpu JSON).
 # The simulator's predictions are held against the fresh recordings (decode-lab conformance);
-# the PyTorch peer (which needs torch, the `peer` extra) runs last.
+# the PyTorch peer (which needs torch, the `peer` extra) runs last. The ranks recorder needs two
+# GPUs (on one it exits 2 with a message, and the pass goes on).
 # Each step has a time limit (STEP_LIMIT seconds, default 240): a step that hangs is stopped,
 # logged with exit 124, and the pass goes on to the next.
 #   scripts/gpu_run.sh OUTDIR
@@ -24,6 +25,7 @@ step() { echo "== $* ($(date +%T))"; timeout "${STEP_LIMIT:-240}" "$@"; echo "==
   step python3 scripts/record_gpu_precision.py --out "$out/gpu"
   step python3 scripts/record_gpu_plan_switch.py --out "$out/gpu"
   step python3 scripts/record_gpu_device_loop.py --out "$out/gpu"
+  step python3 scripts/record_gpu_ranks.py --out "$out/gpu"
   step python3 -m lab conformance --data "$out/gpu"
   step python3 scripts/record_gpu_peer.py --out "$out/gpu" --reps 5
 } 2>&1 | tee "$out/gpu_run.log"

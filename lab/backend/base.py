@@ -97,6 +97,48 @@ def caller_site(depth: int = 2) -> str:
     return " <- ".join(sites) or "?"
 
 
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+@dataclass(frozen=True, eq=False)
+class Collective:
+    """A step item that is not a kernel: one NCCL collective of this rank (LAB_RANKS=2).
+
+    all_reduce     recv = the sum over ranks of send (send may be recv: in place)
+    all_gather     recv [ranks * n] = every rank's send [n], in rank order
+    reduce_scatter recv [n] = rank r's slice of the sum over ranks of send [ranks * n]
+
+    NCCL matches collectives by ORDER alone: the k-th collective a rank issues meets the k-th of
+    every other rank, whatever they are. Every rank must issue the same ops, on the same counts,
+    in the same order; a rank that skips one leaves the others waiting for ever."""
+    op: str
+    send: Buffer
+    recv: Buffer
+    what: str = ""             # e.g. "attention out" (for logs and the bill)
+    layer: int | None = None
+    stream: str = "main"
+
+    def __post_init__(self):
+        if self.op not in COLLECTIVE_OPS:
+            raise ValueError(f"collective op {self.op!r}: use one of {', '.join(COLLECTIVE_OPS)}")
+
+    @property
+    def name(self) -> str:
+        return self.op
+
+    @property
+    def count(self) -> int:
+        """Elements each rank sends."""
+        return int(np.prod(self.send.shape, dtype=np.int64))
+
+    def signature(self) -> tuple:
+        """What must agree across ranks for the collective to be well formed."""
+        return (self.op, self.count, np.dtype(self.send.dtype).str)
+
+    def describe(self) -> str:
+        return f"{self.op} of {self.count} {np.dtype(self.send.dtype).name} ({self.what or self.send.label})"
+
+
 @dataclass(frozen=True)
 class StreamWait:
     """A step item that is not a launch: stream `dst` waits for the work issued on `src`."""
@@ -222,6 +264,12 @@ class Backend(ABC):
         """Record an event on stream `src` and make stream `dst` wait for it: a fork when dst
         is idle, a join when dst is the capture's origin. Inside a capture the two streams'
         work becomes parallel branches of the graph."""
+
+    def collective(self, coll: Collective) -> None:
+        """Issue one collective on this rank's stream (eager, or into the open capture). The
+        engine issues every rank's matching collective together (one NCCL group)."""
+        raise NotImplementedError(f"the {self.name} backend has no collectives: it is not a rank "
+                                  f"of a group (LAB_RANKS=2 builds one)")
 
     def host_step(self, mode: str) -> None:
         """The engine is about to issue one step ("eager" or "graph"): launches are counted from

@@ -153,6 +153,62 @@ def _num(data, path, source, positive=True) -> float:
     return float(v)
 
 
+RANKS_FILE = COSTS_FILE.parent / "ranks.json"
+
+
+@dataclass(frozen=True)
+class CollectiveCosts:
+    """What a collective costs the simulator (LAB_RANKS=2): device us per collective as a graph
+    node and eagerly, and host us per eager collective call, per op. Read from the
+    `collectives` section of data/gpu/ranks.json (scripts/record_gpu_ranks.py, recorded on a GPU
+    pair); until that is recorded, the figures of one probe of the project's H200 pair stand in
+    (`source` says which)."""
+    source: str
+    graph_us: dict          # op -> device us of one collective node in a graph
+    eager_us: dict          # op -> device us of one eager collective
+    host_call_us: dict      # op -> host us of one eager collective call (both ranks' group)
+
+    # A probe on the project's H200 pair (2026-11-30): a graph of one kernel + one all-reduce of
+    # 256 floats replayed in 17.5 us; eagerly, kernel + all-reduce took 103-131 us per step.
+    PROBE = {"source": "upper bounds from one probe of the project's H200 pair, 2026-11-30 (a graph "
+                       "of one kernel + one all-reduce of 256 floats: 17.5 us per replay; eagerly "
+                       "103-131 us per step); not yet recorded by scripts/record_gpu_ranks.py",
+             "graph_us": {"all_reduce": 17.5}, "eager_us": {"all_reduce": 17.5},
+             "host_call_us": {"all_reduce": 50.0}}   # 103-131 us per step of two ranks
+
+    @classmethod
+    def load(cls, path=None) -> "CollectiveCosts":
+        path = Path(path) if path is not None else RANKS_FILE
+        if not path.is_file():
+            return cls.from_dict(cls.PROBE)
+        try:
+            data = json.loads(path.read_text())["collectives"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise LabError(f"{path}: no readable 'collectives' section ({exc!r})") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CollectiveCosts":
+        try:
+            return cls(str(d["source"]), dict(d["graph_us"]), dict(d["eager_us"]),
+                       dict(d["host_call_us"]))
+        except (KeyError, TypeError) as exc:
+            raise LabError(f"collective costs need source, graph_us, eager_us and host_call_us: "
+                           f"{exc!r}") from None
+
+    @staticmethod
+    def _of(table: dict, op: str) -> float:
+        return float(table.get(op, table.get("all_reduce", next(iter(table.values())))))
+
+    def device_us(self, coll, graph: bool) -> float:
+        return self._of(self.graph_us if graph else self.eager_us, coll.op)
+
+    def host_us(self, coll) -> float:
+        """One rank's share of the host's eager call (the group's cost split over its ranks is
+        charged per rank's call; the figures are per rank)."""
+        return self._of(self.host_call_us, coll.op)
+
+
 @dataclass(frozen=True)
 class CostModel:
     source: str                       # the GPU and versions the components were measured on

@@ -26,6 +26,14 @@
   each kernel for its measured time once its dependencies and its host submit are done. The
   timing does not depend on the execution order. Every figure is labelled "simulated".
 - `init="empty"` memory is filled from an unseeded generator: really unpredictable, like a GPU's.
+- Ranks (LAB_RANKS=2, `SimRanks`): one SimBackend per rank, each with its own memory, streams
+  and queues, driven by ONE host thread (one host clock). A collective (`Collective`: all-reduce,
+  all-gather, reduce-scatter) is a node of its rank's queue, or of its rank's graph; it runs
+  when every rank's collective of the same sequence number is ready -- NCCL matches them by
+  order alone -- and then on all ranks at once. Collectives that do not match across ranks, or
+  a rank left waiting for a collective another rank never issues, raise `CollectiveError`
+  naming each rank's position, where NCCL would hang or corrupt memory. Each collective costs
+  its recorded time (`CollectiveCosts`, data/gpu/ranks.json).
 """
 from __future__ import annotations
 
@@ -37,10 +45,12 @@ import numpy as np
 
 from kernels.loop import loop_continue_twin, loop_plan_twin
 
-from ..errors import CaptureError, LabError
+from contextlib import contextmanager
+
+from ..errors import CaptureError, CollectiveError, LabError
 from ..pdl_check import pre_wait_reads
-from .base import Backend, Buffer, Graph, Launch, LoopGraph, RawArray
-from .costmodel import CostModel, launch_context
+from .base import Backend, Buffer, Collective, Graph, Launch, LoopGraph, RawArray
+from .costmodel import CollectiveCosts, CostModel, launch_context
 
 _BASE_ADDR = 0x7F00_0000_0000
 _ALIGN = 512  # CuPy's pool rounds allocations to 512 bytes
@@ -57,6 +67,14 @@ class TimelineEvent:
     host_end: float
     dev_start: float
     dev_end: float
+
+
+@dataclass
+class _Shared:
+    """What the ranks of one process share: the host thread's clock, and work ids (unique
+    across ranks, so one run can order every rank's queued work)."""
+    host_us: float = 0.0
+    ids: int = 0
 
 
 @dataclass
@@ -87,6 +105,7 @@ class _Work:
     early: "Launch | None" = None   # its programmatic predecessor (PDL), for the pre-wait rule
     early_id: int | None = None
     join: bool = False     # waits on another stream's work: pays the fork/join cost
+    seq: int | None = None  # a collective: its rank's collective count before it (NCCL's match)
 
 
 class SimGraph(Graph):
@@ -104,7 +123,11 @@ class SimGraph(Graph):
         return len(self.nodes)
 
     def node_types(self) -> dict[str, int]:
-        return {"kernel": len(self.nodes)} if self.nodes else {}
+        out: dict[str, int] = {}
+        for n in self.nodes:
+            kind = "collective" if isinstance(n, Collective) else "kernel"
+            out[kind] = out.get(kind, 0) + 1
+        return out
 
     def launch(self, stream: str = "main") -> None:
         if not self.executable:
@@ -127,7 +150,10 @@ class SimGraph(Graph):
     def dot(self) -> str:
         lines = ["digraph decode_step {"]
         for i, n in enumerate(self.nodes):
-            lines.append(f'  n{i} [label="{n.name}\\ngrid={n.grid} block={n.block}"];')
+            if isinstance(n, Collective):
+                lines.append(f'  n{i} [label="{n.op}\\n{n.describe()}" shape=box style=bold];')
+            else:
+                lines.append(f'  n{i} [label="{n.name}\\ngrid={n.grid} block={n.block}"];')
             lines += [f"  n{d} -> n{i};" for d in self.deps[i]]
         lines.append("}")
         return "\n".join(lines)
@@ -157,8 +183,12 @@ class SimBackend(Backend):
     name = "sim"
     simulated = True
 
-    def __init__(self, cost: CostModel | None = None, seed: int = 0, order: str = "adversarial"):
+    def __init__(self, cost: CostModel | None = None, seed: int = 0, order: str = "adversarial",
+                 group: "SimRanks | None" = None, rank: int = 0):
         super().__init__()
+        self.group, self.rank = group, rank     # a rank of a SimRanks group, or a lone device
+        self._shared = group._shared if group is not None else _Shared()
+        self._coll_seq = 0                      # collectives this rank has enqueued
         if order not in ORDERS:
             raise LabError(f"order={order!r} is not allowed; use one of {', '.join(ORDERS)}")
         self.cost = cost or CostModel.load()
@@ -169,7 +199,6 @@ class SimBackend(Backend):
         self._segments: dict[int, np.ndarray] = {}
         self._next = _BASE_ADDR
         self._captures: dict[str, _Capture] = {}
-        self.host_us = 0.0                            # model time of the host thread
         self._timeline: list[TimelineEvent] = []
         self._compiled: set[str] = set()
         self._races: list[str] = []                   # PDL races seen (pre-wait reads)
@@ -181,7 +210,15 @@ class SimBackend(Backend):
         self._tail: dict[str, tuple] = {}             # stream -> ids its next work waits for
         self._waits: dict[str, set] = {}              # stream -> event ids its next work waits for
         self._last: dict[str, tuple] = {}             # stream -> (id, launch) of its newest kernel
-        self._ids = 0
+
+    @property
+    def host_us(self) -> float:
+        """Model time of the host thread (one thread drives every rank of a group)."""
+        return self._shared.host_us
+
+    @host_us.setter
+    def host_us(self, value: float) -> None:
+        self._shared.host_us = value
 
     def describe(self) -> str:
         return f"simulated (CPU simulator; {self.cost.describe()})"
@@ -346,32 +383,34 @@ class SimBackend(Backend):
             self.log.record(launch, "capture" if cap else "eager")
         self._issued += 1
         if cap is not None:
-            if cap.offence is None:
-                st = launch.stream
-                deps = set(cap.pending.pop(st, set()))
-                if st in cap.last:
-                    deps.add(cap.last[st])
-                cap.last[st] = len(cap.nodes)
-                cap.nodes.append(launch)
-                cap.deps.append(tuple(sorted(deps)))
+            _record_node(cap, launch)
             return
         host0 = self.host_us
         self.host_us += self.cost.host_launch(launch, self.mechanism, self._rng) * self._host_speed()
         st = launch.stream
-        deps = tuple(sorted(set(self._tail.get(st, ())) | self._waits.pop(st, set())))
+        deps = self._eager_deps(st)
         last = self._last.get(st)
         self._enqueue(launch, deps, "eager", host0, self.host_us, 0.0, 1.0, self.pdl,
                       last[1] if last else None, last if self.pdl else None)
 
+    def _eager_deps(self, stream: str) -> tuple:
+        """What eager work issued on `stream` now waits for: the stream's tail and its events."""
+        return tuple(sorted(set(self._tail.get(stream, ())) | self._waits.pop(stream, set())))
+
     def _enqueue(self, launch, deps, kind, host0, host1, lead, noise, pdl, prev, early,
                  origin: str = "main") -> int:
-        i = self._ids
-        self._ids += 1
+        i = self._shared.ids
+        self._shared.ids += 1
         st = launch.stream
+        seq = None
+        if isinstance(launch, Collective):
+            seq, self._coll_seq = self._coll_seq, self._coll_seq + 1
+        if isinstance(prev, Collective):
+            prev = None                     # a kernel after a collective: no switch cost known
         # a join: work on the origin stream waits for another stream's (the pair's one cost)
         join = st == origin and any(self._stream_of.get(d, st) != st for d in deps)
         self._work[i] = _Work(i, launch, deps, kind, host0, host1, lead, noise, pdl, prev,
-                              early[1] if early else None, early[0] if early else None, join)
+                              early[1] if early else None, early[0] if early else None, join, seq)
         self._stream_of[i] = st
         self._tail[st] = (i,)
         self._last[st] = (i, launch)
@@ -392,6 +431,22 @@ class SimBackend(Backend):
                          f"outside the capture (cudaErrorStreamCaptureIsolation)")
         self._waits.setdefault(dst, set()).update(self._tail.get(src, ()))
 
+    def collective(self, coll: Collective) -> None:
+        """Issue one collective: into the open capture as a node, or onto the queue, where it
+        waits for the matching collective of every other rank (SimRanks.run_queued)."""
+        if self.group is None:
+            super().collective(coll)
+        cap = self._capture_of(coll.stream)
+        if cap is None and self._captures:
+            self._offend(f"{coll.op} on stream {coll.stream!r}, which is not part of the open capture")
+        if cap is not None:
+            _record_node(cap, coll)
+            return
+        host0 = self.host_us
+        self.host_us += self.group.coll_cost.host_us(coll) * self._host_speed()
+        self._enqueue(coll, self._eager_deps(coll.stream), "eager", host0, self.host_us, 0.0, 1.0,
+                      False, None, None)
+
     def _replay(self, graph: SimGraph, stream: str) -> None:
         if self._captures:
             self._offend("graph launch during capture")
@@ -409,7 +464,7 @@ class SimBackend(Backend):
         for node, deps in zip(graph.nodes, graph.deps):
             mapped = tuple(ids[d] for d in deps)
             same = [d for d in deps if graph.nodes[d].stream == node.stream]
-            pdl = graph.pdl and bool(same)
+            pdl = graph.pdl and bool(same) and not isinstance(node, Collective)
             early = (ids[same[-1]], graph.nodes[same[-1]]) if pdl else None
             lead = 0.0 if deps else lead0
             last = self._last.get(node.stream)
@@ -468,7 +523,11 @@ class SimBackend(Backend):
     # ---- execution: run, in an order the dependencies allow ----------------------------------
     def _run_queued(self) -> None:
         """Run every queued kernel: a topological order of their dependencies, chosen by
-        `self.order`; under PDL, snapshot what a dependent reads before its wait."""
+        `self.order`; under PDL, snapshot what a dependent reads before its wait. A rank of a
+        group runs every rank's queued work together (collectives need all of them)."""
+        if self.group is not None:
+            self.group.run_queued()
+            return
         if not self._work:
             return
         work, self._work = self._work, {}
@@ -498,6 +557,10 @@ class SimBackend(Backend):
                 indeg[c] -= 1
                 if indeg[c] == 0:
                     heapq.heappush(ready, c)
+        self._forget_finished()
+
+    def _forget_finished(self) -> None:
+        """Drop the end times no later work can wait for."""
         keep = {d for t in self._tail.values() for d in t} | {
             d for ws in self._waits.values() for d in ws}
         self._end = {k: v for k, v in self._end.items() if k in keep}
@@ -588,5 +651,183 @@ class SimBackend(Backend):
         return self.host_us * 1e-6
 
 
+def _record_node(cap: _Capture, item) -> None:
+    """Append a launch or a collective to an open capture, after its stream's newest node and
+    the events its stream waits for (nothing once the capture is invalidated)."""
+    if cap.offence is not None:
+        return
+    st = item.stream
+    deps = set(cap.pending.pop(st, set()))
+    if st in cap.last:
+        deps.add(cap.last[st])
+    cap.last[st] = len(cap.nodes)
+    cap.nodes.append(item)
+    cap.deps.append(tuple(sorted(deps)))
+
+
 def _overlap(a: Buffer, b: Buffer) -> bool:
     return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
+
+
+class SimRanks:
+    """`ranks` simulated devices driven by one host thread, with NCCL's collectives among them
+    (LAB_RANKS=2 on the simulator). `backends[r]` is rank r's device: its own memory, streams,
+    queues and graphs; the host clock and work ids are shared. Collectives run in
+    `run_queued`, which runs every rank's queued work together."""
+
+    simulated = True
+    name = "sim"
+
+    def __init__(self, ranks: int, cost: CostModel | None = None, seed: int = 0,
+                 order: str = "adversarial", coll_cost: CollectiveCosts | None = None):
+        if ranks < 1:
+            raise LabError(f"ranks must be at least 1, not {ranks}")
+        self.ranks = ranks
+        self._shared = _Shared()
+        self.cost = cost or CostModel.load()
+        self.coll_cost = coll_cost or CollectiveCosts.load()
+        self.order = order
+        self._order_rng = np.random.default_rng([seed, 2])
+        self.backends = [SimBackend(self.cost, seed=seed + 1000 * r, order=order, group=self, rank=r)
+                         for r in range(ranks)]
+
+    def describe(self) -> str:
+        return (f"simulated (CPU simulator, {self.ranks} simulated devices; {self.cost.describe()}; "
+                f"collectives: {self.coll_cost.source})")
+
+    @contextmanager
+    def collectives(self):
+        """The ranks' matching collectives are issued inside this (an NCCL group on a GPU)."""
+        yield
+
+    def end_captures(self) -> list:
+        """End every rank's open capture (not instantiated): what CUDA needs on a GPU pair,
+        where instantiating one rank's graph while another rank still captures fails. The last
+        opened is ended first, as on a GPU."""
+        ended = [b.end_capture(instantiate=False) for b in reversed(self.backends)]
+        return ended[::-1]
+
+    def clock(self) -> float:
+        """Seconds of model time once every rank's issued work is done."""
+        self.run_queued()
+        for b in self.backends:
+            if b._end:
+                self._shared.host_us = max(self._shared.host_us, *b._end.values())
+        return self._shared.host_us * 1e-6
+
+    def close(self) -> None:
+        """Nothing to free on the simulator (a GPU pair destroys graphs and communicators)."""
+
+    # ---- running every rank's queued work ---------------------------------------------------
+    def run_queued(self) -> None:
+        """Run every rank's queued work in one topological order (self.order picks among what
+        is ready). A collective waits, parked, until every rank's collective of the same
+        sequence number is ready; then it runs on all ranks at once. Raises CollectiveError when
+        the collectives do not match or some rank would wait for ever."""
+        work: dict[int, tuple] = {}
+        for b in self.backends:
+            for i, w in b._work.items():
+                work[i] = (b, w)
+            b._work = {}
+        if not work:
+            return
+        children: dict[int, list[int]] = {}
+        indeg: dict[int, int] = {}
+        for i, (_, w) in work.items():
+            n = 0
+            for d in w.deps:
+                if d in work:
+                    children.setdefault(d, []).append(i)
+                    n += 1
+            indeg[i] = n
+        ready = [i for i, n in indeg.items() if n == 0]
+        parked: dict[int, dict[int, int]] = {}     # sequence number -> {rank: work id}
+        done: set[int] = set()
+
+        def release(i):
+            done.add(i)
+            for c in children.get(i, ()):
+                indeg[c] -= 1
+                if indeg[c] == 0:
+                    ready.append(c)
+
+        while ready:
+            i = self._pick(ready)
+            b, w = work[i]
+            if isinstance(w.launch, Collective):
+                arrived = parked.setdefault(w.seq, {})
+                arrived[b.rank] = i
+                if len(arrived) == self.ranks:
+                    del parked[w.seq]
+                    ids = [arrived[r] for r in range(self.ranks)]
+                    self._run_collective(w.seq, [work[j] for j in ids])
+                    for j in ids:
+                        release(j)
+            else:
+                b._execute(w, None)
+                release(i)
+        if parked or len(done) < len(work):
+            raise CollectiveError(self._deadlock(parked, work, done))
+        for b in self.backends:
+            b._forget_finished()
+
+    def _pick(self, ready: list[int]) -> int:
+        if self.order == "issue":
+            i = min(ready)
+        elif self.order == "adversarial":
+            i = max(ready)
+        else:
+            i = ready[int(self._order_rng.integers(len(ready)))]
+        ready.remove(i)
+        return i
+
+    def _run_collective(self, seq: int, parts: list) -> None:
+        """Collective number `seq` of every rank, all ready: check that they match, then run it
+        with NCCL's semantics (sums in rank order) and charge its recorded time on every rank."""
+        colls = [w.launch for _, w in parts]
+        if len({c.signature() for c in colls}) > 1:
+            what = "; ".join(f"rank {b.rank}: {w.launch.describe()}" for b, w in parts)
+            raise CollectiveError(
+                f"collective #{seq} does not match across ranks ({what}): NCCL matches "
+                f"collectives by order alone, so on a GPU pair this hangs or corrupts memory. "
+                f"Every rank must issue the same collectives in the same order")
+        sends = [b._resolve(c.send).copy() for (b, _), c in zip(parts, colls)]
+        op, n = colls[0].op, colls[0].count
+        if op == "all_gather":
+            out = [np.concatenate(sends)] * len(parts)
+        else:
+            total = sends[0].copy()
+            for s in sends[1:]:
+                total = total + s            # rank order; for two ranks a + b == b + a exactly
+            out = ([total] * len(parts) if op == "all_reduce" else
+                   [total[r * (n // self.ranks):(r + 1) * (n // self.ranks)] for r in range(len(parts))])
+        for (b, _), c, o in zip(parts, colls, out):
+            b._resolve(c.recv)[...] = o.reshape(c.recv.shape)
+        start = 0.0
+        for b, w in parts:
+            ready = max((b._end[d] for d in w.deps if d in b._end), default=0.0)
+            start = max(start, ready, w.host1)
+        start += max(w.lead for _, w in parts)
+        us = self.coll_cost.device_us(colls[0], graph=parts[0][1].kind == "graph")
+        for (b, w), c in zip(parts, colls):
+            b._end[w.id] = start + us
+            b._timeline.append(TimelineEvent(c.op, c.layer, c.stream, w.kind, w.host0, w.host1,
+                                             start, start + us))
+
+    def _deadlock(self, parked: dict, work: dict, done: set) -> str:
+        """Where each rank stands when its queued work cannot go on."""
+        lines = []
+        for b in self.backends:
+            waiting = sorted(s for s, ranks in parked.items() if b.rank in ranks)
+            if waiting:
+                w = work[parked[waiting[0]][b.rank]][1]
+                lines.append(f"rank {b.rank} waits in collective #{waiting[0]} "
+                             f"({w.launch.describe()})")
+            else:
+                left = sum(1 for i, (bb, _) in work.items() if bb is b and i not in done)
+                lines.append(f"rank {b.rank} issued {b._coll_seq} collectives in all and never "
+                             f"reaches collective #{min(parked) if parked else '?'}"
+                             + (f" ({left} of its queued items cannot run)" if left else
+                                " (its queued work ran to the end)"))
+        return ("deadlock: " + "; ".join(lines) + ". On a GPU pair NCCL would wait for ever "
+                "(every rank must issue the same collectives in the same order)")

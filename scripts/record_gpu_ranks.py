@@ -1,0 +1,190 @@
+"""Record tensor-parallel decode on a GPU pair (LAB_RANKS=2), as JSON with source and date.
+
+  python scripts/record_gpu_ranks.py --out DIR [--reps 5] [--tokens 64] [--backend cuda|sim]
+
+Two measurements, in one process:
+- "collectives": what one collective costs each rank, the figures the simulator's
+  CollectiveCosts reads (lab/backend/costmodel.py): as a graph node (graphs of n = 8 and 24
+  collectives on every rank, replayed 200x in 3 alternating rounds; per-node time = slope of
+  the medians), per op (an all-reduce of the residual stream, an all-gather of the logits);
+  and the host time of one eager call (each rank's call inside one NCCL group), per rank. The
+  eager collective's device time is taken to be the graph node's (`eager_us`).
+- "arms": 1 rank eager, 1 rank graph, 2 ranks eager, 2 ranks graph: ms/token over --tokens
+  generated tokens, --reps reps, the arms interleaved (the order reversed every other rep), on
+  one engine per arm; every arm's tokens against the float64 oracle's.
+Plus the bill: launches per rank, collectives per token, node types of each rank's graph.
+
+Writes DIR/ranks.json. Needs two GPUs (or --backend sim: the same measurement on simulated
+devices, for a dry run; it writes ranks_sim.json). Destroys its graphs and NCCL communicators
+before it exits (a process that exits with them alive can hang).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lab.backend import Collective, make_ranks  # noqa: E402
+from lab.config import LabConfig  # noqa: E402
+from lab.errors import LabError  # noqa: E402
+from lab.model import load_model  # noqa: E402
+from lab.ranks import RankedEngine, make_engine  # noqa: E402
+from lab.reference import generate as oracle_generate  # noqa: E402
+from lab.stats import mean_sem  # noqa: E402
+
+PROMPT = "ROMEO.\n"
+ARMS = (("1 rank eager", dict(ranks=1, graph=False)), ("1 rank graph", dict(ranks=1, graph=True)),
+        ("2 ranks eager", dict(ranks=2, graph=False)), ("2 ranks graph", dict(ranks=2, graph=True)))
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - T0:7.1f}s] {msg}", flush=True)
+
+
+def collective_costs(group, ops, rounds: int = 3, replays: int = 200) -> dict:
+    """Per-op graph-node us (slope over chains of 8 and 24) and host us per eager call."""
+    out = {"graph_us": {}, "eager_us": {}, "host_call_us": {}, "replay_us": {}}
+    for op, make in ops.items():
+        colls = [make(be) for be in group.backends]
+        graphs = {}
+        for n in (8, 24):
+            for be in group.backends:
+                be.begin_capture()
+            for _ in range(n):
+                with group.collectives():
+                    for be, c in zip(group.backends, colls):
+                        be.collective(c)
+            graphs[n] = [be.instantiate(d) for be, d in zip(group.backends, group.end_captures())]
+        med = {8: [], 24: []}
+        for _ in range(rounds):
+            for n in (8, 24):
+                for g in graphs[n]:
+                    g.launch()
+                t0 = group.clock()
+                for _ in range(replays):
+                    for g in graphs[n]:
+                        g.launch()
+                med[n].append((group.clock() - t0) / replays * 1e6)
+        per = {n: float(np.median(v)) for n, v in med.items()}
+        out["graph_us"][op] = (per[24] - per[8]) / 16
+        out["replay_us"][op] = {str(n): med[n] for n in med}
+        out["eager_us"][op] = out["graph_us"][op]
+        calls, t_host = 64, []
+        for _ in range(rounds):
+            group.clock()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                with group.collectives():
+                    for be, c in zip(group.backends, colls):
+                        be.collective(c)
+            t_host.append((time.perf_counter() - t0) / calls * 1e6 / group.ranks)
+            group.clock()
+        out["host_call_us"][op] = float(np.median(t_host))
+        del graphs
+        log(f"  {op}: {out['graph_us'][op]:.2f} us per graph node, {out['host_call_us'][op]:.2f} "
+            f"us host per rank's eager call")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--backend", default="cuda", choices=("cuda", "sim"))
+    args = ap.parse_args(argv)
+    if args.reps < 2 or args.tokens < 1:
+        raise SystemExit("--reps must be >= 2 and --tokens >= 1")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = load_model()
+    try:
+        engines = {name: make_engine(model, LabConfig(backend=args.backend, **kw))
+                   for name, kw in ARMS}
+    except LabError as exc:
+        print(f"record_gpu_ranks: {exc}", file=sys.stderr)
+        return 2
+    two = engines["2 ranks graph"]
+    source = two.describe()
+    log(f"ranks: {source}")
+
+    log("collectives as graph nodes, and eager calls")
+    group = make_ranks(LabConfig(backend=args.backend), 2) if args.backend == "sim" else two.group
+    c = model.cfg
+    scratch = [(be.alloc("coll_x", (c.d_model,), np.float32), be.alloc("coll_part", (36,), np.float32),
+                be.alloc("coll_all", (72,), np.float32)) for be in group.backends]
+    by_be = {id(be): s for be, s in zip(group.backends, scratch)}
+    ops = {"all_reduce": lambda be: Collective("all_reduce", by_be[id(be)][0], by_be[id(be)][0], "x"),
+           "all_gather": lambda be: Collective("all_gather", by_be[id(be)][1], by_be[id(be)][2], "logits")}
+    coll = collective_costs(group, ops)
+
+    log(f"arms: {', '.join(n for n, _ in ARMS)}; {args.reps} reps x {args.tokens} tokens, interleaved")
+    oracle = np.asarray(oracle_generate(model, model.tokenizer.encode(PROMPT), args.tokens))
+    for name, eng in engines.items():
+        eng.generate(PROMPT, 8)                               # warm-up: captures, first launches
+    ms = {name: [] for name in engines}
+    same, oracle_ok = True, True
+    for rep in range(args.reps):
+        order = list(engines) if rep % 2 == 0 else list(engines)[::-1]
+        for name in order:
+            gen = engines[name].generate(PROMPT, args.tokens)
+            ms[name].append(gen.ms_per_token)
+            oracle_ok &= bool(np.array_equal(gen.tokens, oracle))
+        log(f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{n} {ms[n][-1]:.4f}" for n in engines))
+    arms = {}
+    for name in engines:
+        m, s = mean_sem(ms[name])
+        arms[name] = {"ms_per_token": ms[name], "mean_ms": m, "sem_ms": s}
+    bill = two.bill(two.plan(0))
+    bill["node_types"] = [g.node_types() for g in two.graphs[two.plan(0).key]]
+    one = engines["1 rank graph"]
+    bill["one_rank_launches"] = len(one.step_launches(one.plan(0)))
+    r = lambda a, b: arms[a]["mean_ms"] / arms[b]["mean_ms"]
+    result = {
+        "what": "tensor-parallel decode on two GPUs (LAB_RANKS=2) against one, eager and graph; "
+                "the collectives' costs for the simulator",
+        "source": source, "date": datetime.now().isoformat(timespec="seconds"),
+        "recorded_by": "scripts/record_gpu_ranks.py",
+        "collectives": {"source": f"{source} (scripts/record_gpu_ranks.py, "
+                                  f"{datetime.now().date().isoformat()})",
+                        "method": "graph_us: chains of 8 and 24 collectives per rank, 200 replays x 3 "
+                                  "rounds, slope of the medians; eager_us: taken as graph_us; "
+                                  "host_call_us: host time of one NCCL group call / ranks",
+                        "sizes": {"all_reduce": f"{c.d_model} float32", "all_gather": "36 float32 per rank"},
+                        **coll},
+        "arms": arms, "tokens_identical": bool(oracle_ok), "oracle_tokens_equal": bool(oracle_ok),
+        "ratios": {"2 ranks graph / 1 rank graph": r("2 ranks graph", "1 rank graph"),
+                   "2 ranks eager / 2 ranks graph": r("2 ranks eager", "2 ranks graph"),
+                   "1 rank eager / 1 rank graph": r("1 rank eager", "1 rank graph")},
+        "reps": args.reps, "tokens": args.tokens, "prompt": PROMPT, "bill": bill,
+    }
+    name = "ranks.json" if args.backend == "cuda" else "ranks_sim.json"
+    (out / name).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{'arm':<15} {'ms/token':>9} {'± sem us':>9}")
+    for n, a in arms.items():
+        print(f"{n:<15} {a['mean_ms']:>9.4f} {1000 * a['sem_ms']:>9.2f}")
+    for k, v in result["ratios"].items():
+        print(f"{k}: {v:.2f}x")
+    print(f"bill: {bill['launches_per_rank']} launches per rank, {bill['collectives_per_token']} "
+          f"collectives per token, rank graphs {bill['node_types']}; tokens == oracle in every "
+          f"arm and rep: {oracle_ok}")
+    print(f"source: {source}")
+    log(f"wrote {out / name}")
+    for eng in engines.values():
+        if isinstance(eng, RankedEngine):
+            eng.close()
+    sys.stdout.flush()
+    os._exit(0)          # the NCCL communicators are destroyed; leave no exit hooks to hang in
+
+
+T0 = time.perf_counter()
+if __name__ == "__main__":
+    sys.exit(main())
