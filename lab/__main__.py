@@ -25,8 +25,9 @@ DEMO_PROMPT = "ROMEO.\n"
 
 
 def _engine(args, **overrides):
-    from .engine import DecodeEngine
+    """The engine the environment asks for: a DecodeEngine, or under LAB_RANKS=2 a RankedEngine."""
     from .model import DEFAULT_WEIGHTS, load_model
+    from .ranks import make_engine
 
     cfg = from_env()
     if getattr(args, "backend", None):
@@ -34,7 +35,7 @@ def _engine(args, **overrides):
     if overrides:
         cfg = cfg.replace(**overrides)
     model = load_model(args.weights or DEFAULT_WEIGHTS)
-    return DecodeEngine(model, cfg)
+    return make_engine(model, cfg)
 
 
 def _print_ledger(engine) -> None:
@@ -57,6 +58,8 @@ def cmd_generate(args) -> int:
         _print_ledger(eng)
     if args.save_dot:
         graphs = dict(eng.graphs)
+        if eng.cfg.ranks > 1:                  # one graph per rank per plan key
+            graphs = {(*key, f"rank {r}"): g for key, gs in graphs.items() for r, g in enumerate(gs)}
         if any(e.outcome == "device" for e in eng.ledger):        # LAB_LOOP=device ran
             graphs[("device loop",)] = eng.device_loop()
         if not graphs:
@@ -74,6 +77,9 @@ def cmd_audit(args) -> int:
     from .audit import audit, detect_lazy_init
 
     eng = _engine(args)
+    if eng.cfg.ranks > 1:
+        raise LabError("audit inspects one device's step: run it with LAB_RANKS=1 (for ranks, "
+                       "`RankedEngine.collective_order` checks what every rank must agree on)")
     print(audit(eng).summary())
     print()
     print(detect_lazy_init(eng.model, eng.cfg).summary())
@@ -86,12 +92,39 @@ def cmd_selfcheck(args) -> int:
     return run_selfcheck(args.answers, args.solutions, explain=args.explain)
 
 
+def _demo_ranks(eng, args) -> int:
+    """LAB_RANKS=2: generate eagerly and with one graph per rank; the bill with ranks."""
+    print(f"backend: {eng.describe()}")
+    ms = {}
+    for mode in ("eager", "graph"):
+        eng.cfg = eng.cfg.replace(graph=mode == "graph")
+        eng.generate(DEMO_PROMPT, args.tokens)             # warm-up: capture every plan
+        gen = eng.generate(DEMO_PROMPT, args.tokens, progress=args.progress)
+        ms[mode] = gen.ms_per_token
+    print("\n--- greedy continuation ---")
+    print(gen.prompt + gen.text)
+    print("---------------------------")
+    bill = eng.bill(eng.plan(0))
+    print(f"\nlaunch bill with {bill['ranks']} ranks ({args.tokens} tokens after {DEMO_PROMPT!r}):")
+    kinds = sorted(set(c.split(" (")[0] for c in bill["collectives"]))
+    print(f"launches per rank per token {bill['launches_per_rank']}; nodes per rank graph "
+          f"{bill['nodes_per_rank_graph']}")
+    print(f"collectives per token {bill['collectives_per_token']}: {', '.join(kinds)}")
+    print(f"eager {ms['eager']:.3f} ms/token, graph {ms['graph']:.3f} ms/token "
+          f"({ms['eager'] / ms['graph']:.1f}x less with one graph per rank)")
+    print(f"source: {gen.source}")
+    eng.close()
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .instrument import launch_bill
 
     if args.tokens < 1:
         raise LabError("--tokens must be at least 1")
     eng = _engine(args, graph=False)
+    if eng.cfg.ranks > 1:
+        return _demo_ranks(eng, args)
     print(f"backend: {eng.backend.describe()}")
     print(f"model: {eng.model.source}, {eng.model.cfg.n_layer} layers, d_model "
           f"{eng.model.cfg.d_model}, vocab {eng.model.cfg.vocab_size}, max_seq {eng.model.cfg.max_seq}")

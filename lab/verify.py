@@ -1,6 +1,7 @@
 """Replay verification: is the captured step really the eager step, replay after replay?
 
-`replay_check(engine, prompts, replays=8)` runs each prompt twice on the SAME engine -- once
+`replay_check(engine, prompts, replays=8)` runs each prompt twice on the SAME engine (a
+DecodeEngine, or a RankedEngine: then every rank's logits are compared) -- once
 eagerly, once with the decode steps as graph replays (capturing on a plan-key miss) -- and
 byte-compares every generated token id and every step's logits. Graphs stay cached across
 prompts, so the second prompt checks replays after a request reset. Prompt ingestion runs
@@ -75,6 +76,15 @@ class ReplayReport:
         return "\n".join(lines)
 
 
+def _logits(engine) -> np.ndarray:
+    """The step's logits; with ranks (LAB_RANKS=2) every rank's copy side by side, so that a
+    replay must reproduce each rank's bits, not only rank 0's."""
+    ranks = getattr(engine, "ranks", 1)
+    if ranks == 1:
+        return engine.logits()
+    return np.concatenate([engine.logits(r) for r in range(ranks)])
+
+
 def decode_after_prompt(engine, prompt_ids, steps: int, graph: bool) -> tuple[Decoded, list]:
     """Ingest the prompt eagerly, then decode `steps` tokens (as graph replays if `graph`)."""
     cfg = engine.cfg
@@ -88,7 +98,7 @@ def decode_after_prompt(engine, prompt_ids, steps: int, graph: bool) -> tuple[De
         logits = []
         for _ in range(steps):
             engine.step()
-            logits.append(engine.logits())
+            logits.append(_logits(engine))
         tokens = engine.tokens(len(prompt_ids) + steps)[len(prompt_ids):]
         return Decoded(tokens, np.array(logits)), engine.ledger[start:]
     finally:

@@ -27,6 +27,19 @@ def test_demo_prints_text_and_the_launch_ladder(capsys):
     assert "37" in out  # launches per token with the one-kernel combine
 
 
+def test_demo_and_generate_with_two_ranks(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("LAB_RANKS", "2")
+    assert main(["demo", "--backend", "sim", "--tokens", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "launch bill with 2 ranks" in out and "launches per rank per token [41, 41]" in out
+    assert "collectives per token 9: all_gather of 36 float32, all_reduce of 256 float32" in out
+    assert main(["generate", "--prompt", "ROMEO.", "--tokens", "4", "--backend", "sim",
+                 "--save-dot", str(tmp_path / "g.dot")]) == 0
+    assert "all_reduce" in (tmp_path / "g.0.dot").read_text()
+    assert main(["audit", "--backend", "sim"]) == 2
+    assert "audit inspects one device's step" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["generate", "--prompt", "caf\u00e9", "--tokens", "3", "--backend", "sim"], "outside the model's vocabulary"),
     (["generate", "--prompt", "ROMEO:", "--tokens", "5000", "--backend", "sim"], "exceeds the model's max_seq"),

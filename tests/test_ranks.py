@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from _oracle import logit_tol, stepped_logits
-from lab.backend import Collective
+from lab.backend import Collective, Launch
 from lab.backend.costmodel import CollectiveCosts
 from lab.backend.sim import SimRanks
 from lab.config import LabConfig, from_env
@@ -79,6 +79,40 @@ def test_graph_is_byte_identical_to_eager_and_ranks_agree(model):
     assert all(np.array_equal(a, b) for a, b in zip(out[False][1:], out[True][1:]))
     assert np.array_equal(out[False][0][0], out[True][0][0])
     assert eng.ledger_summary() == {"capture": 2, "replay": 38}   # plans at 0 and 32
+
+
+def test_replay_check_per_rank_across_plan_boundaries(model):
+    from lab.verify import replay_check
+    eng = RankedEngine(model, SIM2)
+    report = replay_check(eng, [PROMPTS[0], PROMPTS[1]], replays=40)
+    assert report.ok, report.summary()
+    assert report.checks[0].eager.logits.shape[1] == 2 * model.cfg.vocab_size   # both ranks
+    assert {e.outcome for c in report.checks for e in c.ledger} == {"capture", "replay"}
+
+
+class _RawOnRankOne(RankStep):
+    """Rank 1 hands its LM head a raw framework array: numba synchronises on it, illegal in a
+    capture. Rank 0's step is clean."""
+
+    def items(self, plan):
+        for item in super().items(plan):
+            if self.rank == 1 and isinstance(item, Launch) and item.name == "matvec" \
+                    and item.layer is None:
+                W, h, out = item.args
+                item = Launch(item.kernel, item.grid, item.block,
+                              (W, self.engine.backends[1].raw(h), out), item.layer, item.stream)
+            yield item
+
+
+def test_a_capture_failure_on_one_rank_falls_back_on_all(model):
+    eng = RankedEngine(model, SIM2)
+    eng.pieces = [_RawOnRankOne(eng, r) for r in range(2)]
+    gen = eng.generate("ROMEO.\n", 12)
+    assert np.array_equal(gen.tokens, oracle_generate(model, eng.encode("ROMEO.\n"), 12))
+    assert eng.graphs == {} and not any(be.is_capturing() for be in eng.backends)
+    assert {e.outcome for e in eng.ledger} == {"fallback"}
+    assert "capture failed on a rank" in eng.ledger[0].reason
+    assert "array-interface" in eng.capture_failures[eng.plan(0).key]
 
 
 def test_logits_within_the_oracle_tolerance(model):
