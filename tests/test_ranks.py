@@ -224,6 +224,26 @@ def test_rank_skew_right_at_short_context_then_reported(model):
         eng.generate("ROMEO.\n", 70)
 
 
+def test_the_ranks_recorder_dry_run_on_the_simulator(tmp_path, capsys):
+    """scripts/record_gpu_ranks.py --backend sim: the recorder's whole path, on simulated devices
+    (collective chains, the four interleaved arms, the bill), written to ranks_sim.json."""
+    import importlib.util
+    import json
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "scripts" / "record_gpu_ranks.py"
+    spec = importlib.util.spec_from_file_location("record_gpu_ranks", path)
+    rec = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rec)
+    assert rec.main(["--out", str(tmp_path), "--backend", "sim", "--reps", "2", "--tokens", "40"]) == 0
+    data = json.loads((tmp_path / "ranks_sim.json").read_text())
+    assert data["oracle_tokens_equal"] and data["bill"]["collectives_per_token"] == 9
+    assert set(data["arms"]) == {"1 rank eager", "1 rank graph", "2 ranks eager", "2 ranks graph"}
+    # the warm-up covered the timed length: no graph was captured inside a timed rep
+    assert [a["captures_in_timed_reps"] for a in data["arms"].values()] == [0, 0, 0, 0]
+    assert data["collectives"]["graph_us"]["all_reduce"] == pytest.approx(
+        CollectiveCosts.load().graph_us["all_reduce"], rel=0.01)
+
+
 # ---- bad input -------------------------------------------------------------------------------------
 def test_bad_input(model):
     with pytest.raises(LabError, match="LAB_RANKS='3' is not allowed"):
