@@ -361,7 +361,7 @@ def test_aa_false_alarm_rate_is_nominal_over_seeds(model):
     measured noise model the gate fails about as often as its threshold promises (|t| > 3 at
     4 degrees of freedom: 4%). Tested at the 1% level -- no more alarms than Binomial(50, 4%)'s
     99th percentile -- so the test itself rarely fails when the claim holds. (With the noise of
-    the committed recording, a host whose per-token spread was 18%, 5 of these 50 seeds alarm,
+    an earlier recording, a host whose per-token spread was 18%, 5 of these 50 seeds alarmed,
     and 11 of 150 (7.3%; p = 0.04 against 4%): the paired differences have heavier tails
     than the t-test assumes -- a real limit of a 5-rep gate on a noisy host.)"""
     from scipy import stats as st
