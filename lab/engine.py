@@ -103,7 +103,65 @@ class _Buffers:
     v_cache: list = field(default_factory=list)
 
 
-class DecodeEngine:
+def attention_scratch(be, n_head: int, head_dim: int, splits: int):
+    """Attention scratch for plans of up to `splits` splits over `n_head` heads: the two
+    buffers, and their views for each plan's split count {1, 2, 4, ...: (part_o, part_ml)}."""
+    part_o = be.alloc("part_o", (n_head * splits * head_dim,), np.float32)
+    part_ml = be.alloc("part_ml", (n_head * splits * 2,), np.float32)
+    views, s = {}, 1
+    while s <= splits:
+        views[s] = (be.reshape(part_o, (n_head, s, head_dim)), be.reshape(part_ml, (n_head, s, 2)))
+        s *= 2
+    return part_o, part_ml, views
+
+
+def progress_bar(it, progress: bool | None, desc: str):
+    """`it` with a tqdm bar: progress True shows one, None shows one on a terminal once the loop
+    takes over a second, False none (the iterable itself)."""
+    if progress is False:
+        return it
+    from tqdm.auto import tqdm
+    return tqdm(it, desc=desc, unit="step", disable=None if progress is None else False,
+                delay=0.0 if progress else 1.0, leave=True)
+
+
+class Requests:
+    """What every engine does with a request, on top of its own reset / decode / tokens /
+    describe and its ledger and graph caches (DecodeEngine on one device, lab/ranks.py's
+    RankedEngine on several)."""
+
+    def encode(self, prompt: str) -> np.ndarray:
+        return self.model.tokenizer.encode(prompt)
+
+    def generate(self, prompt: str, n_tokens: int, progress: bool | None = False) -> Generation:
+        """Greedy generation of `n_tokens` after `prompt`; times the whole decode. `progress`:
+        True shows a bar, None shows one on a terminal once the decode takes over a second.
+        LAB_LOOP=device: one launch of the device loop runs every step (no bar: the host waits)."""
+        ids = self.encode(prompt)
+        self.reset(ids, n_tokens)
+        steps = ids.size - 1 + n_tokens
+        seconds = self.decode(steps, progress)
+        tokens = self.tokens(ids.size + n_tokens)
+        text = self.model.tokenizer.decode(tokens[ids.size:])
+        return Generation(prompt, text, tokens, steps, seconds, self.describe())
+
+    @property
+    def graphs(self) -> dict:
+        return dict(self._graphs)
+
+    @property
+    def capture_failures(self) -> dict:
+        """{plan key: why its capture failed} for every plan that runs eagerly instead."""
+        return dict(self._failed)
+
+    def ledger_summary(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for e in self.ledger:
+            out[e.outcome] = out.get(e.outcome, 0) + 1
+        return out
+
+
+class DecodeEngine(Requests):
     def __init__(self, model: Model, cfg: LabConfig | None = None, backend=None,
                  kv_init: str = "zeros", warm_up: bool = True, step: type[Step] = Step):
         """`step`: the step's pieces (lab/step.py); a subclass of Step is a variant for an
@@ -239,17 +297,11 @@ class DecodeEngine:
     def alloc_scratch(self, splits: int) -> None:
         """Attention scratch for plans of up to `splits` splits, and its views for each plan
         (made here, so no step ever creates one)."""
-        c, be, b = self.model.cfg, self.backend, self.buf
+        c, b = self.model.cfg, self.buf
         if b.part_o is not None:
             self._retired += [b.part_o, b.part_ml]  # a graph may still point at them
-        b.part_o = be.alloc("part_o", (c.n_head * splits * c.head_dim,), np.float32)
-        b.part_ml = be.alloc("part_ml", (c.n_head * splits * 2,), np.float32)
-        self.partials = {}
-        s = 1
-        while s <= splits:
-            self.partials[s] = (be.reshape(b.part_o, (c.n_head, s, c.head_dim)),
-                                be.reshape(b.part_ml, (c.n_head, s, 2)))
-            s *= 2
+        b.part_o, b.part_ml, self.partials = attention_scratch(self.backend, c.n_head, c.head_dim,
+                                                               splits)
 
     # ---- one step ----------------------------------------------------------------------------
     def plan(self, position: int | None = None) -> Plan:
@@ -440,26 +492,9 @@ class DecodeEngine:
             self._graphs[plan.key] = graph
         return graph, None
 
-    @property
-    def capture_failures(self) -> dict:
-        """{plan key: CaptureFailure} for every plan whose capture failed (it runs eagerly)."""
-        return dict(self._failed)
-
-    # ---- generation --------------------------------------------------------------------------
-    def encode(self, prompt: str) -> np.ndarray:
-        return self.model.tokenizer.encode(prompt)
-
-    def generate(self, prompt: str, n_tokens: int, progress: bool | None = False) -> Generation:
-        """Greedy generation of `n_tokens` after `prompt`; times the whole decode. `progress`:
-        True shows a bar, None shows one on a terminal once the decode takes over a second.
-        LAB_LOOP=device: one launch of the device loop runs every step (no bar: the host waits)."""
-        ids = self.encode(prompt)
-        self.reset(ids, n_tokens)
-        steps = ids.size - 1 + n_tokens
-        seconds = self.decode(steps, progress)
-        tokens = self.tokens(ids.size + n_tokens)
-        text = self.model.tokenizer.decode(tokens[ids.size:])
-        return Generation(prompt, text, tokens, steps, seconds, self.backend.describe())
+    # ---- generation (generate, encode: Requests) --------------------------------------------
+    def describe(self) -> str:
+        return self.backend.describe()
 
     def decode(self, steps: int, progress: bool | None = False) -> float:
         """Decode `steps` steps from the current position (after reset, or seek); the seconds
@@ -471,13 +506,8 @@ class DecodeEngine:
         loop = self.device_loop() if self.cfg.loop == "device" else None
         if loop is not None:
             return self._run_device_loop(loop, steps)
-        it = range(steps)
-        if progress is not False:
-            from tqdm.auto import tqdm
-            it = tqdm(it, desc="decode", unit="step", disable=None if progress is None else False,
-                      delay=0.0 if progress else 1.0, leave=True)
         t0 = self.backend.clock()
-        for _ in it:
+        for _ in progress_bar(range(steps), progress, "decode"):
             self.step()
         return self.backend.clock() - t0
 
@@ -543,12 +573,3 @@ class DecodeEngine:
     def device_position(self) -> int:
         return int(self.backend.download(self.buf.pos)[0])
 
-    @property
-    def graphs(self) -> dict:
-        return dict(self._graphs)
-
-    def ledger_summary(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for e in self.ledger:
-            out[e.outcome] = out.get(e.outcome, 0) + 1
-        return out

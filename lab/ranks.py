@@ -37,7 +37,7 @@ import kernels
 from kernels import attention, embed, matvec, mlp, position, rmsnorm, rope, sample
 from .backend import Collective, Launch, make_ranks
 from .config import LabConfig
-from .engine import DecodeEngine, Generation, LedgerEntry
+from .engine import DecodeEngine, LedgerEntry, Requests, attention_scratch, progress_bar
 from .errors import CaptureError, CollectiveError, LabError
 from .instrument import LaunchLog
 from .model import Model, check_request
@@ -196,7 +196,7 @@ class RankSkewStep(RankStep):
         yield Collective("all_gather", b.x_shard, b.x, what + " (all-gather)", layer)
 
 
-class RankedEngine:
+class RankedEngine(Requests):
     """Decode over `cfg.ranks` ranks: eager (lockstep issue) or one graph per rank per plan key."""
 
     def __init__(self, model: Model, cfg: LabConfig | None = None, group=None,
@@ -264,13 +264,7 @@ class RankedEngine:
                             ("q", D // R), ("o", D // R), ("act", F // R), ("logits_part", v),
                             ("logits", v * R)):
                 setattr(b, name, be.alloc(name, (n,), np.float32))
-            heads = c.n_head // R
-            b.part_o = be.alloc("part_o", (heads * MAX_SPLITS * hd,), np.float32)
-            b.part_ml = be.alloc("part_ml", (heads * MAX_SPLITS * 2,), np.float32)
-            views, s = {}, 1
-            while s <= MAX_SPLITS:
-                views[s] = (be.reshape(b.part_o, (heads, s, hd)), be.reshape(b.part_ml, (heads, s, 2)))
-                s *= 2
+            b.part_o, b.part_ml, views = attention_scratch(be, c.n_head // R, hd, MAX_SPLITS)
             b.cos = be.alloc("rope_cos", cos.shape, np.float32)
             b.sin = be.alloc("rope_sin", sin.shape, np.float32)
             be.upload(b.cos, cos)
@@ -430,30 +424,13 @@ class RankedEngine:
         self._graphs[plan.key] = graphs
         return graphs, None
 
-    # ---- generation -------------------------------------------------------------------------------
-    def encode(self, prompt: str) -> np.ndarray:
-        return self.model.tokenizer.encode(prompt)
-
-    def generate(self, prompt: str, n_tokens: int, progress: bool | None = False) -> Generation:
-        ids = self.encode(prompt)
-        self.reset(ids, n_tokens)
-        steps = ids.size - 1 + n_tokens
-        seconds = self.decode(steps, progress)
-        tokens = self.tokens(ids.size + n_tokens)
-        text = self.model.tokenizer.decode(tokens[ids.size:])
-        return Generation(prompt, text, tokens, steps, seconds, self.describe())
-
+    # ---- generation (generate, encode: Requests) --------------------------------------------------
     def decode(self, steps: int, progress: bool | None = False) -> float:
         if self.position + steps >= self.model.cfg.max_seq:
             raise LabError(f"{steps} steps from position {self.position} would exceed max_seq "
                            f"{self.model.cfg.max_seq}")
-        it = range(steps)
-        if progress is not False:
-            from tqdm.auto import tqdm
-            it = tqdm(it, desc=f"decode x{self.ranks} ranks", unit="step",
-                      disable=None if progress is None else False, delay=0.0 if progress else 1.0)
         t0 = self.group.clock()
-        for _ in it:
+        for _ in progress_bar(range(steps), progress, f"decode x{self.ranks} ranks"):
             self.step()
         return self.group.clock() - t0
 
@@ -479,20 +456,6 @@ class RankedEngine:
 
     def device_position(self, rank: int = 0) -> int:
         return int(self.backends[rank].download(self.bufs[rank].pos)[0])
-
-    @property
-    def graphs(self) -> dict:
-        return dict(self._graphs)
-
-    @property
-    def capture_failures(self) -> dict:
-        return dict(self._failed)
-
-    def ledger_summary(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for e in self.ledger:
-            out[e.outcome] = out.get(e.outcome, 0) + 1
-        return out
 
     def close(self) -> None:
         """Destroy every rank's graphs, then the group's NCCL communicators, in that order (a

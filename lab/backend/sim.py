@@ -531,23 +531,14 @@ class SimBackend(Backend):
         if not self._work:
             return
         work, self._work = self._work, {}
-        children: dict[int, list[int]] = {}
-        indeg: dict[int, int] = {}
+        children, indeg, ready = _dependents({i: w.deps for i, w in work.items()})
         watch: dict[int, list[_Work]] = {}      # predecessor id -> PDL dependents reading early
         for w in work.values():
-            n = 0
-            for d in w.deps:
-                if d in work:
-                    children.setdefault(d, []).append(w.id)
-                    n += 1
-            indeg[w.id] = n
             if w.early_id in work and pre_wait_reads(w.launch.kernel):
                 watch.setdefault(w.early_id, []).append(w)
-        ready = [i for i, n in indeg.items() if n == 0]
-        heapq.heapify(ready)                # issue order pops the smallest id; others pick
         early_views: dict[int, dict] = {}
         while ready:
-            i = self._pick(ready)
+            i = _pick(ready, self.order, self._order_rng)
             for dep in watch.get(i, ()):        # it started as i started: i's inputs, not outputs
                 if self.order == "adversarial" or (
                         self.order == "random" and self._order_rng.random() < 0.5):
@@ -565,18 +556,6 @@ class SimBackend(Backend):
             d for ws in self._waits.values() for d in ws}
         self._end = {k: v for k, v in self._end.items() if k in keep}
         self._stream_of = {k: v for k, v in self._stream_of.items() if k in keep}
-
-    def _pick(self, ready: list[int]) -> int:
-        """Take the next work to run from the heap of ready ids."""
-        if self.order == "issue":
-            return heapq.heappop(ready)
-        if self.order == "adversarial":     # the newest ready work: consumers run first
-            i = max(ready)
-        else:
-            i = ready[int(self._order_rng.integers(len(ready)))]
-        ready.remove(i)
-        heapq.heapify(ready)
-        return i
 
     def _snapshot(self, launch: Launch) -> dict:
         """Copies of what `launch` reads before its pdl_wait (arguments it does not write)."""
@@ -649,6 +628,38 @@ class SimBackend(Backend):
     def clock(self) -> float:
         self.synchronize()
         return self.host_us * 1e-6
+
+
+def _dependents(deps: dict[int, tuple]) -> tuple[dict, dict, list]:
+    """The queued work's graph, from {id: ids it waits for}: (children of each id, how many
+    queued ids each waits for, a heap of the ids that wait for none). Dependencies on work that
+    already ran are met."""
+    children: dict[int, list[int]] = {}
+    indeg: dict[int, int] = {}
+    for i, ds in deps.items():
+        n = 0
+        for d in ds:
+            if d in deps:
+                children.setdefault(d, []).append(i)
+                n += 1
+        indeg[i] = n
+    ready = [i for i, n in indeg.items() if n == 0]
+    heapq.heapify(ready)                    # issue order pops the smallest id; others pick
+    return children, indeg, ready
+
+
+def _pick(ready: list[int], order: str, rng: np.random.Generator) -> int:
+    """Take the next work to run from the heap of ready ids, as `order` says: "issue" the
+    oldest, "adversarial" the newest (consumers run first), "random" any."""
+    if order == "issue":
+        return heapq.heappop(ready)
+    if order == "adversarial":
+        i = max(ready)
+    else:
+        i = ready[int(rng.integers(len(ready)))]
+    ready.remove(i)
+    heapq.heapify(ready)
+    return i
 
 
 def _record_node(cap: _Capture, item) -> None:
@@ -731,16 +742,7 @@ class SimRanks:
             b._work = {}
         if not work:
             return
-        children: dict[int, list[int]] = {}
-        indeg: dict[int, int] = {}
-        for i, (_, w) in work.items():
-            n = 0
-            for d in w.deps:
-                if d in work:
-                    children.setdefault(d, []).append(i)
-                    n += 1
-            indeg[i] = n
-        ready = [i for i, n in indeg.items() if n == 0]
+        children, indeg, ready = _dependents({i: w.deps for i, (_, w) in work.items()})
         parked: dict[int, dict[int, int]] = {}     # sequence number -> {rank: work id}
         done: set[int] = set()
 
@@ -749,10 +751,10 @@ class SimRanks:
             for c in children.get(i, ()):
                 indeg[c] -= 1
                 if indeg[c] == 0:
-                    ready.append(c)
+                    heapq.heappush(ready, c)
 
         while ready:
-            i = self._pick(ready)
+            i = _pick(ready, self.order, self._order_rng)
             b, w = work[i]
             if isinstance(w.launch, Collective):
                 arrived = parked.setdefault(w.seq, {})
@@ -770,16 +772,6 @@ class SimRanks:
             raise CollectiveError(self._deadlock(parked, work, done))
         for b in self.backends:
             b._forget_finished()
-
-    def _pick(self, ready: list[int]) -> int:
-        if self.order == "issue":
-            i = min(ready)
-        elif self.order == "adversarial":
-            i = max(ready)
-        else:
-            i = ready[int(self._order_rng.integers(len(ready)))]
-        ready.remove(i)
-        return i
 
     def _run_collective(self, seq: int, parts: list) -> None:
         """Collective number `seq` of every rank, all ready: check that they match, then run it
