@@ -103,16 +103,15 @@ class _Buffers:
     v_cache: list = field(default_factory=list)
 
 
-def attention_scratch(be, n_head: int, head_dim: int, splits: int):
-    """Attention scratch for plans of up to `splits` splits over `n_head` heads: the two
-    buffers, and their views for each plan's split count {1, 2, 4, ...: (part_o, part_ml)}."""
-    part_o = be.alloc("part_o", (n_head * splits * head_dim,), np.float32)
-    part_ml = be.alloc("part_ml", (n_head * splits * 2,), np.float32)
+def scratch_views(be, part_o, part_ml, n_head: int, head_dim: int, splits: int) -> dict:
+    """The attention scratch's views for each plan of up to `splits` splits over `n_head`
+    heads: {1, 2, 4, ...: (part_o [n_head, s, head_dim], part_ml [n_head, s, 2])}. (The caller
+    allocates the two buffers: the lazy-init detector names the allocation's call site.)"""
     views, s = {}, 1
     while s <= splits:
         views[s] = (be.reshape(part_o, (n_head, s, head_dim)), be.reshape(part_ml, (n_head, s, 2)))
         s *= 2
-    return part_o, part_ml, views
+    return views
 
 
 def progress_bar(it, progress: bool | None, desc: str):
@@ -297,11 +296,12 @@ class DecodeEngine(Requests):
     def alloc_scratch(self, splits: int) -> None:
         """Attention scratch for plans of up to `splits` splits, and its views for each plan
         (made here, so no step ever creates one)."""
-        c, b = self.model.cfg, self.buf
+        c, be, b = self.model.cfg, self.backend, self.buf
         if b.part_o is not None:
             self._retired += [b.part_o, b.part_ml]  # a graph may still point at them
-        b.part_o, b.part_ml, self.partials = attention_scratch(self.backend, c.n_head, c.head_dim,
-                                                               splits)
+        b.part_o = be.alloc("part_o", (c.n_head * splits * c.head_dim,), np.float32)
+        b.part_ml = be.alloc("part_ml", (c.n_head * splits * 2,), np.float32)
+        self.partials = scratch_views(be, b.part_o, b.part_ml, c.n_head, c.head_dim, splits)
 
     # ---- one step ----------------------------------------------------------------------------
     def plan(self, position: int | None = None) -> Plan:

@@ -37,7 +37,7 @@ import kernels
 from kernels import attention, embed, matvec, mlp, position, rmsnorm, rope, sample
 from .backend import Collective, Launch, make_ranks
 from .config import LabConfig
-from .engine import DecodeEngine, LedgerEntry, Requests, attention_scratch, progress_bar
+from .engine import DecodeEngine, LedgerEntry, Requests, progress_bar, scratch_views
 from .errors import CaptureError, CollectiveError, LabError
 from .instrument import LaunchLog
 from .model import Model, check_request
@@ -264,7 +264,10 @@ class RankedEngine(Requests):
                             ("q", D // R), ("o", D // R), ("act", F // R), ("logits_part", v),
                             ("logits", v * R)):
                 setattr(b, name, be.alloc(name, (n,), np.float32))
-            b.part_o, b.part_ml, views = attention_scratch(be, c.n_head // R, hd, MAX_SPLITS)
+            heads = c.n_head // R
+            b.part_o = be.alloc("part_o", (heads * MAX_SPLITS * hd,), np.float32)
+            b.part_ml = be.alloc("part_ml", (heads * MAX_SPLITS * 2,), np.float32)
+            views = scratch_views(be, b.part_o, b.part_ml, heads, hd, MAX_SPLITS)
             b.cos = be.alloc("rope_cos", cos.shape, np.float32)
             b.sin = be.alloc("rope_sin", sin.shape, np.float32)
             be.upload(b.cos, cos)
