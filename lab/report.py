@@ -27,6 +27,11 @@ def wrapped(text: str, width: int = 100) -> str:
                      else line for line in str(text).splitlines() or [""])
 
 
+def show(text, width: int = 100) -> None:
+    """Print `text` with every line longer than `width` wrapped (the notebooks' printer)."""
+    print(wrapped(text, width))
+
+
 def narrow(result: dict) -> dict:
     """A copy of an A/B or leave-one-out result whose arms keep only the toggles that differ
     between them: a table that fits a page or a notebook cell."""

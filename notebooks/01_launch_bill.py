@@ -32,7 +32,6 @@
 
 # %%
 import json
-import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -43,16 +42,11 @@ from lab.config import LabConfig
 from lab.engine import DecodeEngine
 from lab.instrument import LaunchBill, launch_bill
 from lab.model import load_model
+from lab.report import show
 
 model = load_model()
 RANKS = 1   # this lab runs on one GPU; tensor parallelism would multiply the bill per rank
 GPU = Path("../data/gpu")
-
-
-def show(text, width=100):
-    """Print a report, wrapping any line longer than `width` (long source strings)."""
-    for line in str(text).splitlines() or [""]:
-        print(textwrap.fill(line, width, subsequent_indent="    ") if len(line) > width else line)
 
 
 def recorded(name):

@@ -34,24 +34,18 @@
 
 # %%
 import json
-import textwrap
 from pathlib import Path
 
 from lab import bench, conformance, report
 from lab.config import LabConfig
 from lab.engine import DecodeEngine
 from lab.model import load_model
+from lab.report import show
 from lab.verify import decode_after_prompt
 
 model = load_model()
 cfg = LabConfig()
 GPU = Path("../data/gpu")
-
-
-def show(text, width=100):
-    """Print a report, wrapping any line longer than `width` (long source strings)."""
-    for line in str(text).splitlines() or [""]:
-        print(textwrap.fill(line, width, subsequent_indent="    ") if len(line) > width else line)
 
 
 # %% [markdown]

@@ -34,7 +34,6 @@
 
 # %%
 import json
-import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -44,18 +43,13 @@ from lab import compare, precision
 from lab.backend import gpu_status
 from lab.config import LabConfig
 from lab.model import DATA_DIR, DEFAULT_WEIGHTS, load_model
-from lab.report import source_label
+from lab.report import show, source_label
 
 model = load_model()
 cfg = LabConfig()                  # backend "auto": the GPU if one is usable, else the simulator
 GPU, why = gpu_status()
 DEVICE = "gpu" if GPU else "cudasim"     # where the kernels run by themselves (section 1)
 CPU = "NumPy float32 on the CPU"
-
-
-def show(text, width=100):
-    print("\n".join(textwrap.fill(line, width, subsequent_indent="    ") if len(line) > width
-                    else line for line in str(text).splitlines()))
 
 
 show(f"GPU usable: {GPU} ({why}); kernels run by themselves on: {DEVICE}")

@@ -37,7 +37,6 @@
 
 # %%
 import json
-import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -49,6 +48,7 @@ from lab.config import LabConfig
 from lab.engine import DecodeEngine
 from lab.model import load_model
 from lab.reference import generate as oracle_generate
+from lab.report import show
 
 model = load_model()
 SIM = LabConfig(backend="sim")
@@ -66,12 +66,6 @@ def node_times(position=64):
         if k["position"] == position:
             out[k["kernel"]] = max(out.get(k["kernel"], 0.0), k["node_us"])
     return out
-
-
-def show(text, width=100):
-    """Print a report, wrapping any line longer than `width`."""
-    for line in str(text).splitlines() or [""]:
-        print(textwrap.fill(line, width, subsequent_indent="    ") if len(line) > width else line)
 
 
 def step_at(cfg, context):

@@ -35,7 +35,6 @@
 
 # %%
 import json
-import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -48,17 +47,12 @@ from lab.backend.sim import SimBackend
 from lab.config import LabConfig
 from lab.engine import DecodeEngine
 from lab.model import load_model
+from lab.report import show
 
 model = load_model()
 SIM = LabConfig(backend="sim")
 GPU = Path("../data/gpu")
 PROMPT, N = "ROMEO.\n", 120
-
-
-def show(text, width=100):
-    """Print a report, wrapping any line longer than `width`."""
-    for line in str(text).splitlines() or [""]:
-        print(textwrap.fill(line, width, subsequent_indent="    ") if len(line) > width else line)
 
 
 def recorded(name):

@@ -44,7 +44,6 @@ import dataclasses
 import inspect
 import json
 import re
-import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -61,6 +60,7 @@ from lab.model import load_model
 from lab.plan import plan_boundaries
 from lab.ranks import RankedEngine, check_divisible, make_engine
 from lab.reference import generate as oracle_generate
+from lab.report import show
 from lab.stats import mean_sem
 
 model = load_model()
@@ -72,12 +72,6 @@ PROMPT, N = PROMPTS[0], 24
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 HBM_TB_S = 4.8      # H200 HBM3e bandwidth, from NVIDIA's datasheet
 REC_WARM_UP = 8     # tokens the recorder's warm-up generated when ranks.json was recorded
-
-
-def show(text, width=100):
-    """Print a report, wrapping any line longer than `width`."""
-    for line in str(text).splitlines() or [""]:
-        print(textwrap.fill(line, width, subsequent_indent="    ") if len(line) > width else line)
 
 
 def recorded(name):
