@@ -202,14 +202,20 @@ else:
 
 # ---- NumPy twins of both dataflows (tests/test_kernels.py holds them against each other) ------
 
-def warp_sum_tree_twin(v) -> np.ndarray:
-    """The tree's dataflow on v [..., 32] float32: lane 0's total after s = 16..1, [...]."""
+def _tree_twin(v, n: int) -> np.ndarray:
+    """A shared-memory tree's dataflow on v [..., n] float32: element 0's total after the
+    strides n/2, n/4, ..., 1 (element i += element i + s), [...]."""
     red = np.array(v, dtype=np.float32)
-    s = WARP // 2
+    s = n // 2
     while s > 0:
         red[..., :s] = red[..., :s] + red[..., s:2 * s]
         s //= 2
     return red[..., 0]
+
+
+def warp_sum_tree_twin(v) -> np.ndarray:
+    """The tree's dataflow on v [..., 32] float32: lane 0's total after s = 16..1, [...]."""
+    return _tree_twin(v, WARP)
 
 
 def warp_sum_shuffle_twin(v) -> np.ndarray:
@@ -225,12 +231,7 @@ def warp_sum_shuffle_twin(v) -> np.ndarray:
 
 def block_sum_tree_twin(v) -> np.ndarray:
     """The 256-thread tree on v [..., 256] float32: thread 0's total, [...]."""
-    red = np.array(v, dtype=np.float32)
-    s = BLOCK_THREADS // 2
-    while s > 0:
-        red[..., :s] = red[..., :s] + red[..., s:2 * s]
-        s //= 2
-    return red[..., 0]
+    return _tree_twin(v, BLOCK_THREADS)
 
 
 def block_sum_shuffle_twin(v) -> np.ndarray:
