@@ -48,3 +48,14 @@ def check_illegal(model, cfg, bug: str, kind: str, reason: str, first_step_fails
     assert (eng.ledger[0].outcome == "fallback") == first_step_fails
     assert not audit(DecodeEngine(model, bcfg)).unhandled
     return lazy
+
+
+def check_lazy_table(model, cfg, kernel: str):
+    """LAB_BUG_LAZY_TABLE on `cfg`: the upload of the RoPE tables inside the first capture fails
+    and is swallowed; the detector still names it, at `kernel` (the one that reads the tables),
+    and the sticky error surfaces only at end_capture."""
+    lazy = check_illegal(model, cfg, "lazy_table", "table upload",
+                         "synchronous host-to-device copy into rope_cos", first_step_fails=True)
+    (f,) = [f for f in lazy.illegal if f.kind == "table upload"]
+    assert f.kernel == kernel and "upload_tables_on_first_use" in f.site
+    assert f.surfaced_at == "end_capture" and f.shows_later

@@ -36,8 +36,8 @@ if "--shuffles" in sys.argv:   # before kernels/ is imported: reduce.py picks it
         install_warp_shuffles()
 # the kernel harness's launch-and-compare against the twin, its registry of compiled kernels
 # and signatures exercised, and its --dump list
-from _cudasim_kernels import (Mismatch, _dump, _exercised, compiled, f32, run_case,  # noqa: E402
-                              sig_for)
+from _cudasim_kernels import (Mismatch, _exercised, compiled, f32, run_case,  # noqa: E402
+                              save_dump, sig_for)
 
 from kernels import REGISTRY, fused, reduce  # noqa: E402
 from kernels.attention import combine_grid  # noqa: E402
@@ -208,10 +208,7 @@ def main() -> int:
     if unlisted:
         raise Mismatch(f"kernels in kernels/fused.py this check does not know: {unlisted}")
     print(" ".join(f"{k}={v:.1f}s" for k, v in timings.items()))
-    if "--dump" in sys.argv:
-        path = sys.argv[sys.argv.index("--dump") + 1]
-        np.savez(path, labels=np.array([k for k, _ in _dump]),
-                 **{f"a{i}": v for i, (_, v) in enumerate(_dump)})
+    save_dump()
     mode = "gpu" if GPU else "cudasim " + ("shuffles" if reduce.SHUFFLES else "trees")
     print(f"{mode}: {len(FUSED)} fused kernels, {len(_exercised)} signatures "
           f"OK in {time.perf_counter() - t_start:.1f}s")

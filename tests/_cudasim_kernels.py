@@ -143,6 +143,14 @@ _exercised: set[tuple[str, str]] = set()
 _dump: list[tuple[str, np.ndarray]] = []   # (label, kernel output) in launch order, for --dump
 
 
+def save_dump() -> None:
+    """With `--dump PATH` on the command line: every kernel output so far, in order, to PATH."""
+    if "--dump" in sys.argv:
+        path = sys.argv[sys.argv.index("--dump") + 1]
+        np.savez(path, labels=np.array([k for k, _ in _dump]),
+                 **{f"a{i}": v for i, (_, v) in enumerate(_dump)})
+
+
 class Mismatch(Exception):
     pass
 
@@ -456,9 +464,7 @@ def main() -> int:
     missing = sorted({(n, s) for n, spec in mine.items() for s in spec.signatures} - _exercised)
     if missing:
         raise Mismatch(f"registered kernels/signatures never exercised: {missing}")
-    if "--dump" in sys.argv:
-        path = sys.argv[sys.argv.index("--dump") + 1]
-        np.savez(path, labels=np.array([k for k, _ in _dump]), **{f"a{i}": v for i, (_, v) in enumerate(_dump)})
+    save_dump()
     total = time.perf_counter() - t_start
     print(" ".join(f"{k}={v:.1f}s" for k, v in timings.items()))
     mode = "gpu" if "--gpu" in sys.argv else "cudasim " + ("shuffles" if reduce.SHUFFLES else "trees")

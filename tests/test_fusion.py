@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 import kernels
-from _bug_checks import check_illegal
+from _bug_checks import check_illegal, check_lazy_table
+from _lockstep import run_lockstep
 from _oracle import logit_tol, stepped_logits
 from kernels import fused
 from kernels.sample import argmax_twin_index
@@ -230,11 +231,7 @@ def test_a_bug_the_fused_step_cannot_have_is_refused_with_the_reason(model, name
 
 
 def test_lazy_table_under_fusion(model):
-    lazy = check_illegal(model, FUSED, "lazy_table", "table upload",
-                         "synchronous host-to-device copy into rope_cos", first_step_fails=True)
-    (f,) = [f for f in lazy.illegal if f.kind == "table upload"]
-    assert f.kernel == "norm_qkv_rope" and "upload_tables_on_first_use" in f.site
-    assert f.surfaced_at == "end_capture" and f.shows_later
+    check_lazy_table(model, FUSED, "norm_qkv_rope")
 
 
 def test_lazy_scratch_under_fusion(model):
@@ -406,38 +403,18 @@ def test_gpu_fused_and_unfused_tokens_equal_the_oracle_and_logits_agree(model, o
 @pytest.mark.gpu
 def test_gpu_fused_kernels_in_lockstep_with_their_twins(model):
     """Each fused launch on the GPU and on the simulator, outputs compared, the GPU's copied
-    into the simulator so the next launch sees equal inputs (tests/test_gpu.py's method)."""
-    cfg = LabConfig(graph=False, fusion=True)
-    gpu = DecodeEngine(model, cfg.replace(backend="cuda"))
-    sim = DecodeEngine(model, cfg.replace(backend="sim"), backend=SimBackend())
-    ids = model.tokenizer.encode("To be, or not to be, that is the question")
-    for eng in (gpu, sim):
-        eng.reset(ids, 60)
-    for pos in range(len(ids) - 1 + 40):            # crosses the plan boundary at 32
-        plan = gpu.plan()
-        for lg, ls in zip(gpu.step_launches(plan), sim.step_launches(plan)):
-            gpu.backend.launch(lg)
-            sim.backend.launch(ls)
-            for i in lg.kernel.writes:
-                a, b = gpu.backend.download(lg.args[i]), sim.backend.download(ls.args[i])
-                if lg.kernel.arg_names[i] == "tokens":
-                    # the twin picks on ITS logits: a near tie may go the other way; the GPU's
-                    # pick must be the policy's on the GPU's own logits
-                    nxt = pos + 1
-                    if nxt >= len(ids):
-                        want = argmax_twin_index(gpu.backend.download(lg.args[4]))
-                        assert a[nxt] == want, f"{lg.name} pos {pos}: token {a[nxt]}, want {want}"
-                elif a.dtype.kind in "iu":
-                    np.testing.assert_array_equal(a, b, err_msg=f"{lg.name} pos {pos}")
-                else:
-                    # float32 sums in another order: 64 eps of the output's largest magnitude
-                    # (dots of length <= 512), plus 1e-6 for outputs near zero (as test_gpu.py)
-                    scale = np.abs(b.astype(np.float64)).max() + 1.0
-                    tol = 1e-6 + 64 * np.finfo(np.float32).eps * scale
-                    np.testing.assert_allclose(a, b, rtol=0, atol=tol, err_msg=f"{lg.name} pos {pos}")
-                sim.backend.upload(ls.args[i], a)
-        gpu.position += 1
-        sim.position += 1
+    into the simulator so the next launch sees equal inputs (tests/_lockstep.py)."""
+    def tokens_by_policy(pos, launch, i, a, b, gpu):
+        # the twin picks on ITS logits: a near tie may go the other way; the GPU's pick must be
+        # the policy's on the GPU's own logits
+        if launch.kernel.arg_names[i] != "tokens":
+            return False
+        nxt = pos + 1
+        if nxt >= gpu.n_prompt:
+            want = argmax_twin_index(gpu.backend.download(launch.args[4]))
+            assert a[nxt] == want, f"{launch.name} pos {pos}: token {a[nxt]}, want {want}"
+        return True
+    run_lockstep(model, LabConfig(graph=False, fusion=True), compare=tokens_by_policy)
 
 
 @pytest.mark.gpu

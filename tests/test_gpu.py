@@ -6,8 +6,8 @@ import gc
 import numpy as np
 import pytest
 
+from _lockstep import run_lockstep
 from lab import reference
-from lab.backend.sim import SimBackend
 from lab.engine import DecodeEngine
 from lab.verify import replay_check
 
@@ -26,33 +26,7 @@ def test_every_kernel_matches_its_twin_at_model_dims(model, split):
     """Two engines in lockstep (cuda, sim): each launch runs on both, its outputs are compared,
     then the GPU's outputs are copied into the simulator so the next kernel sees equal inputs."""
     from lab.config import LabConfig
-    cfg = LabConfig(graph=False, split_combine=split)
-    gpu = DecodeEngine(model, cfg.replace(backend="cuda"))
-    sim = DecodeEngine(model, cfg.replace(backend="sim"), backend=SimBackend())
-    ids = model.tokenizer.encode("To be, or not to be, that is the question")
-    for eng in (gpu, sim):
-        eng.reset(ids, 60)
-    checked = set()
-    for pos in range(len(ids) - 1 + 40):      # crosses the plan boundary at 32
-        plan = gpu.plan()
-        for lg, ls in zip(gpu.step_launches(plan), sim.step_launches(plan)):
-            gpu.backend.launch(lg)
-            sim.backend.launch(ls)
-            for i in lg.kernel.writes:
-                a, b = gpu.backend.download(lg.args[i]), sim.backend.download(ls.args[i])
-                if a.dtype.kind in "iu":
-                    np.testing.assert_array_equal(a, b, err_msg=lg.name)
-                else:
-                    # float32 sums in a different order (warp trees vs NumPy's pairwise sums):
-                    # 64 eps of the largest magnitude in the output bounds reordering of dots
-                    # of length <= 512, plus 1e-6 absolute for outputs near zero.
-                    scale = np.abs(b.astype(np.float64)).max() + 1.0
-                    tol = 1e-6 + 64 * np.finfo(np.float32).eps * scale
-                    np.testing.assert_allclose(a, b, rtol=0, atol=tol, err_msg=f"{lg.name} pos {pos}")
-                sim.backend.upload(ls.args[i], a)
-            checked.add(lg.name)
-        gpu.position += 1
-        sim.position += 1
+    checked, gpu = run_lockstep(model, LabConfig(graph=False, split_combine=split))
     assert checked == {l.name for l in gpu.step_launches(gpu.plan())}
 
 
