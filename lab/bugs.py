@@ -20,8 +20,9 @@ race (only under LAB_PDL=1: a programmatic launch starts before its predecessor 
 
 Each bug is a named override of one or two pieces of the clean step (lab/step.py): the classes
 at the end of this file are the whole of what a bug changes. `step_class(cfg.bugs)` composes the
-switched-on bugs with the clean step; the `Bug` rows say what each freezes, how it is caught and
-the fix, for the notebooks.
+switched-on bugs with the clean step; the `Bug` rows (lab/bugspec.py, light, so the config can
+check a toggle set without importing the step) say what each freezes, how it is caught, the fix
+and the pieces it overrides.
 
 With the fused step (LAB_FUSION=1, `FusedStep`) a bug works when the pieces it overrides are
 still there -- lazy_table (its host work comes before norm_qkv_rope, where RoPE now is),
@@ -33,84 +34,15 @@ kernel) and late_wait (the standalone rmsnorm). A bug never silently vanishes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from kernels import attention, rmsnorm, rope
 from .backend import Buffer
+from .bugspec import BUGS, RANK_BUGS, Bug, fusion_refusal, ranks_refusal  # noqa: F401 (the table)
+from .bugspec import refusals as _refusals
 from .errors import CaptureError, LabError
-from .step import FusedStep, HostWork, Step, launch
+from .step import HostWork, Step, launch
 
-
-@dataclass(frozen=True)
-class Bug:
-    name: str
-    kind: str          # "frozen", "illegal" or "race"
-    what: str          # what a capture freezes, or which illegal operation fires
-    caught_by: str     # "audit", "lazy-init detector" or "PDL check"
-    fix: str
-
-    @property
-    def env(self) -> str:
-        return f"LAB_BUG_{self.name.upper()}"
-
-
-BUGS: dict[str, Bug] = {b.name: b for b in (
-    Bug("frozen_kv_row", "frozen", "pointer: the KV-cache row k_cache[pos] (buffer + offset)", "audit",
-        "pass the whole cache; the kernel indexes the row with the device-resident position"),
-    Bug("ctx_by_value", "frozen", "loop bound: the context length passed by value", "audit",
-        "read the context length from device memory (pos[0] + 1) inside the kernel"),
-    Bug("pos_outside_graph", "frozen", "the position, uploaded by the host before the step", "audit",
-        "advance the position with a kernel inside the captured step, or write the device "
-        "position before every graph launch, not only before the capture"),
-    Bug("lazy_table", "illegal", "table upload on first use (synchronous host-to-device copy)",
-        "lazy-init detector", "upload every table at start-up, before any capture"),
-    Bug("lazy_scratch", "illegal",
-        "scratch allocation through the synchronous allocator when the capacity is short",
-        "lazy-init detector", "allocate scratch for the largest plan once, at start-up"),
-    Bug("raw_array", "illegal", "array-interface synchronisation of a raw CuPy argument",
-        "lazy-init detector", "wrap each buffer once with cuda.as_cuda_array(x, sync=False)"),
-    Bug("late_wait", "race", "a read of the predecessor's output before the PDL wait",
-        "PDL check", "make pdl_wait() the first statement of every kernel"),
-)}
-
-
-# Bugs of the tensor-parallel step (LAB_RANKS=2, lab/ranks.py): an override of RankStep, not of
-# the one-GPU Step, so they live apart from BUGS (whose rows every one-GPU notebook walks).
-RANK_BUGS: dict[str, Bug] = {b.name: b for b in (
-    Bug("rank_skew", "rank",
-        "each rank's own plan decision: rank 1 picks the all-reduce algorithm from ITS measured "
-        "message cost and, from the 4-split plans on (context 64+), issues reduce-scatter + "
-        "all-gather where rank 0 issues all-reduce",
-        "collective order check",
-        "make every decision that changes a rank's collectives from state every rank shares "
-        "(the position, the plan key), never from one rank's own measurements"),
-)}
-
-
-def ranks_refusal(cfg) -> str | None:
-    """Why `cfg` cannot run as configured with respect to ranks (None: it can), for LabConfig."""
-    if "rank_skew" in cfg.bugs and cfg.ranks < 2:
-        return ("LAB_BUG_RANK_SKEW=1 is a disagreement between ranks: it needs LAB_RANKS=2")
-    if cfg.ranks < 2:
-        return None
-    off = [(var, why) for var, on, why in (
-        ("LAB_FUSION=1", cfg.fusion, "the fused kernels take whole heads and the whole residual"),
-        ("LAB_PDL=1", cfg.pdl, "a collective is no programmatic launch"),
-        ("LAB_OVERLAP=1", cfg.overlap, "the side stream is not part of the rank's step"),
-        ("LAB_LOOP=device", cfg.loop == "device", "the loop graph is one device's"),
-        ("LAB_PLAN_SWITCH=update", cfg.plan_switch == "update", "each rank's graph is its own"),
-    ) if on]
-    one_gpu = sorted(set(cfg.bugs) - set(RANK_BUGS))
-    if one_gpu:
-        off.append((", ".join(f"{BUGS[b].env}=1" for b in one_gpu),
-                    "the one-GPU bugs override pieces of the one-GPU step"))
-    if not off:
-        return None
-    return (f"LAB_RANKS={cfg.ranks} runs the one-op-per-kernel step with graphs or eagerly, and "
-            f"nothing else yet: " + "; ".join(f"{v} is not built for ranks ({w})" for v, w in off)
-            + ". Run those with LAB_RANKS=1")
 
 # ---- each bug as the pieces of the step it overrides ---------------------------------------------
 class _Buggy(Step):
@@ -217,22 +149,7 @@ OVERRIDES: dict[str, type[Step]] = {
 def refusals(names, base: type[Step] = Step) -> dict[str, str]:
     """{bug: why it cannot exist in `base`} for the named bugs that override a piece `base` does
     not have (`base.absent`: the fused step's missing one-op-per-kernel pieces)."""
-    absent, chosen = getattr(base, "absent", {}), set(names)
-    out = {}
-    for name in (n for n in BUGS if n in chosen):
-        missing = [piece for piece in vars(OVERRIDES[name]) if piece in absent]
-        if missing:
-            out[name] = "; ".join(f"it overrides `{piece}`, {absent[piece]}" for piece in missing)
-    return out
-
-
-def fusion_refusal(names) -> str | None:
-    """Why the named bugs cannot run with LAB_FUSION=1 (None: they can), for LabConfig."""
-    why = refusals(names, FusedStep)
-    if not why:
-        return None
-    return " ".join(f"{BUGS[n].env}=1 cannot exist in the fused step (LAB_FUSION=1): {reason}."
-                    for n, reason in why.items()) + " Run it with LAB_FUSION=0."
+    return _refusals(names, getattr(base, "absent", {}))
 
 
 def step_class(names, base: type[Step] = Step) -> type[Step]:

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from .bugs import BUGS, RANK_BUGS, fusion_refusal, ranks_refusal
+from .bugspec import BUGS, RANK_BUGS, fusion_refusal, ranks_refusal
 from .errors import LabError
 
 # (environment variable, LabConfig field, allowed values, default, meaning)
@@ -50,7 +50,7 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
 _BOOL_FIELDS = {"graph", "split_combine", "pdl", "overlap", "fusion"}
 _INT_FIELDS = {"ranks"}
 _ALL_BUGS = {**BUGS, **RANK_BUGS}
-_BUG_VARS = {b.env: name for name, b in _ALL_BUGS.items()}  # LAB_BUG_<NAME> -> bug (lab/bugs.py)
+_BUG_VARS = {b.env: name for name, b in _ALL_BUGS.items()}  # LAB_BUG_<NAME> -> bug (lab/bugspec.py)
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class LabConfig:
     plan_switch: str = "recapture"  # LAB_PLAN_SWITCH: a new graph per plan, or one graph updated
     loop: str = "host"              # LAB_LOOP: who runs generate's loop of steps
     ranks: int = 1                  # LAB_RANKS: tensor-parallel ranks (lab/ranks.py)
-    bugs: frozenset = frozenset()   # deliberate bugs switched on (names from lab/bugs.py)
+    bugs: frozenset = frozenset()   # deliberate bugs switched on (names from lab/bugspec.py)
 
     def __post_init__(self):
         object.__setattr__(self, "bugs", frozenset(self.bugs))

@@ -40,6 +40,7 @@ import numpy as np
 
 from kernels import attention, embed, fused, matvec, mlp, position, rmsnorm, rope, sample
 from .backend import Launch, StreamWait
+from .bugspec import FUSED_ABSENT
 from .plan import MAX_SPLITS, Plan
 
 
@@ -157,13 +158,7 @@ class FusedStep(Step):
     plan under fusion); LAB_OVERLAP makes norm_qkv_rope two launches (q | k, v) on two streams."""
 
     # the one-op-per-kernel step's pieces this step does not have, and where their work went
-    absent = {
-        "attn_norm_kernel": "the standalone attention rmsnorm, which norm_qkv_rope folds in",
-        "append_kv": "the standalone RoPE + KV append, which is norm_qkv_rope's epilogue",
-        "attention": "the standalone attention partial, which attn_fused does together with the "
-                     "merge, the output projection and the residual add",
-        "advance": "the standalone position kernel: norm_lm_head_argmax advances the position",
-    }
+    absent = FUSED_ABSENT
 
     # ---- the fused pieces ----------------------------------------------------------------------
     def norm_qkv_rope(self, plan: Plan, layer: int):

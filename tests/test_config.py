@@ -37,3 +37,29 @@ def test_direct_construction_is_validated_too():
 def test_with_toggles_round_trips():
     cfg = LabConfig().with_toggles({"LAB_GRAPH": "0"})
     assert cfg.graph is False and cfg.toggles()["LAB_GRAPH"] == "0"
+
+
+def test_importing_the_config_imports_nothing_heavy():
+    """The config is the ground floor: every CLI call and test process imports it, so it must not
+    pull in numba, the step or a backend (a fresh interpreter, since this one has them)."""
+    import subprocess
+    import sys
+    code = ("import sys, lab.config; heavy = sorted(m for m in ('numba', 'lab.step', 'lab.bugs', "
+            "'lab.backend', 'kernels') if m in sys.modules); print(heavy); assert not heavy")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_each_bug_row_lists_the_pieces_its_override_replaces():
+    """The refusals are checked from the rows' data (lab/bugspec.py); the rows must say exactly
+    which pieces of the step each override class in lab/bugs.py replaces."""
+    from lab import bugs
+    from lab.ranks import RankSkewStep, RankStep
+    from lab.step import Step
+    alloc = {"__init__", "__doc__", "__module__", "rebuilt_each_step", "scratch_splits_at_start",
+             "tables_at_start_up"}   # how the engine allocates and issues, not a token-path piece
+    for name, bug in bugs.BUGS.items():
+        pieces = (set(vars(bugs.OVERRIDES[name])) & set(vars(Step))) - alloc
+        assert set(bug.overrides) == pieces, name
+    assert set(bugs.RANK_BUGS["rank_skew"].overrides) == (
+        set(vars(RankSkewStep)) & set(vars(RankStep))) - alloc

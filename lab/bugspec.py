@@ -1,0 +1,117 @@
+"""The deliberate bugs as data: what each one freezes or breaks, how it is caught, its fix, and
+the pieces of the step (lab/step.py) it overrides -- and the refusals that follow from those
+pieces. Light on purpose (no numba, no step, no backend): `lab.config` validates a toggle set
+with it, so `import lab.config` stays cheap. The overrides themselves live in lab/bugs.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    kind: str          # "frozen", "illegal", "race" or "rank"
+    what: str          # what a capture freezes, or which illegal operation fires
+    caught_by: str     # "audit", "lazy-init detector", "PDL check" or "collective order check"
+    fix: str
+    overrides: tuple[str, ...] = ()   # the step's pieces its override replaces (lab/bugs.py)
+
+    @property
+    def env(self) -> str:
+        return f"LAB_BUG_{self.name.upper()}"
+
+
+BUGS: dict[str, Bug] = {b.name: b for b in (
+    Bug("frozen_kv_row", "frozen", "pointer: the KV-cache row k_cache[pos] (buffer + offset)", "audit",
+        "pass the whole cache; the kernel indexes the row with the device-resident position",
+        ("append_kv",)),
+    Bug("ctx_by_value", "frozen", "loop bound: the context length passed by value", "audit",
+        "read the context length from device memory (pos[0] + 1) inside the kernel",
+        ("attention",)),
+    Bug("pos_outside_graph", "frozen", "the position, uploaded by the host before the step", "audit",
+        "advance the position with a kernel inside the captured step, or write the device "
+        "position before every graph launch, not only before the capture",
+        ("prelude", "advance")),
+    Bug("lazy_table", "illegal", "table upload on first use (synchronous host-to-device copy)",
+        "lazy-init detector", "upload every table at start-up, before any capture",
+        ("prepare_rope",)),
+    Bug("lazy_scratch", "illegal",
+        "scratch allocation through the synchronous allocator when the capacity is short",
+        "lazy-init detector", "allocate scratch for the largest plan once, at start-up",
+        ("prepare_attention", "scratch")),
+    Bug("raw_array", "illegal", "array-interface synchronisation of a raw CuPy argument",
+        "lazy-init detector", "wrap each buffer once with cuda.as_cuda_array(x, sync=False)",
+        ("norm_input",)),
+    Bug("late_wait", "race", "a read of the predecessor's output before the PDL wait",
+        "PDL check", "make pdl_wait() the first statement of every kernel",
+        ("attn_norm_kernel",)),
+)}
+
+# Bugs of the tensor-parallel step (LAB_RANKS=2, lab/ranks.py): an override of the rank step, not
+# of the one-GPU step, so they live apart from BUGS (whose rows every one-GPU notebook walks).
+RANK_BUGS: dict[str, Bug] = {b.name: b for b in (
+    Bug("rank_skew", "rank",
+        "each rank's own plan decision: rank 1 picks the all-reduce algorithm from ITS measured "
+        "message cost and, from the 4-split plans on (context 64+), issues reduce-scatter + "
+        "all-gather where rank 0 issues all-reduce",
+        "collective order check",
+        "make every decision that changes a rank's collectives from state every rank shares "
+        "(the position, the plan key), never from one rank's own measurements",
+        ("all_reduce",)),
+)}
+
+# The one-op-per-kernel step's pieces the fused step (LAB_FUSION=1, `FusedStep.absent`) does not
+# have, and where their work went.
+FUSED_ABSENT: dict[str, str] = {
+    "attn_norm_kernel": "the standalone attention rmsnorm, which norm_qkv_rope folds in",
+    "append_kv": "the standalone RoPE + KV append, which is norm_qkv_rope's epilogue",
+    "attention": "the standalone attention partial, which attn_fused does together with the "
+                 "merge, the output projection and the residual add",
+    "advance": "the standalone position kernel: norm_lm_head_argmax advances the position",
+}
+
+
+def refusals(names, absent: dict[str, str]) -> dict[str, str]:
+    """{bug: why it cannot exist} for the named one-GPU bugs that override a piece of the step
+    listed in `absent` (a step variant's missing pieces, e.g. FUSED_ABSENT)."""
+    chosen = set(names)
+    out = {}
+    for name in (n for n in BUGS if n in chosen):
+        missing = [piece for piece in BUGS[name].overrides if piece in absent]
+        if missing:
+            out[name] = "; ".join(f"it overrides `{piece}`, {absent[piece]}" for piece in missing)
+    return out
+
+
+def fusion_refusal(names) -> str | None:
+    """Why the named bugs cannot run with LAB_FUSION=1 (None: they can), for LabConfig."""
+    why = refusals(names, FUSED_ABSENT)
+    if not why:
+        return None
+    return " ".join(f"{BUGS[n].env}=1 cannot exist in the fused step (LAB_FUSION=1): {reason}."
+                    for n, reason in why.items()) + " Run it with LAB_FUSION=0."
+
+
+def ranks_refusal(cfg) -> str | None:
+    """Why `cfg` cannot run as configured with respect to ranks (None: it can), for LabConfig."""
+    if "rank_skew" in cfg.bugs and cfg.ranks < 2:
+        return ("LAB_BUG_RANK_SKEW=1 is a disagreement between ranks: it needs LAB_RANKS=2")
+    if cfg.ranks < 2:
+        return None
+    off = [(var, why) for var, on, why in (
+        ("LAB_FUSION=1", cfg.fusion, "the fused kernels take whole heads and the whole residual"),
+        ("LAB_PDL=1", cfg.pdl, "a collective is no programmatic launch"),
+        ("LAB_OVERLAP=1", cfg.overlap, "the side stream is not part of the rank's step"),
+        ("LAB_LOOP=device", cfg.loop == "device", "the loop graph is one device's"),
+        ("LAB_PLAN_SWITCH=update", cfg.plan_switch == "update", "each rank's graph is its own"),
+    ) if on]
+    one_gpu = sorted(set(cfg.bugs) - set(RANK_BUGS))
+    if one_gpu:
+        off.append((", ".join(f"{BUGS[b].env}=1" for b in one_gpu),
+                    "the one-GPU bugs override pieces of the one-GPU step"))
+    if not off:
+        return None
+    return (f"LAB_RANKS={cfg.ranks} runs the one-op-per-kernel step with graphs or eagerly, and "
+            f"nothing else yet: " + "; ".join(f"{v} is not built for ranks ({w})" for v, w in off)
+            + ". Run those with LAB_RANKS=1")
