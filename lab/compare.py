@@ -34,12 +34,10 @@ from typing import Callable
 import numpy as np
 
 from . import reference
-from .bench import parse_arm
 from .config import TOGGLES, LabConfig
 from .errors import LabError
 from .files import check_output
 from .model import DATA_DIR, DEFAULT_WEIGHTS, Model, check_request, load_model, sha256_of
-from .precision import step_metrics
 from .report import save
 
 DEFAULT_PROMPT = "ROMEO.\n"
@@ -112,6 +110,7 @@ def parse_spec(text: str, base: LabConfig) -> RunSpec:
             raise LabError(f"run spec {text!r}: unknown item {item!r}; give {REFERENCE!r} (alone), "
                            f"a backend ({'|'.join(_BACKENDS)}) or LAB_NAME=VALUE toggles")
     try:
+        from .bench import parse_arm   # the engine's imports, only when a run is built
         return RunSpec(text, parse_arm(",".join(toggles), base))
     except LabError as exc:
         raise LabError(f"run spec {text!r}: {exc}") from None
@@ -385,6 +384,7 @@ def compare_runs(a: Run, b: Run, thresholds: Thresholds | None = None, tokenizer
     if a.logits.shape != b.logits.shape:
         raise LabError(f"the sides' logits differ in shape ({a.logits.shape} vs {b.logits.shape}):"
                        f" different models or inputs cannot be compared step by step")
+    from .precision import step_metrics   # imports the kernels' constants (numba)
     m = step_metrics(a.logits, b.logits)
     fed = [r.fed for r in (a, b) if r.fed is not None]
     inputs_same = np.array_equal(a.ids, b.ids) and all(np.array_equal(f, a.ids) for f in fed)

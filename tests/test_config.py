@@ -63,3 +63,16 @@ def test_each_bug_row_lists_the_pieces_its_override_replaces():
         assert set(bug.overrides) == pieces, name
     assert set(bugs.RANK_BUGS["rank_skew"].overrides) == (
         set(vars(RankSkewStep)) & set(vars(RankStep))) - alloc
+
+
+def test_the_cli_help_imports_nothing_heavy():
+    """`decode-lab --help` (its parser includes every subcommand's arguments) answers without
+    numba or the engine: the heavy imports happen when a command runs."""
+    import subprocess
+    import sys
+    code = ("import sys, runpy; sys.argv = ['decode-lab', '--help']\n"
+            "try:\n    runpy.run_module('lab', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted(m for m in ('numba', 'lab.engine', 'lab.bench', 'lab.step') "
+            "if m in sys.modules)\nassert not heavy, heavy")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and "usage: decode-lab" in out.stdout, out.stdout + out.stderr
