@@ -12,8 +12,6 @@ and a .png beside each; prints the tables. About a minute on an H200 (eager ~2.4
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -22,30 +20,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lab import bench, report  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
-from lab.model import DEFAULT_WEIGHTS, load_model  # noqa: E402
+from scripts import recorder  # noqa: E402
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--backend", default="cuda", choices=("cuda", "sim", "auto"))
-    ap.add_argument("--weights", default=str(DEFAULT_WEIGHTS))
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--tokens", type=int, default=128)
+def main(argv=None) -> int:
+    ap = recorder.arguments(__doc__, backends=recorder.BACKENDS, weights=True, reps=5, tokens=128)
     ap.add_argument("--per-token", type=int, default=1000)
     ap.add_argument("--contexts", default="64,256,512,1000")
     ap.add_argument("--sweep-tokens", type=int, default=16)
-    args = ap.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model = load_model(args.weights)
+    args = ap.parse_args(argv)
+    contexts = bench.parse_contexts(args.contexts)          # bad input: refused before the run
+    out = recorder.out_dir(args.out)
+    model = recorder.load(args)
     cfg = LabConfig(backend=args.backend)
     eager, graph = cfg.replace(graph=False), cfg.replace(graph=True)
-
-    def record(name, res, fmt):
-        (out / f"{name}.json").write_text(json.dumps(res, indent=2, default=report.jsonable))
-        report.save(res, plot_path=out / f"{name}.png")
-        print(f"\n== {name} ==\n{fmt(res)}", flush=True)
 
     t0 = time.perf_counter()
     ab = bench.run_ab(model, eager, graph, reps=args.reps, tokens=args.tokens,
@@ -53,17 +41,17 @@ def main() -> int:
     for arm in ab["arms"]:
         arm["us_per_launch"] = 1000.0 * arm["mean_ms"] / arm["launches_per_token"]
     ab["sem_ratio_eager_over_graph"] = ab["sem_ratio_a_over_b"]
-    record("bench_ab", ab, report.format_ab)
+    recorder.record(out, "bench_ab", ab, report.format_ab(ab), plot=True)
     sweep = bench.run_sweep(model, {"eager": eager, "graph": graph},
-                            bench.parse_contexts(args.contexts), reps=args.reps,
+                            contexts, reps=args.reps,
                             tokens=args.sweep_tokens, progress=None)
-    record("bench_sweep", sweep, report.format_sweep)
+    recorder.record(out, "bench_sweep", sweep, report.format_sweep(sweep), plot=True)
     loo = bench.run_loo(model, "GRAPH,SPLIT_COMBINE", base=cfg, reps=args.reps, tokens=64,
                         progress=None)
-    record("bench_loo", loo, report.format_loo)
+    recorder.record(out, "bench_loo", loo, report.format_loo(loo), plot=True)
     print(f"\nrecorded in {out} in {time.perf_counter() - t0:.0f} s; source: {ab['source']}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorder.run(main))

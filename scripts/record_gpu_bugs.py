@@ -5,9 +5,6 @@ checks, capture outcome) on the GPU, next to the same table on the simulator.
 """
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import json
 import sys
 from pathlib import Path
 
@@ -15,16 +12,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lab.audit import bug_table  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
-from lab.model import load_model  # noqa: E402
+from scripts import recorder  # noqa: E402
 
 KEYS = ("audit_flags", "lazy_init_flags", "replay_1", "replay_3")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    model = load_model()
+def main(argv=None) -> int:
+    args = recorder.arguments(__doc__).parse_args(argv)
+    out = recorder.out_dir(args.out)
+    model = recorder.load(args)
     gpu = bug_table(model, LabConfig(backend="cuda"))
     sim = {r["bug"]: r for r in bug_table(model, LabConfig(backend="sim"))}
     disagree = []
@@ -35,15 +31,13 @@ def main() -> int:
             disagree.append(r["bug"])
         print(f"{r['bug']:<18} audit {r['audit_flags']} lazy {r['lazy_init_flags']} "
               f"1:{r['replay_1']} 3:{r['replay_3']} capture: {r['capture'][:70]}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bugs_table.json").write_text(json.dumps({
-        "what": "deliberate bugs on the GPU; sim rows alongside", "date": dt.date.today().isoformat(),
+    recorder.write_json(out / "bugs_table.json", {
+        "what": "deliberate bugs on the GPU; sim rows alongside", "date": recorder.today(),
         "source": gpu[0]["source"], "rows": gpu, "sim_rows": list(sim.values()),
-        "disagree_with_sim": disagree}, indent=2))
+        "disagree_with_sim": disagree})
     print("disagree with sim:", disagree or "none")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorder.run(main))

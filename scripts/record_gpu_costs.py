@@ -27,10 +27,7 @@ lease). Nothing from them enters kernel_costs.json.
 """
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import gc
-import json
 import statistics
 import sys
 import time
@@ -47,7 +44,7 @@ from lab.backend.costmodel import cost_key, launch_bytes  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
 from lab.engine import DecodeEngine  # noqa: E402
 from lab.instrument import LaunchLog  # noqa: E402
-from lab.model import DEFAULT_WEIGHTS, load_model  # noqa: E402
+from scripts import recorder  # noqa: E402
 
 PROMPT = "ROMEO.\n"
 # first and last position of every attention plan (splits 1, 2, 4, 8, 16, 32) and the sweep's end
@@ -402,9 +399,9 @@ def host_and_ladder(eng, model, base: LabConfig, cfgs, out: Path, progress, reps
     step = [_main_stream(x) for x in eng.step_launches(eng.plan(BASE_POSITION))]
     host = host_alone(eng, cfgs, step, progress)
     rounds: dict = {}
-    pool = {(base.backend, base.kv_dtype, base.bugs, "zeros"): eng}
     ladder = bench.run_ladder(model, base.replace(graph=True), reps=reps, tokens=64,
-                              before_rep=lambda rep: host_round(eng, base, step, rounds), pool=pool)
+                              before_rep=lambda rep: host_round(eng, base, step, rounds),
+                              pool=recorder.engine_pool(eng, base))
     for k in ("dispatcher_step_sequence_us", "prebound_step_sequence_us"):
         host[k] = statistics.median(rounds[k])
     host["rounds"] = rounds
@@ -413,7 +410,7 @@ def host_and_ladder(eng, model, base: LabConfig, cfgs, out: Path, progress, reps
              f"{host['dispatcher_step_sequence_us']:.2f} us, prebound "
              f"{host['prebound_step_sequence_us']:.2f} us; engine per step: eager "
              f"{engine_host['eager']:.2f} us, graph {engine_host['graph']:.2f} us")
-    (out / "ladder.json").write_text(json.dumps(ladder, indent=2, default=report.jsonable))
+    recorder.write_json(out / "ladder.json", ladder)
     progress("wrote ladder.json\n" + report.format_ladder(ladder))
     return host, engine_host
 
@@ -434,7 +431,7 @@ def record_fission(model, base: LabConfig, eng, out: Path, progress, reps=15, to
     speed differs between processes (up to 1.5x on one lease): the model's host costs come from
     this process. A whole-step figure: nothing of it enters kernel_costs.json. 15 reps: with 5,
     the eager effect (about 4 launches' host time) had a standard error of a third of itself."""
-    pool = {(base.backend, base.kv_dtype, base.bugs, "zeros"): eng}
+    pool = recorder.engine_pool(eng, base)
     fission = {"what": "fission under capture: one-kernel combine (A) vs merge + project (B)"}
     for mode in ("eager", "graph"):
         a = base.replace(graph=(mode == "graph"))
@@ -443,7 +440,7 @@ def record_fission(model, base: LabConfig, eng, out: Path, progress, reps=15, to
                                      pool=pool)
     fission.update(source=fission["graph"]["source"], date=fission["graph"]["date"],
                    recorded_by="scripts/record_gpu_costs.py")
-    (out / "fission.json").write_text(json.dumps(fission, indent=2, default=report.jsonable))
+    recorder.write_json(out / "fission.json", fission)
     progress("wrote fission.json\n" + "\n".join(f"[{m}]\n{report.format_ab(fission[m])}"
                                                  for m in ("eager", "graph")))
     eng.cfg = base
@@ -487,25 +484,17 @@ def measure_noise(eng, base: LabConfig, progress, reps=5, tokens=64, per_token=2
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--backend", default="cuda", choices=("cuda", "sim"))
-    ap.add_argument("--weights", default=str(DEFAULT_WEIGHTS))
-    args = ap.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model = load_model(args.weights)
+def main(argv=None) -> int:
+    args = recorder.arguments(__doc__, backends=("cuda", "sim"), weights=True).parse_args(argv)
+    out = recorder.out_dir(args.out)
+    model = recorder.load(args)
     base = LabConfig(backend=args.backend, graph=False)
     eng = DecodeEngine(model, base)
     eng.log = LaunchLog()
     eng.bind()
     cfgs = [base, base.replace(split_combine=True), base.replace(overlap=True),
             base.replace(fusion=True)]
-    t0 = time.perf_counter()
-
-    def progress(msg):
-        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
+    progress = recorder.stopwatch()
 
     progress("floors")
     floors = measure_floors(eng, progress)
@@ -525,7 +514,7 @@ def main() -> int:
     res = {
         "launches_per_token": len(eng.step_launches(eng.plan(BASE_POSITION))),
         "what": "component costs for the simulator's cost model (lab/backend/costmodel.py)",
-        "source": eng.backend.describe(), "date": dt.date.today().isoformat(),
+        "source": eng.backend.describe(), "date": recorder.today(),
         "recorded_by": "scripts/record_gpu_costs.py",
         "method": {"chains": f"graphs of n = {N1} and {N2} copies of one launch, replayed 200x, "
                              f"3 alternating rounds, medians; per-node time = slope",
@@ -533,11 +522,10 @@ def main() -> int:
         "floors": floors, "kernels": kernels, "switches": switches, "host": host, "engine_host_us": engine_host,
         "noise": noise,
     }
-    path = out / "kernel_costs.json"
-    path.write_text(json.dumps(res, indent=1))
+    path = recorder.write_json(out / "kernel_costs.json", res, indent=1)
     progress(f"wrote {path}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorder.run(main))

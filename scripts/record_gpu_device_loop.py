@@ -23,8 +23,6 @@ for each loop}.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -35,8 +33,8 @@ from lab import bench, report  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
 from lab.engine import DecodeEngine  # noqa: E402
 from lab.errors import LabError  # noqa: E402
-from lab.model import DEFAULT_WEIGHTS, load_model  # noqa: E402
 from lab.stats import mean_sem  # noqa: E402
+from scripts import recorder  # noqa: E402
 
 LOOPS = (("host loop", dict(loop="host")), ("device loop", dict(loop="device")))
 
@@ -102,23 +100,17 @@ def first_generate(model, base: LabConfig, n: int) -> dict:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--backend", default="cuda", choices=("cuda", "sim"))
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--tokens", type=int, default=256)
+def main(argv=None) -> int:
+    ap = recorder.arguments(__doc__, backends=("cuda", "sim"), reps=5, tokens=256)
     ap.add_argument("--lengths", default="16,64,256,900")
     ap.add_argument("--first-tokens", type=int, default=256)
-    args = ap.parse_args()
-    model = load_model(DEFAULT_WEIGHTS)
+    args = ap.parse_args(argv)
+    model = recorder.load(args)
     max_new = model.cfg.max_seq - len(bench.BENCH_PROMPT)
     lengths = parse_lengths(args.lengths, max_new)
+    path = recorder.out_dir(args.out) / "device_loop.json"
     base = LabConfig(backend=args.backend)
-    t_start = time.perf_counter()
-
-    def progress(msg):
-        print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)
+    progress = recorder.stopwatch()
 
     out = {"what": "host loop (a graph launch per token) vs device loop (one launch per "
                    "generate: WHILE over SWITCH of every plan's step)"}
@@ -149,13 +141,11 @@ def main() -> int:
     out["bodies"] = loop.body_node_counts() if loop is not None else []
     out["source"], out["date"] = out["plain"]["source"], out["plain"]["date"]
     out["recorded_by"] = "scripts/record_gpu_device_loop.py"
-    path = Path(args.out) / "device_loop.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2, default=report.jsonable))
+    recorder.write_json(path, out)
     print(f"launches per generate: {out['launches']}; bodies: {out['bodies']}; "
           f"warnings: {out['warnings'] or 'none'}\nwrote {path}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorder.run(main))

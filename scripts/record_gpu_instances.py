@@ -10,9 +10,6 @@ differ only in launch toggles on ONE shared engine; this file is the measurement
 """
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import json
 import sys
 from pathlib import Path
 
@@ -20,21 +17,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lab.config import LabConfig  # noqa: E402
 from lab.engine import DecodeEngine  # noqa: E402
-from lab.model import load_model  # noqa: E402
 from lab.stats import mean_sem  # noqa: E402
+from scripts import recorder  # noqa: E402
 
 PROMPT = "ROMEO.\n"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--backend", default="cuda", choices=("cuda", "sim"))
+def main(argv=None) -> int:
+    ap = recorder.arguments(__doc__, backends=("cuda", "sim"), reps=10, tokens=64)
     ap.add_argument("--engines", type=int, default=4)
-    ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--tokens", type=int, default=64)
-    args = ap.parse_args()
-    model = load_model()
+    args = ap.parse_args(argv)
+    out = recorder.out_dir(args.out)
+    model = recorder.load(args)
     engines = [DecodeEngine(model, LabConfig(backend=args.backend)) for _ in range(args.engines)]
     for eng in engines:
         eng.generate(PROMPT, args.tokens)                       # warm-up: capture every plan
@@ -44,8 +38,7 @@ def main() -> int:
 
     per = {i: [] for i in range(args.engines)}
     for rep in range(args.reps):                                # rotate the order every rep
-        order = list(range(args.engines))
-        for i in order[rep % args.engines:] + order[:rep % args.engines]:
+        for i in recorder.rotated(range(args.engines), rep):
             per[i].append(us_per_token(engines[i]))
     rows = []
     for i, v in per.items():
@@ -62,18 +55,16 @@ def main() -> int:
     m1, s1 = mean_sem(twice[1])
     print(f"engine 0 run twice in a row: {m0:.2f} ± {s0:.2f} then {m1:.2f} ± {s1:.2f} us/token")
     means = [r["mean_us"] for r in rows]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "engine_instances.json").write_text(json.dumps({
+    recorder.write_json(out / "engine_instances.json", {
         "what": "identical graph engines, interleaved: per-instance ms/token",
-        "source": engines[0].backend.describe(), "date": dt.date.today().isoformat(),
+        "source": engines[0].backend.describe(), "date": recorder.today(),
         "reps": args.reps, "tokens": args.tokens, "engines": rows,
         "spread_us": max(means) - min(means),
         "same_engine_twice": {"first_mean_us": m0, "first_sem_us": s0,
-                              "second_mean_us": m1, "second_sem_us": s1}}, indent=2))
+                              "second_mean_us": m1, "second_sem_us": s1}})
     print(f"spread between instances: {max(means) - min(means):.2f} us/token")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorder.run(main))

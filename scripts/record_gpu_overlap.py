@@ -11,8 +11,6 @@ Writes:
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -22,30 +20,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from lab import bench, report  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
 from lab.engine import DecodeEngine  # noqa: E402
-from lab.model import DEFAULT_WEIGHTS, load_model  # noqa: E402
+from scripts import recorder  # noqa: E402
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--backend", default="cuda", choices=("cuda", "sim", "auto"))
-    ap.add_argument("--weights", default=str(DEFAULT_WEIGHTS))
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--tokens", type=int, default=64)
-    args = ap.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model = load_model(args.weights)
+def main(argv=None) -> int:
+    args = recorder.arguments(__doc__, backends=recorder.BACKENDS, weights=True, reps=5,
+                              tokens=64).parse_args(argv)
+    out = recorder.out_dir(args.out)
+    model = recorder.load(args)
     cfg = LabConfig(backend=args.backend)
     t0 = time.perf_counter()
 
-    def record(name, res, text):
-        (out / f"{name}.json").write_text(json.dumps(res, indent=2, default=report.jsonable))
-        print(f"\n== {name} ==\n{text}", flush=True)
-
     loo = bench.run_loo(model, "GRAPH,PDL,OVERLAP,SPLIT_COMBINE", base=cfg, reps=args.reps,
                         tokens=args.tokens, progress=None)
-    record("overlap_loo", loo, report.format_loo(loo))
+    recorder.record(out, "overlap_loo", loo, report.format_loo(loo))
 
     pdl = bench.run_ab(model, cfg, cfg.replace(pdl=True), reps=args.reps, tokens=args.tokens,
                        names=("graph", "graph+pdl"), progress=None, per_token=200)
@@ -56,15 +44,15 @@ def main() -> int:
     ms_graph = pdl["arms"][0]["mean_ms"]
     pdl.update(edge_types=edges, nodes=graph.node_count,
                pdl_worth_fraction=(ms_graph - pdl["arms"][1]["mean_ms"]) / ms_graph)
-    record("pdl", pdl, report.format_ab(pdl) + f"\nedges {edges}; PDL worth "
-           f"{100 * pdl['pdl_worth_fraction']:.1f}% of the graph arm")
+    recorder.record(out, "pdl", pdl, report.format_ab(pdl) + f"\nedges {edges}; PDL worth "
+                    f"{100 * pdl['pdl_worth_fraction']:.1f}% of the graph arm")
     overlap = bench.run_ab(model, cfg, cfg.replace(overlap=True), reps=args.reps,
                            tokens=args.tokens, names=("graph", "graph+overlap"), progress=None,
                            per_token=200)
-    record("overlap", overlap, report.format_ab(overlap))
+    recorder.record(out, "overlap", overlap, report.format_ab(overlap))
     print(f"\nrecorded in {out} in {time.perf_counter() - t0:.0f} s")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorder.run(main))

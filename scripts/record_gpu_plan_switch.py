@@ -19,9 +19,6 @@ DIR/plan_switch.json.
 """
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import json
 import sys
 import time
 from pathlib import Path
@@ -32,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lab.config import LabConfig  # noqa: E402
 from lab.engine import DecodeEngine  # noqa: E402
-from lab.model import load_model  # noqa: E402
 from lab.plan import plan_boundaries  # noqa: E402
+from scripts import recorder  # noqa: E402
 
 PROMPT = "ROMEO.\n"
 
@@ -90,13 +87,10 @@ def _same_step(eng, live, plan, set_params, source) -> bool:
     return bool(logits[0].tobytes() == logits[1].tobytes())
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--backend", default="cuda", choices=("cuda", "sim"))
-    ap.add_argument("--reps", type=int, default=30)
-    args = ap.parse_args()
-    model = load_model()
+def main(argv=None) -> int:
+    args = recorder.arguments(__doc__, backends=("cuda", "sim"), reps=30).parse_args(argv)
+    path = recorder.out_dir(args.out) / "plan_switch.json"
+    model = recorder.load(args)
     eng = DecodeEngine(model, LabConfig(backend=args.backend, plan_switch="update"))
     be = eng.backend
     eng.generate(PROMPT, plan_boundaries(model.cfg.max_seq)[0] + 8)    # warm: two plans met
@@ -138,7 +132,7 @@ def main() -> int:
               .generate(PROMPT, n).tokens for mode in ("recapture", "update")}
     identical = bool(np.array_equal(tokens["recapture"], tokens["update"]))
     out = {"what": "host cost of one plan change (splits 1 <-> 2), per mechanism",
-           "source": be.describe(), "date": dt.datetime.now().isoformat(timespec="seconds"),
+           "source": be.describe(), "date": recorder.now(),
            "recorded_by": "scripts/record_gpu_plan_switch.py",
            "plans": [list(a.key), list(b.key)], "nodes": len(launches[a.key]),
            "changed_nodes": [launches[a.key][i].name for i in changed],
@@ -147,9 +141,7 @@ def main() -> int:
            "note": ("" if args.backend == "cuda" else "a smoke run: wall times of the CPU "
                     "simulator's own Python, not a model of the GPU"),
            "rows": {k: _summary(v) for k, v in rows.items() if v}}
-    path = Path(args.out) / "plan_switch.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2))
+    recorder.write_json(path, out)
     print(f"plan change {a.key[1]} <-> {b.key[1]} splits, {out['nodes']} nodes, "
           f"{len(changed)} differ ({', '.join(sorted(set(out['changed_nodes'])))}); {out['source']}")
     for k, r in out["rows"].items():
@@ -161,4 +153,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorder.run(main))

@@ -17,7 +17,6 @@ labelled simulated and is not a GPU recording.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -28,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lab.compare import DEFAULT_PROMPT, kv_dtype_study, slim  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
-from lab.files import atomic_write_text  # noqa: E402
-from lab.model import DATA_DIR, DEFAULT_WEIGHTS, load_model  # noqa: E402
+from lab.model import DATA_DIR  # noqa: E402
 from lab.precision import kernel_order_check  # noqa: E402
+from scripts import recorder  # noqa: E402
 
 
 def _dumps(res: dict) -> str:
@@ -48,22 +47,19 @@ def _line(name: str, pair: dict) -> str:
             f"{s['max_dlogit']:.3g}, top-1 {s['top1_agree_steps']}/{s['steps']}, first flip {flip}")
 
 
-def _arguments() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description="record notebook 09's precision figures")
-    ap.add_argument("--out", required=True, type=Path, help="folder for precision.json")
-    ap.add_argument("--backend", default="cuda", choices=("cuda", "sim", "auto"),
-                    help="sim: a local smoke run, labelled simulated")
-    ap.add_argument("--weights", default=str(DEFAULT_WEIGHTS))
+def _arguments(argv=None):
+    ap = recorder.arguments(__doc__, backends=recorder.BACKENDS, weights=True,
+                            out_help="folder for precision.json")
     ap.add_argument("--tokens", type=int, default=200, help="tokens the oracle decodes")
     ap.add_argument("--text-offset", type=int, default=20000, help="passage start in corpus.txt")
     ap.add_argument("--text-chars", type=int, default=1000, help="passage length")
-    return ap.parse_args()
+    return ap.parse_args(argv)
 
 
-def main() -> int:
-    args = _arguments()
-    args.out.mkdir(parents=True, exist_ok=True)
-    model, cfg = load_model(args.weights), LabConfig(backend=args.backend)
+def main(argv=None) -> int:
+    args = _arguments(argv)
+    out = recorder.out_dir(args.out)
+    model, cfg = recorder.load(args), LabConfig(backend=args.backend)
     t0 = time.perf_counter()
     decode = kv_dtype_study(model, DEFAULT_PROMPT, args.tokens, cfg, args.weights, progress=None)
     corpus = (DATA_DIR / "corpus.txt").read_text()
@@ -73,11 +69,11 @@ def main() -> int:
     on_gpu = not decode["source"].startswith("simulated")
     order = kernel_order_check("gpu" if on_gpu else "cudasim")
     res = {"what": "notebook 09: KV cache float32 vs float16 vs the float64 oracle; kernel order",
-           "source": decode["source"], "date": time.strftime("%Y-%m-%d"),
+           "source": decode["source"], "date": recorder.today(),
            "weights": decode["pairs"]["oracle-float32"]["sides"]["oracle"]["sha256"],
            "decode": slim(decode), "text": slim(text, keep=("max_dlogit", "margin_a")),
            "kernel_order": order}
-    path = atomic_write_text(args.out / "precision.json", _dumps(res))
+    path = recorder.write_text(out / "precision.json", _dumps(res))
     print(f"source: {res['source']}")
     for name, study in (("decode", decode), ("text", text)):
         print(f"{name} ({study['steps']} steps, {study['input']}):")
@@ -94,4 +90,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorder.run(main))

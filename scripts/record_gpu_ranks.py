@@ -22,33 +22,30 @@ before it exits (a process that exits with them alive can hang).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from lab import bench  # noqa: E402
 from lab.backend import Collective, make_ranks  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
 from lab.errors import LabError  # noqa: E402
-from lab.model import load_model  # noqa: E402
-from lab.ranks import RankedEngine, make_engine  # noqa: E402
+from lab.ranks import make_engine  # noqa: E402
 from lab.reference import generate as oracle_generate  # noqa: E402
 from lab.stats import mean_sem  # noqa: E402
+from scripts import recorder  # noqa: E402
 
 PROMPT = "ROMEO.\n"
 ARMS = (("1 rank eager", dict(ranks=1, graph=False)), ("1 rank graph", dict(ranks=1, graph=True)),
         ("2 ranks eager", dict(ranks=2, graph=False)), ("2 ranks graph", dict(ranks=2, graph=True)))
 
 
-def log(msg: str) -> None:
-    print(f"[{time.perf_counter() - T0:7.1f}s] {msg}", flush=True)
+log = recorder.stopwatch(7)      # seconds since the import, as the recorder starts
 
 
 def collective_costs(group, ops, rounds: int = 3, replays: int = 200) -> dict:
@@ -96,18 +93,37 @@ def collective_costs(group, ops, rounds: int = 3, replays: int = 200) -> dict:
     return out
 
 
+def timed_arms(engines: dict, reps: int, tokens: int, oracle) -> tuple[dict, bool]:
+    """The arms interleaved by lab/bench.py (one warm-up generate over the timed length each,
+    then the order reversed every other rep): ({name: ms/token, sem, captures in the timed
+    reps}, whether every timed rep of every arm generated the oracle's tokens)."""
+    arms = [bench.Arm(name, eng.cfg, eng) for name, eng in engines.items()]
+
+    def run(eng):
+        gen = eng.generate(PROMPT, tokens)
+        return gen.ms_per_token, gen.tokens
+
+    def rep_done(rep):
+        log(f"rep {rep + 1}/{reps}: " + ", ".join(f"{a.name} {a.ms[-1]:.4f}" for a in arms))
+    # the warm-up covers the timed length: every plan the reps reach is captured there (a
+    # shorter warm-up left the captures of the plans at 32 and 64 inside the first rep)
+    bench.interleave(arms, reps, run, before_rep=lambda rep: rep and rep_done(rep - 1))
+    rep_done(reps - 1)
+    oracle_ok = all(np.array_equal(toks, oracle) for a in arms for toks in a.runs)
+    rows = {}
+    for a in arms:
+        m, s = mean_sem(a.ms)
+        rows[a.name] = {"ms_per_token": a.ms, "mean_ms": m, "sem_ms": s,
+                        "captures_in_timed_reps": a.outcomes.get("capture", 0)}
+    return rows, bool(oracle_ok)
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--backend", default="cuda", choices=("cuda", "sim"))
-    args = ap.parse_args(argv)
+    args = recorder.arguments(__doc__, backends=("cuda", "sim"), reps=5, tokens=64).parse_args(argv)
     if args.reps < 2 or args.tokens < 1:
-        raise SystemExit("--reps must be >= 2 and --tokens >= 1")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model = load_model()
+        return recorder.refuse("record_gpu_ranks", "--reps must be >= 2 and --tokens >= 1")
+    out = recorder.out_dir(args.out)
+    model = recorder.load(args)
     try:
         engines = {name: make_engine(model, LabConfig(backend=args.backend, **kw))
                    for name, kw in ARMS}
@@ -130,26 +146,7 @@ def main(argv=None) -> int:
 
     log(f"arms: {', '.join(n for n, _ in ARMS)}; {args.reps} reps x {args.tokens} tokens, interleaved")
     oracle = np.asarray(oracle_generate(model, model.tokenizer.encode(PROMPT), args.tokens))
-    for name, eng in engines.items():
-        # warm-up over the timed length: every plan the reps reach is captured here (a shorter
-        # warm-up left the captures of the plans at 32 and 64 inside the first rep)
-        eng.generate(PROMPT, args.tokens)
-    ms = {name: [] for name in engines}
-    timed_from = {name: len(eng.ledger) for name, eng in engines.items()}
-    oracle_ok = True
-    for rep in range(args.reps):
-        order = list(engines) if rep % 2 == 0 else list(engines)[::-1]
-        for name in order:
-            gen = engines[name].generate(PROMPT, args.tokens)
-            ms[name].append(gen.ms_per_token)
-            oracle_ok &= bool(np.array_equal(gen.tokens, oracle))
-        log(f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{n} {ms[n][-1]:.4f}" for n in engines))
-    arms = {}
-    for name in engines:
-        m, s = mean_sem(ms[name])
-        captured = sum(e.outcome == "capture" for e in engines[name].ledger[timed_from[name]:])
-        arms[name] = {"ms_per_token": ms[name], "mean_ms": m, "sem_ms": s,
-                      "captures_in_timed_reps": captured}
+    arms, oracle_ok = timed_arms(engines, args.reps, args.tokens, oracle)
     bill = two.bill(two.plan(0))
     bill["node_types"] = [g.node_types() for g in two.graphs[two.plan(0).key]]
     one = engines["1 rank graph"]
@@ -158,23 +155,23 @@ def main(argv=None) -> int:
     result = {
         "what": "tensor-parallel decode on two GPUs (LAB_RANKS=2) against one, eager and graph; "
                 "the collectives' costs for the simulator",
-        "source": source, "date": datetime.now().isoformat(timespec="seconds"),
+        "source": source, "date": recorder.now(),
         "recorded_by": "scripts/record_gpu_ranks.py",
         "collectives": {"source": f"{source} (scripts/record_gpu_ranks.py, "
-                                  f"{datetime.now().date().isoformat()})",
+                                  f"{recorder.today()})",
                         "method": "graph_us: chains of 8 and 24 collectives per rank, 200 replays x 3 "
                                   "rounds, slope of the medians; eager_us: taken as graph_us; "
                                   "host_call_us: host time of one NCCL group call / ranks",
                         "sizes": {"all_reduce": f"{c.d_model} float32", "all_gather": "36 float32 per rank"},
                         **coll},
-        "arms": arms, "tokens_identical": bool(oracle_ok), "oracle_tokens_equal": bool(oracle_ok),
+        "arms": arms, "tokens_identical": oracle_ok, "oracle_tokens_equal": oracle_ok,
         "ratios": {"2 ranks graph / 1 rank graph": r("2 ranks graph", "1 rank graph"),
                    "2 ranks eager / 2 ranks graph": r("2 ranks eager", "2 ranks graph"),
                    "1 rank eager / 1 rank graph": r("1 rank eager", "1 rank graph")},
         "reps": args.reps, "tokens": args.tokens, "prompt": PROMPT, "bill": bill,
     }
     name = "ranks.json" if args.backend == "cuda" else "ranks_sim.json"
-    (out / name).write_text(json.dumps(result, indent=2) + "\n")
+    recorder.write_json(out / name, result)
     print(f"{'arm':<15} {'ms/token':>9} {'± sem us':>9}")
     for n, a in arms.items():
         print(f"{n:<15} {a['mean_ms']:>9.4f} {1000 * a['sem_ms']:>9.2f}")
@@ -186,7 +183,7 @@ def main(argv=None) -> int:
     print(f"source: {source}")
     log(f"wrote {out / name}")
     for eng in engines.values():
-        if isinstance(eng, RankedEngine):
+        if hasattr(eng, "close"):                # the ranked engines: graphs and communicators
             eng.close()
     if args.backend == "cuda":
         sys.stdout.flush()
@@ -194,6 +191,5 @@ def main(argv=None) -> int:
     return 0
 
 
-T0 = time.perf_counter()
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorder.run(main))
