@@ -47,19 +47,19 @@ def make_ranks(cfg, ranks: int):
     simulated devices on sim, GPUs 0..ranks-1 with NCCL on cuda. Fewer devices than ranks is a
     LabError naming both numbers."""
     if cfg.backend == "sim":
-        from .sim import SimRanks
+        from .sim_ranks import SimRanks
         return SimRanks(ranks)
     usable, reason = gpu_status()
     if cfg.backend == "cuda" and not usable:
         raise LabError(f"LAB_BACKEND=cuda (or --backend cuda) needs a GPU, but {reason}; "
                        f"use --backend sim to run on the CPU simulator")
     if not usable:
-        from .sim import SimRanks
+        from .sim_ranks import SimRanks
         return SimRanks(ranks)
     import cupy
     n = cupy.cuda.runtime.getDeviceCount()
     if n < ranks:
         raise LabError(f"LAB_RANKS={ranks} needs {ranks} GPUs, this machine has {n}; use "
                        f"LAB_RANKS=1, or --backend sim (one simulated device per rank)")
-    from .cuda import CudaRanks
+    from .cuda_ranks import CudaRanks
     return CudaRanks(ranks)

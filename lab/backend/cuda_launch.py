@@ -1,0 +1,127 @@
+"""How the cuda backend launches a kernel (LAB_LAUNCH): the `dispatcher` rung (numba's dispatcher
+types and flattens the arguments at every launch), the `prebound` rung (done once per Launch,
+launched through cuda.core) and PDL launches (always through cuda.core). `CudaLaunches` is the
+backend's mixin for it, with the per-process kernel compilation it needs."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .base import Buffer, Launch, RawArray
+
+
+class _Bound(NamedTuple):
+    """One launch through cuda.core, prepared: everything but the launch call itself."""
+    stream: object       # cuda.core Stream wrapping our CuPy stream
+    config: object       # cuda.core LaunchConfig (grid, block, programmatic serialisation)
+    kernel: object       # the loaded cuda.core Kernel of the numba overload
+    args: tuple          # the arguments flattened by numba (pointers, shapes, strides, scalars)
+
+
+# Compiled kernels are per process, not per backend: numba dispatchers are bound to the CUDA
+# context every backend here shares, and compiling ~20 kernels costs seconds per engine.
+_PROCESS_KERNELS: dict[str, object] = {}
+
+
+class CudaLaunches:
+    """Compile, prepare and launch kernels (a mixin of CudaBackend)."""
+
+    def _compile(self, spec):
+        disp = _PROCESS_KERNELS.get(spec.name)
+        if disp is None:
+            disp = self.nbcuda.jit(list(spec.signatures))(spec.py_func)
+            for overload in disp.overloads.values():
+                overload._codelibrary.get_cufunc()  # load the module now, not at first launch
+            _PROCESS_KERNELS[spec.name] = disp
+        self._compiled[spec.name] = disp
+        return disp
+
+    def warm_up(self, kernels) -> None:
+        for spec in kernels:
+            if spec.name not in self._compiled:
+                self._compile(spec)
+
+    def _arg(self, a):
+        if isinstance(a, Buffer):
+            return a.handle[1]
+        if isinstance(a, RawArray):  # the CuPy array itself: numba syncs through its interface
+            self._op("array-interface sync", a.label)
+            return a.buf.handle[0]
+        return a
+
+    def launch(self, launch: Launch) -> None:
+        disp = self._compiled.get(launch.name)
+        if disp is None:  # lazy compile + module load: legal during a capture, slow anywhere
+            self._op("compilation", launch.name)
+            disp = self._compile(launch.kernel)
+        if self.log is not None:
+            self.log.record(launch, "capture" if self._capturing else "eager")
+        bound = self._prebound(launch, disp) if self.mechanism == "prebound" else None
+        if bound is not None:
+            self._capture_guard(lambda: f"launch of {launch.name}", self._core_launch,
+                                bound.stream, bound.config, bound.kernel, *bound.args)
+        else:
+            self._launch_dispatcher(launch, disp)
+        self._issued += 1
+
+    def _launch_dispatcher(self, launch: Launch, disp) -> None:
+        """The dispatcher rung: numba types and flattens the arguments at every launch."""
+        args = [self._arg(a) for a in launch.args]
+        raw = [a.label for a in launch.args if isinstance(a, RawArray)]
+        what = f"launch of {launch.name}" + (
+            f" with raw argument {raw[0]}: array-interface synchronisation" if raw else "")
+        if self.pdl:
+            self._capture_guard(what, self._launch_pdl, launch, disp, args)
+        else:
+            nbstream = self._nbstreams[launch.stream]
+            self._capture_guard(what, disp[launch.grid, launch.block, nbstream], *args)
+
+    def _launch_pdl(self, launch: Launch, disp, args) -> None:
+        """Launch through cuda.core with programmatic stream serialisation: the kernel may
+        start before its predecessor on the stream finishes; it waits in its pdl_wait()."""
+        # a raw CuPy array gets what numba's dispatcher gives it: a synchronising wrap
+        args = [self.nbcuda.as_cuda_array(a) if isinstance(a, self.cp.ndarray) else a for a in args]
+        bound = self._bind(launch, disp, args)
+        self._core_launch(bound.stream, bound.config, bound.kernel, *bound.args)
+
+    def _prebound(self, launch: Launch, disp) -> _Bound | None:
+        """The launch prepared once for this PDL setting and stream, kept in `launch.prepared`;
+        None for a launch with a raw argument (it takes the dispatcher rung)."""
+        key = (self.pdl, launch.stream)
+        bound = launch.prepared.get(key)
+        if bound is None:
+            if any(isinstance(a, RawArray) for a in launch.args):
+                return None
+            # guarded: a failure while preparing inside a capture must end it as a CaptureError
+            bound = launch.prepared[key] = self._capture_guard(
+                lambda: f"preparing the launch of {launch.name}", self._bind, launch, disp,
+                [self._arg(a) for a in launch.args])
+        return bound
+
+    def _bind(self, launch: Launch, disp, args) -> _Bound:
+        """What a cuda.core launch of `launch` with these (numba-ready) arguments needs: the
+        overload numba's dispatcher would pick, the arguments flattened by numba's own code, the
+        launch config and the loaded kernel. No CUDA call: legal inside a capture."""
+        from numba import typeof
+        nbstream = self._nbstreams[launch.stream]
+        key = (launch.name, tuple(typeof(a) for a in args))
+        overload = self._overloads.get(key)
+        if overload is None:
+            overload = self._overloads[key] = disp.overloads[key[1]]
+        # numba's own argument flattening; `retr` collects write-backs of host arrays numba
+        # would copy, and device arrays and scalars (all a step passes) add none
+        kernelargs, retr = [], []
+        for ty, val in zip(overload.argument_types, args):
+            overload._prepare_args(ty, val, nbstream, retr, kernelargs)
+        config = self._LaunchConfig(grid=launch.grid, block=launch.block,
+                                    programmatic_stream_serialization=self.pdl)
+        return _Bound(self._core_streams[launch.stream], config,
+                      overload._codelibrary.get_cufunc().kernel, tuple(kernelargs))
+
+    def _core_stream(self, name: str):
+        """A cuda.core Stream wrapping our CuPy stream `name`, made at start-up (never inside a
+        capture; cuda.core deprecates being handed foreign stream objects at launch)."""
+        try:
+            from cuda.core import Device
+            return Device().create_stream(self.streams[name])
+        except Exception:  # an older cuda.core: hand it the numba stream as before
+            return self._nbstreams[name]
