@@ -8,6 +8,7 @@
   decode-lab conformance [--data DIR]   the simulator's predictions against the recorded GPU files
   decode-lab compare --a reference --b KV_DTYPE=float16 [--tokens N] [--json PATH]   two runs, step by step
   decode-lab selfcheck [--answers answers.json] [--solutions my_solutions.py] [--explain]
+                       [--student NAME] [--attempts PATH]
 
 Bad input (unknown characters, too many tokens, a corrupt weight file, an unknown LAB_* value,
 --backend cuda without a GPU) prints one line `decode-lab: error: ...` and exits with status 2.
@@ -89,7 +90,8 @@ def cmd_audit(args) -> int:
 def cmd_selfcheck(args) -> int:
     from .selfcheck.run import run_selfcheck
 
-    return run_selfcheck(args.answers, args.solutions, explain=args.explain)
+    return run_selfcheck(args.answers, args.solutions, explain=args.explain,
+                         attempts_path=args.attempts, student=args.student)
 
 
 def _demo_ranks(eng, args) -> int:
@@ -301,14 +303,23 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(fn=cmd_conformance)
     from .compare import add_parser as compare_parser
     compare_parser(sub, common).set_defaults(fn=cmd_compare)
+    exits = ("exit 0 when all fifteen pass, 1 when any does not; with neither file it prints "
+             "the questions and exits 0")
     s = sub.add_parser("selfcheck", help="check the lecture's ten questions (--answers JSON) "
-                       "and the five exercises (--solutions .py); no arguments: print the "
-                       "questions (exit 1 unless all pass)")
-    s.add_argument("--answers", metavar="PATH", help='JSON object {"q1": answer, ...}')
+                       f"and the five exercises (--solutions .py): {exits}",
+                       description="Check the lecture's ten questions and the five exercises; "
+                       f"{exits}. Each answer is a recorded attempt; an answer and why are shown "
+                       "only for a question attempted.")
+    s.add_argument("--answers", metavar="PATH", help='JSON object {"q1": answer, ...}, in the '
+                   "letters of your order of the options (printed with no arguments)")
     s.add_argument("--solutions", metavar="PATH", help="Python file defining the exercises' "
                    "functions (merge_partials, ..., replays_needed)")
     s.add_argument("--explain", action="store_true",
-                   help="after each answered question, print its answer and why")
+                   help="after each question answered in --answers, print its answer and why")
+    s.add_argument("--student", metavar="NAME", help="your name or id: it seeds the order of "
+                   "the options (default: the one in the attempts file, else your login)")
+    s.add_argument("--attempts", metavar="PATH", help="the file that keeps your attempts "
+                   "(default: ~/.decode-lab/selfcheck.json)")
     s.set_defaults(fn=cmd_selfcheck)
     return p
 

@@ -29,7 +29,8 @@
 # 05 (measurement) hold everything the exercises need.
 #
 # The second half asks the lecture's ten self-check questions, each with an answer you can check
-# (a letter, a list of letters or a number). `decode-lab selfcheck` checks all fifteen from files.
+# (a letter, a list of letters, or for q4 a number and letters). An answer and why come only
+# after you have attempted that question. `decode-lab selfcheck` checks all fifteen from files.
 
 # %%
 import functools      # for the demonstrations below
@@ -45,7 +46,7 @@ from lab.config import LabConfig
 from lab.engine import DecodeEngine
 from lab.model import load_model
 from lab.selfcheck import (answer, ask, check_launch_bill, check_merge_partials, check_paired_t,
-                           check_replays_needed, check_verdict, reveal, score)
+                           check_replays_needed, check_verdict, reveal, score, start)
 from lab.verify import replay_check
 
 # %% [markdown]
@@ -73,12 +74,14 @@ r1 = check_merge_partials(merge_partials)
 
 # %% [markdown]
 # ## 2. The launch bill
-# Launches per token = kernels/layer × layers (× ranks, for tensor parallelism) + the launches
-# outside the layer stack; the per-launch budget is the token time divided by that count — in
-# **microseconds** when the token time is in milliseconds.
+# Launches per token = kernels/layer × layers + the launches outside the layer stack, on each
+# rank. With tensor parallelism every rank issues its whole step on its own GPU, so the bill
+# counts every rank's launches. The per-launch budget is the token time divided by that count —
+# in **microseconds** when the token time is in milliseconds.
 #
 # Checked against `lab.instrument.launch_bill` over the launch log of simulator engines (eager
-# and graph, `split_combine` off and on), then with `ranks=2` and `ranks=8`.
+# and graph, `split_combine` off and on), then against a two-rank engine's own bill
+# (`RankedEngine.bill`) with `ranks=2`, and with `ranks=8`.
 
 # %%
 def launches_per_token(kernels_per_layer, layers, other, ranks=1):
@@ -140,9 +143,11 @@ r4 = check_verdict(verdict)
 # %% [markdown]
 # ## 5. How many replays?
 # `lab.verify.replay_check(engine, prompts, replays=n)` byte-compares n graph replays with n
-# eager steps. What is the smallest `n` that exposes every frozen-value bug of `lab/bugs.py`?
-# The checker runs the replay check with your `n` (it must fail for every frozen bug) and with
-# `n - 1` (it must pass for at least one).
+# eager steps. How many consecutive replays should such a test run, at the least, to expose a
+# host value frozen at capture? Replay 1 is the captured step itself, and a plan change can
+# re-capture along the way. The checker runs the replay check with your `n` on every frozen-value
+# bug of `lab/bugs.py`, from a prompt that ends mid-plan and from one that ends one token before
+# a plan boundary: it must expose every one. A floor, not a proof: a real test runs many more.
 
 # %%
 def replays_needed():
@@ -155,11 +160,18 @@ r5 = check_replays_needed(replays_needed)
 
 # %% [markdown]
 # ## The lecture's ten questions
+# Put your name or id in `start(...)` below: the options come in an order of your own, so a
+# letter or a position says nothing, and your attempts are kept in a small file (`me.path`).
 # `ask("qN")` prints a question, its options and the form of its answer. Put your answer in the
-# `answer("qN", ...)` call below it (`None` means not answered yet) and run the cell: it prints a
-# verdict and, after an attempt, the answer and why — and why your wrong picks are wrong.
-# `reveal("qN")` shows it without an attempt. Where the lab can show the answer on the engine, a
+# `answer("qN", ...)` call below it (`None` means not answered yet) and run the cell: it records
+# the attempt and says right or not right, with a hint. The answer and why — and what your wrong
+# picks miss — come only after an attempt at that question; `reveal("qN")` shows them again
+# later, and before an attempt it refuses. Where the lab can show the answer on the engine, a
 # cell after the question does, on the simulator: run it after you answer.
+
+# %%
+me = start("student")   # FILL ME IN: your name or id (keep it the same in every session)
+print(f"answering as {me.student!r}; attempts kept in {me.path.name}")
 
 # %%
 model = load_model()
@@ -259,7 +271,7 @@ print("ledger:", eng.ledger_summary())
 ask("q4")
 
 # %%
-a4 = answer("q4", None)   # FILL ME IN: a number
+a4 = answer("q4", None)   # FILL ME IN: {"number": ..., "choices": [letters]}
 
 # %% [markdown]
 # ### q5 — The error names the wrong kernel (lecture §3)

@@ -70,7 +70,7 @@ def test_merge_partials(capsys):
 # ---------------------------------------------------------------- the launch bill
 
 def launches_ok(kernels_per_layer, layers, other, ranks=1):
-    return kernels_per_layer * layers * ranks + other
+    return (kernels_per_layer * layers + other) * ranks
 
 
 def budget_ok(ms_per_token, launches):
@@ -85,8 +85,12 @@ def test_launch_bill():
              "eager, split_combine=False", "milliseconds")
     _not_yet(sc.check_launch_bill(lambda k, l, o, ranks=1: k * l, budget_ok),
              "eager, split_combine=False", "launches_per_token(8, 4, 5)", "37")
-    _not_yet(sc.check_launch_bill(lambda k, l, o, ranks=1: (k * l + o) * ranks, budget_ok),
-             "ranks=2", "kernels/layer x layers x ranks + other")
+    # the bill with ranks is the engine's (RankedEngine.bill): every rank issues its whole step
+    _not_yet(sc.check_launch_bill(lambda k, l, o, ranks=1: k * l * ranks + o, budget_ok),
+             "ranks=2 (a RankedEngine's bill)", "launches_per_token(9, 4, 5, ranks=2) = 77",
+             "the bill counts 82", "multiplies only the layer stack")
+    _not_yet(sc.check_launch_bill(lambda k, l, o, ranks=1: (k * l + o) * min(ranks, 2), budget_ok),
+             "ranks=8", "the bill counts 328")
 
 
 # ---------------------------------------------------------------- paired_t
@@ -166,11 +170,29 @@ def test_verdict():
 # ---------------------------------------------------------------- replays_needed
 
 def test_replays_needed():
-    assert sc.check_replays_needed(lambda: 2).passed
+    assert sc.check_replays_needed(lambda: 3).passed
+    assert sc.check_replays_needed(lambda: 8).passed          # capture + 7, as the lecture's PR
     _not_yet(sc.check_replays_needed(sc.replays_needed), "None")
-    _not_yet(sc.check_replays_needed(lambda: 1), "PASSES", "replay 1 is the captured step")
-    _not_yet(sc.check_replays_needed(lambda: 3), "fewer replays", "2 replay(s) already expose")
-    _not_yet(sc.check_replays_needed(lambda: "2"), "whole number")
+    _not_yet(sc.check_replays_needed(lambda: 1), "ends mid-plan", "PASSES",
+             "replay 1 is the captured step")
+    # two replays expose every frozen bug mid-plan, and none after a plan boundary
+    _not_yet(sc.check_replays_needed(lambda: 2), "one token before the plan boundary",
+             "2 replay(s) PASSES", "captured afresh", "first shows at replay 3",
+             "useful minimum, not a theorem")
+    _not_yet(sc.check_replays_needed(lambda: 65), "at most 64")
+    _not_yet(sc.check_replays_needed(lambda: "3"), "whole number")
+    _not_yet(sc.check_replays_needed(lambda: 0), "whole number")
+
+
+def test_the_boundary_prompt_ends_one_token_before_a_plan_boundary():
+    from lab.plan import decode_plan
+    model = sc.exercises._model()
+    (_, short), (_, long) = sc.exercises._replay_prompts()
+    first = len(long) - 1                                   # the first decoded token's position
+    cfg = sc.exercises._sim_cfg()
+    assert decode_plan(first, model.cfg, cfg).key != decode_plan(first + 1, model.cfg, cfg).key
+    assert decode_plan(len(short) - 1, model.cfg, cfg).key == decode_plan(len(short) + 1,
+                                                                            model.cfg, cfg).key
 
 
 # ---------------------------------------------------------------- never raises, except on non-callables

@@ -1,12 +1,16 @@
 """The lecture's ten questions (lab/selfcheck/questions.py) and `decode-lab selfcheck`.
 
-Each question passes exactly its right answer, a wrong or malformed answer says why without
-giving the answer away, nothing is revealed before an attempt (in the notebook either), and the
-CLI scores an answers file and a solutions file and refuses bad ones. The answer key is written
-here, independently of the module's."""
+Each question passes exactly its right options, graded by which option was picked whatever its
+letter; the options come in an order of each student's own, and neither the letter nor the
+length of an option gives the answer away; a verdict says right or not right and nothing about
+which picks are wrong; nothing is revealed before a recorded attempt (in the notebook, with
+reveal(), or with --explain); the attempts file is kept atomically and a bad one is refused; the
+CLI scores an answers file and a solutions file and exits as its help says. The answer key is
+written here, as pieces of the right options' text, independently of the module's."""
 import itertools
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,76 +18,201 @@ import pytest
 
 from lab.__main__ import main
 from lab.errors import LabError
-from lab.selfcheck import QUESTIONS, answer, ask, check_answer, reveal
+from lab.selfcheck import QUESTIONS, Attempts, answer, ask, check_answer, reveal, start
+from lab.selfcheck import questions as qmod
 
-RIGHT = {"q1": ["a", "c", "d", "f"], "q2": "b", "q3": "c", "q4": 756.25, "q5": "d", "q6": "c",
-         "q7": ["b", "d"], "q8": ["b", "d"], "q9": "a", "q10": "b"}
-# two wrong answers each (the exhaustive tests below try every other letter and letter set)
-WRONG = {"q1": [["a", "c"], ["a", "b", "c", "d", "e", "f"]], "q2": ["a", "c"], "q3": ["a", "d"],
-         "q4": [27.5, 0], "q5": ["a", "c"], "q6": ["a", "d"], "q7": [["a", "b", "d"], ["c"]],
-         "q8": [["a", "b", "c", "d"], ["d"]], "q9": ["b", "c"], "q10": ["a", "d"]}
+STUDENT = "ada"
+# the right options of each question, by a piece of their text (q4 also takes a number)
+RIGHT = {
+    "q1": ["KV-cache row address", "host code that runs at capture", "input token id",
+           "a dependency between"],
+    "q2": ["each launch must see the current position"],
+    "q3": ["context length: the kernel reads it"],
+    "q4": ["paired, interleaved reps", "Measure the tail (p99)", "smaller real differences"],
+    "q5": ["The synchronous upload is illegal in a capture"],
+    "q6": ["Attention reads KV rows nobody wrote"],
+    "q7": ["specialised kernel variants", "extra small kernel"],
+    "q8": ["largest magnitude", "bitwise OR"],
+    "q9": ["Parity with one rounding implementation"],
+    "q10": ["The tool is suspect"],
+}
+Q4_NUMBER = 756.25          # (0.55 / 0.02) ** 2
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "08_self_check"
 
 
+@pytest.fixture(autouse=True)
+def attempts(tmp_path, monkeypatch):
+    """Every test keeps its attempts in its own folder, never in the home folder."""
+    monkeypatch.setattr(qmod, "DEFAULT_ATTEMPTS", tmp_path / "home" / "selfcheck.json")
+    monkeypatch.setattr(qmod, "_current", None)
+    return start(STUDENT, tmp_path / "attempts.json")
+
+
+def shown_options(qid, student=STUDENT) -> dict:
+    """{letter: option text} as the prompt shows them to `student`."""
+    text = QUESTIONS[qid].prompt(student).split("\n  answer with ")[0]
+    parts = re.split(r"\n  ([a-h])\) ", text)[1:]
+    return {k: " ".join(t.split()) for k, t in zip(parts[::2], parts[1::2])}
+
+
+def letters_of(qid, pieces, student=STUDENT) -> list:
+    shown = shown_options(qid, student)
+    found = [[k for k, t in shown.items() if p in t] for p in pieces]
+    assert all(len(f) == 1 for f in found), (qid, pieces, shown)
+    return sorted(f[0] for f in found)
+
+
+def right_answer(qid, student=STUDENT):
+    picks = letters_of(qid, RIGHT[qid], student)
+    form = QUESTIONS[qid].form
+    if form == "number+choices":
+        return {"number": Q4_NUMBER, "choices": picks}
+    return picks[0] if form == "choice" else picks
+
+
+def subsets(letters):
+    return [list(s) for n in range(1, len(letters) + 1) for s in itertools.combinations(letters, n)]
+
+
 def test_the_key_covers_every_question():
-    assert list(QUESTIONS) == [f"q{i}" for i in range(1, 11)] == list(RIGHT) == list(WRONG)
+    assert list(QUESTIONS) == [f"q{i}" for i in range(1, 11)] == list(RIGHT)
 
 
 @pytest.mark.parametrize("qid", RIGHT)
 def test_only_the_right_answer_passes(qid):
     q = QUESTIONS[qid]
-    assert check_answer(qid, RIGHT[qid]).passed
-    for wrong in WRONG[qid]:
-        res = check_answer(qid, wrong)
-        assert res.status == "wrong" and not res and res.line().startswith(f"{qid}: not yet -- ")
+    letters = sorted(shown_options(qid))
+    assert check_answer(qid, right_answer(qid)).passed
     if q.form == "choice":
-        assert [x for x in q.letters if check_answer(qid, x).passed] == [RIGHT[qid]]
+        assert [x for x in letters if check_answer(qid, x).passed] == [right_answer(qid)]
     elif q.form == "choices":
-        subsets = [list(s) for n in range(1, len(q.letters) + 1)
-                   for s in itertools.combinations(q.letters, n)]
-        assert [s for s in subsets if check_answer(qid, s).passed] == [RIGHT[qid]]
+        assert [s for s in subsets(letters) if check_answer(qid, s).passed] == [right_answer(qid)]
     else:
+        picks = right_answer(qid)["choices"]
+        assert [s for s in subsets(letters)
+                if check_answer(qid, {"number": Q4_NUMBER, "choices": s}).passed] == [picks]
         for factor, ok in ((0.985, True), (1.015, True), (0.97, False), (1.03, False), (-1, False)):
-            assert check_answer(qid, RIGHT[qid] * factor).passed is ok, factor
+            value = {"number": Q4_NUMBER * factor, "choices": picks}
+            assert check_answer(qid, value).passed is ok, factor
+
+
+def test_each_student_has_an_order_of_their_own_and_is_graded_by_option():
+    others = [f"student {i}" for i in range(40)]
+    for qid in QUESTIONS:
+        assert shown_options(qid) == shown_options(qid)                 # stable
+        orders = {tuple(shown_options(qid, s).values()) for s in others}
+        assert len(orders) > 5, qid                                      # and not shared
+    # bea's right letters are not ada's, yet both pass; ada's letters do not pass for bea
+    differ = [qid for qid in QUESTIONS if right_answer(qid) != right_answer(qid, "bea")]
+    assert len(differ) >= 5
+    bea = Attempts(None, "bea")
+    for qid in QUESTIONS:
+        assert check_answer(qid, right_answer(qid, "bea"), bea).passed
+    assert not any(check_answer(qid, right_answer(qid), bea).passed for qid in differ)
+
+
+def test_the_position_of_the_right_option_is_spread_over_students():
+    for qid, q in QUESTIONS.items():
+        if q.form != "choice":
+            continue
+        seen = [letters_of(qid, RIGHT[qid], f"s{i}")[0] for i in range(400)]
+        counts = [seen.count(k) for k in "abcdefgh"[:len(q.options)]]
+        expected = 400 / len(q.options)
+        assert all(0.6 * expected < c < 1.4 * expected for c in counts), (qid, counts)
+
+
+def test_the_right_option_is_not_given_away_by_its_length():
+    """Over the bank: the right option is not systematically the longest (nor the shortest), a
+    multi-pick key is not the longest (nor the shortest) options, and right options are not
+    longer on average than wrong ones."""
+    single = [q for q in QUESTIONS.values() if q.form == "choice"]
+    lengths = {q.id: [len(o.text) for o in q.options] for q in QUESTIONS.values()}
+    for extreme in (max, min):
+        hits = [q.id for q in single
+                if q.options[lengths[q.id].index(extreme(lengths[q.id]))].right]
+        assert len(hits) <= len(single) // 3, (extreme.__name__, hits)
+    for q in QUESTIONS.values():
+        if q.form != "choice":
+            by_length = sorted(range(len(q.options)), key=lambda i: lengths[q.id][i])
+            k = len(q.key)
+            assert set(by_length[-k:]) != q.key and set(by_length[:k]) != q.key, q.id
+    right = [len(o.text) for q in QUESTIONS.values() for o in q.options if o.right]
+    wrong = [len(o.text) for q in QUESTIONS.values() for o in q.options if not o.right]
+    assert np.mean(right) <= 1.05 * np.mean(wrong)
+
+
+def test_the_bank_is_the_corrected_edition():
+    """The answers the first edition had wrong: a host update between launches is correct (q2),
+    a grid can change through node updates and SWITCH nodes (q3), q4 asks for the consequences
+    too, and a capture error is not called sticky (q5)."""
+    q2, q3, q4, q5 = (QUESTIONS[q] for q in ("q2", "q3", "q4", "q5"))
+    assert "host writes the device position between launches" in " ".join(q2.explanation.split())
+    assert "nothing a kernel reads" not in q3.explanation
+    assert "SWITCH" in q3.explanation and "device-updatable" in q3.explanation
+    assert q4.form == "number+choices" and len(q4.key) >= 2
+    for text in (q5.explanation, *(o.text for o in q5.options if o.right)):
+        assert "sticky" not in text
+    assert "third token" not in QUESTIONS["q1"].text and "replay 2" in QUESTIONS["q1"].text
+    assert "same file given as both inputs" in QUESTIONS["q10"].text
 
 
 def test_answers_in_other_spellings():
-    for value in ("B", " b ", np.str_("b")):
+    q2, q8 = right_answer("q2"), right_answer("q8")
+    for value in (q2.upper(), f" {q2} ", np.str_(q2)):
         assert check_answer("q2", value).passed
-    for value in (["D", "b"], "b, d", "d b", ("b", "d"), {"b", "d"}, ["b", "d", "b"]):
+    for value in ([q8[1].upper(), q8[0]], f"{q8[0]}, {q8[1]}", f"{q8[1]} {q8[0]}", tuple(q8),
+                  set(q8), [*q8, q8[0]]):
         assert check_answer("q8", value).passed, value
-    for value in (756, np.float32(756.25), np.int64(750)):
-        assert check_answer("q4", value).passed, value
+    picks = right_answer("q4")["choices"]
+    for number in (756, np.float32(756.25), np.int64(750)):
+        assert check_answer("q4", {"number": number, "choices": picks}).passed, number
 
 
-def test_wrong_answers_say_why_without_the_answer():
-    assert check_answer("q2", "a").message == "you picked a"
-    assert check_answer("q7", ["a", "b"]).message == ("of your picks a, b: 1 wrong, 1 right "
-                                                      "one(s) missing")
-    msg = check_answer("q4", 27.5).message
+@pytest.mark.parametrize("qid", [q for q, x in QUESTIONS.items() if x.form == "choices"])
+def test_a_verdict_says_nothing_about_which_picks_are_wrong(qid):
+    """Every wrong pick set gets the same message: no count of wrong or missing letters to
+    recover the key from one letter at a time."""
+    wrong = [s for s in subsets(sorted(shown_options(qid))) if s != right_answer(qid)]
+    messages = {check_answer(qid, s).message for s in wrong}
+    assert len(messages) == 1, messages
+    msg = messages.pop()
+    assert msg.startswith("not right. Hint: ") and f"lecture section {QUESTIONS[qid].section}" in msg
+    assert not re.search(r"\d+ (wrong|right|missing)", msg)
+
+
+def test_q4_wants_the_number_and_the_consequences():
+    picks = right_answer("q4")["choices"]
+    msg = check_answer("q4", {"number": 27.5, "choices": picks}).message
     assert "not within 2%" in msg and "ratio of the standard errors" in msg and "756" not in msg
-    assert "square root" in check_answer("q4", math.sqrt(27.5)).message
+    assert "consequences are right" in msg
+    msg = check_answer("q4", {"number": Q4_NUMBER, "choices": picks[:1]}).message
+    assert "number" not in msg and "consequences are not right" in msg
+    assert "square root" in check_answer("q4", {"number": math.sqrt(27.5),
+                                                "choices": picks}).message
 
 
 @pytest.mark.parametrize("qid, value, words", [
     ("q2", ["b"], "takes one letter (a string), got list"),
     ("q2", "z", "'z' is not one of the letters a, b, c, d"),
+    ("q2", "ab", "'ab' is not one of the letters"),
     ("q2", 2, "takes one letter"),
     ("q1", [], "pick at least one letter"),
     ("q1", "", "pick at least one letter"),
     ("q1", ["a", 3], "takes letters (strings), got int 3"),
     ("q1", "a, z", "'z' is not one of the letters a, b, c, d, e, f"),
     ("q1", {"a": 1}, "takes a list of letters, got dict"),
-    ("q4", "756", "takes a number, got str '756'"),
-    ("q4", True, "takes a number, got bool"),
-    ("q4", float("nan"), "takes a finite number"),
-    ("q4", [756], "takes a number, got list"),
+    ("q4", 756, 'takes {"number": ..., "choices": [...]}, got int'),
+    ("q4", {"number": 756}, 'takes {"number": ..., "choices": [...]}'),
+    ("q4", {"number": "756", "choices": ["a"]}, "takes a number, got str '756'"),
+    ("q4", {"number": True, "choices": ["a"]}, "takes a number, got bool"),
+    ("q4", {"number": float("nan"), "choices": ["a"]}, "takes a finite number"),
+    ("q4", {"number": 756, "choices": []}, "pick at least one letter"),
 ])
-def test_malformed_answers_are_named_and_reveal_nothing(qid, value, words, capsys):
+def test_malformed_answers_are_named_and_reveal_nothing(qid, value, words, capsys, attempts):
     res = answer(qid, value)
     assert res.status == "malformed" and not res.attempted and words in res.message
-    out = capsys.readouterr().out
-    assert out == f"{qid}: not yet -- {res.message}\n"
+    assert capsys.readouterr().out == f"{qid}: not yet -- {res.message}\n"
+    assert not attempts.attempted(qid) and not attempts.path.exists()
 
 
 def test_unknown_question_ids_are_an_error():
@@ -92,42 +221,110 @@ def test_unknown_question_ids_are_an_error():
             check_answer(qid, "a")
 
 
+def _a_wrong_answer(qid):
+    q = QUESTIONS[qid]
+    wrong = next(k for k, t in shown_options(qid).items() if not any(p in t for p in RIGHT[qid]))
+    if q.form == "choice":
+        return wrong
+    return {"number": Q4_NUMBER, "choices": [wrong]} if q.form == "number+choices" else [wrong]
+
+
 @pytest.mark.parametrize("qid", RIGHT)
-def test_revealed_only_after_an_attempt(qid, capsys):
+def test_revealed_only_after_an_attempt(qid, capsys, attempts):
     q = QUESTIONS[qid]
     secret = q.explanation[:60]
     ask(qid)
     answer(qid, None)
-    answer(qid, WRONG[qid][0], explain=False)
+    answer(qid, "?" if q.form != "number+choices" else {"number": "?"})    # malformed
+    assert reveal(qid) is False
     before = capsys.readouterr().out
     assert qid in before and "not answered" in before and secret not in before
-    for shown in (repr(q), q.prompt(), q.prompt(in_json=True)):
+    assert f"{qid}: no attempt recorded yet" in before and "after an attempt" in before
+    for shown in (repr(q), q.prompt(STUDENT), q.prompt(STUDENT, in_json=True)):
         assert secret not in shown
-    answer(qid, WRONG[qid][0])
-    after_wrong = capsys.readouterr().out
-    assert secret in after_wrong and f"{qid} answer:" in after_wrong and "your " in after_wrong
-    answer(qid, RIGHT[qid])
+    other = "q2" if qid != "q2" else "q3"                       # another question's attempt
+    answer(other, _a_wrong_answer(other), explain=False)
+    assert reveal(qid) is False and secret not in capsys.readouterr().out
+    res = answer(qid, _a_wrong_answer(qid), explain=False)
+    assert res.status == "wrong" and secret not in capsys.readouterr().out
+    assert reveal(qid) is True
+    after = capsys.readouterr().out
+    assert secret in after and f"{qid} answer:" in after and "your " in after
+    answer(qid, _a_wrong_answer(qid))
     assert secret in capsys.readouterr().out
-    reveal(qid)
+    answer(qid, right_answer(qid))
     assert secret in capsys.readouterr().out
 
 
-def test_every_wrong_option_has_a_note():
-    for q in QUESTIONS.values():
-        if q.form != "number":
-            right = {q.answer} if q.form == "choice" else set(q.answer)
-            assert set(q.why_not) == set(q.letters) - right, q.id
+def test_the_answer_shows_the_students_letters_and_what_wrong_picks_miss(capsys):
+    wrong = _a_wrong_answer("q2")
+    answer("q2", wrong)
+    out = capsys.readouterr().out
+    right = right_answer("q2")
+    assert f"\n  {right}) " in out and f"your {wrong}): " in out
+    why = next(o.why_not for o in QUESTIONS["q2"].options if not o.right and
+               " ".join(o.text.split()) == shown_options("q2")[wrong])
+    assert " ".join(why.split()) in " ".join(out.split())
+
+
+def test_attempts_are_kept_in_a_file_written_atomically(attempts, tmp_path):
+    assert not attempts.path.exists()                       # nothing written before an attempt
+    ask("q2")
+    assert check_answer("q2", _a_wrong_answer("q2")).attempt == 1
+    assert check_answer("q2", _a_wrong_answer("q2")).attempt == 1      # the same one again
+    res = check_answer("q2", right_answer("q2"))
+    assert res.passed and res.attempt == 2 and res.line() == "q2: PASS (attempt 2)"
+    data = json.loads(attempts.path.read_text())
+    assert data["student"] == STUDENT and [a["right"] for a in data["attempts"]["q2"]] == [False,
+                                                                                            True]
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    again = Attempts(attempts.path)                           # a later session: same student
+    assert again.student == STUDENT and again.attempted("q2") and not again.attempted("q3")
+    assert reveal("q2", again) is True
+
+
+def test_the_default_file_and_student(tmp_path, monkeypatch, capsys):
+    record = start()
+    assert record.path == qmod.DEFAULT_ATTEMPTS and record.student == qmod._login()
+    answer("q3", _a_wrong_answer("q3"), explain=False)
+    assert qmod.DEFAULT_ATTEMPTS.is_file()                  # its folder made when needed
+    assert start("cy").student == "cy" and start().student == qmod._login()
+    monkeypatch.setattr(qmod.getpass, "getuser", lambda: (_ for _ in ()).throw(KeyError("uid")))
+    assert qmod._login() == "student"
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("{not json", "cannot be read"),
+    ('{"format": "something else", "student": "x", "attempts": {}}', "not a self-check attempts"),
+    (json.dumps({"format": qmod.FILE_FORMAT, "student": "x", "attempts": {"q11": []}}),
+     "not a self-check attempts"),
+    (json.dumps({"format": qmod.FILE_FORMAT, "student": "x",
+                 "attempts": {"q2": [{"picks": [9], "right": False}]}}), "not a self-check"),
+])
+def test_a_bad_attempts_file_is_refused(tmp_path, content, needle):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(LabError, match=needle):
+        Attempts(path)
+    with pytest.raises(LabError, match="folder .* does not exist"):
+        Attempts(tmp_path / "nowhere" / "a.json")
+    for student in ("", "  ", "x" * 101, "tab\there", 7):
+        with pytest.raises(LabError, match="give a name or id"):
+            Attempts(tmp_path / "a.json", student)
 
 
 def test_the_notebook_asks_all_ten_and_shows_no_answer():
     import jupytext
     source = NOTEBOOK.with_suffix(".py").read_text()
+    student = re.search(r'^me = start\("([^"]+)"\)', source, re.M).group(1)
     outputs = "".join(o.get("text", "") for c in jupytext.read(NOTEBOOK.with_suffix(".ipynb")).cells
                       if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "reveal(" not in "".join(c.source for c in jupytext.read(NOTEBOOK.with_suffix(".py")).cells
+                                    if c.cell_type == "code" and "import" not in c.source)
     for qid, q in QUESTIONS.items():
         assert f'ask("{qid}")' in source and f'answer("{qid}", None)' in source
-        assert q.prompt() in outputs and f"{qid}: not answered" in outputs
-        for text in (q.explanation[:60], *q.why_not.values()):
+        assert q.prompt(student) in outputs and f"{qid}: not answered" in outputs
+        for text in (q.explanation[:60], *(o.why_not for o in q.options if o.why_not)):
             assert text not in source and text not in outputs
     assert "score: 0/15" in outputs
 
@@ -143,7 +340,7 @@ from test_selfcheck import verdict_ok as verdict
 
 
 def replays_needed():
-    return 2
+    return 3
 """
 
 
@@ -153,37 +350,59 @@ def _file(tmp_path, name, content):
     return str(path)
 
 
-def test_cli_without_arguments_prints_the_questions(capsys):
-    assert main(["selfcheck"]) == 0
+def _cli(tmp_path, *args):
+    return main(["selfcheck", "--student", STUDENT, "--attempts", str(tmp_path / "cli.json"),
+                 *args])
+
+
+def test_cli_without_arguments_prints_the_questions_in_the_students_order(tmp_path, capsys):
+    assert _cli(tmp_path) == 0
     out = capsys.readouterr().out
     for qid, q in QUESTIONS.items():
-        assert q.prompt(in_json=True) in out and q.explanation[:60] not in out
+        assert q.prompt(STUDENT, in_json=True) in out and q.explanation[:60] not in out
     assert json.dumps({qid: None for qid in QUESTIONS}) in out
-    assert "--answers answers.json --solutions my_solutions.py" in out
+    assert "--answers answers.json --solutions my_solutions.py" in out and repr(STUDENT) in out
+    assert not (tmp_path / "cli.json").exists()
 
 
 def test_cli_scores_all_fifteen(tmp_path, capsys):
-    argv = ["selfcheck", "--answers", _file(tmp_path, "a.json", RIGHT),
+    argv = ["--answers", _file(tmp_path, "a.json", {q: right_answer(q) for q in QUESTIONS}),
             "--solutions", _file(tmp_path, "s.py", SOLUTIONS)]
-    assert main(argv) == 0
+    assert _cli(tmp_path, *argv) == 0
     out = capsys.readouterr().out
     assert out.count(": PASS") == 15 and out.rstrip().endswith("score: 15/15")
     assert QUESTIONS["q1"].explanation[:60] not in out
-    assert main(argv + ["--explain"]) == 0
+    assert _cli(tmp_path, *argv, "--explain") == 0
     assert QUESTIONS["q1"].explanation[:60] in capsys.readouterr().out
+    # the letters are the student's: another student's order grades them as they are
+    assert main(["selfcheck", "--student", "bea", "--attempts", str(tmp_path / "bea.json"),
+                 *argv]) == 1
 
 
 def test_cli_partial_answers_without_solutions(tmp_path, capsys):
-    answers = {"q1": RIGHT["q1"], "q2": "a", "q4": "lots", "q5": None, "q8": RIGHT["q8"]}
-    assert main(["selfcheck", "--answers", _file(tmp_path, "a.json", answers), "--explain"]) == 1
+    answers = {"q1": right_answer("q1"), "q2": _a_wrong_answer("q2"), "q4": "lots", "q5": None,
+               "q8": right_answer("q8")}
+    assert _cli(tmp_path, "--answers", _file(tmp_path, "a.json", answers), "--explain") == 1
     out = capsys.readouterr().out
-    assert "q1: PASS" in out and "q2: not yet -- you picked a" in out
-    assert "q4: not yet -- takes a number, got str 'lots'" in out
+    assert "q1: PASS" in out and "q2: not yet -- not right. Hint:" in out
+    assert 'q4: not yet -- takes {"number": ..., "choices": [...]}, got str' in out
     assert "q5: not answered" in out and "q10: not answered" in out
     assert "not checked: give --solutions" in out and out.rstrip().endswith("score: 2/15")
     assert QUESTIONS["q2"].explanation[:60] in out                      # attempted: explained
-    for qid in ("q4", "q5", "q10"):                                     # not attempted: not
+    for qid in ("q3", "q4", "q5", "q10"):                               # not attempted: not
         assert QUESTIONS[qid].explanation[:60] not in out
+    assert set(json.loads((tmp_path / "cli.json").read_text())["attempts"]) == {"q1", "q2", "q8"}
+
+
+def test_cli_junk_answers_with_explain_reveal_nothing(tmp_path, capsys):
+    junk = {"q1": "zz", "q2": 7, "q3": ["a", "b"], "q4": {"number": 1}, "q5": "", "q6": None,
+            "q7": [1, 2], "q8": "?", "q9": {}, "q10": "k"}
+    assert _cli(tmp_path, "--answers", _file(tmp_path, "junk.json", junk), "--explain") == 1
+    out = capsys.readouterr().out
+    for q in QUESTIONS.values():
+        assert q.explanation[:60] not in out and f"{q.id} answer:" not in out
+        assert not any(o.text[:50] in out for o in q.options)
+    assert out.rstrip().endswith("score: 0/15") and not (tmp_path / "cli.json").exists()
 
 
 def test_cli_solutions_that_miss_or_misuse_functions(tmp_path, capsys):
@@ -193,7 +412,7 @@ def test_cli_solutions_that_miss_or_misuse_functions(tmp_path, capsys):
         "    o = part_o[:, 0].reshape(-1).copy()\n"
         "    attn_merge_twin(None, None, part_o, part_ml, o)\n"
         "    return o\n")
-    assert main(["selfcheck", "--solutions", _file(tmp_path, "mine.py", text)]) == 1
+    assert _cli(tmp_path, "--solutions", _file(tmp_path, "mine.py", text)) == 1
     out = capsys.readouterr().out
     assert "paired_t: not yet -- mine.py defines no paired_t" in out
     assert "verdict: not yet -- verdict in mine.py is a str, not a function" in out
@@ -201,6 +420,25 @@ def test_cli_solutions_that_miss_or_misuse_functions(tmp_path, capsys):
             "called kernels.attention.attn_merge_twin") in out
     assert "launch_bill: PASS" in out and "replays_needed: PASS" in out
     assert out.rstrip().endswith("score: 2/15")
+
+
+def test_cli_exits_as_its_help_says(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["selfcheck", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "exit 0 when all fifteen pass, 1 when any does not" in said
+    assert "with neither file it prints the questions and exits 0" in said
+    answers = _file(tmp_path, "a.json", {q: right_answer(q) for q in QUESTIONS})
+    solutions = _file(tmp_path, "s.py", SOLUTIONS)
+    one_off = _file(tmp_path, "s2.py", SOLUTIONS.replace("return 3", "return 2"))
+    wrong_q = _file(tmp_path, "w.json", {**{q: right_answer(q) for q in QUESTIONS},
+                                         "q9": _a_wrong_answer("q9")})
+    assert _cli(tmp_path, "--answers", answers, "--solutions", solutions) == 0
+    assert _cli(tmp_path, "--answers", answers, "--solutions", one_off) == 1   # one exercise
+    assert _cli(tmp_path, "--answers", wrong_q, "--solutions", solutions) == 1  # one question
+    assert _cli(tmp_path, "--answers", answers) == 1                          # 10 of 15
+    assert _cli(tmp_path) == 0
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize("kind, content, needle", [
@@ -215,7 +453,20 @@ def test_cli_solutions_that_miss_or_misuse_functions(tmp_path, capsys):
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, kind, content, needle):
     path = str(tmp_path / "missing") if content is None else _file(tmp_path, f"{kind}.x", content)
-    assert main(["selfcheck", f"--{kind}", path]) == 2
+    assert _cli(tmp_path, f"--{kind}", path) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"decode-lab: error: --{kind} ") and needle in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--attempts", "{tmp}/nowhere/a.json"], "--attempts {tmp}/nowhere/a.json: folder"),
+    (["--attempts", "{tmp}/bad.json"], "not a self-check attempts file"),
+    (["--attempts", "{tmp}/a.json", "--student", ""], "student '': give a name or id"),
+])
+def test_cli_bad_attempts_file_or_student_is_exit_2(tmp_path, capsys, args, needle):
+    (tmp_path / "bad.json").write_text("[]")
+    assert main(["selfcheck", *(a.format(tmp=tmp_path) for a in args)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("decode-lab: error: ") and needle.format(tmp=tmp_path) in err
+    assert err.count("\n") == 1

@@ -7,21 +7,25 @@ fails the check.
 
   merge_partials        the split-K softmax merge          check_merge_partials  (attn_merge_twin)
   launches_per_token,   the launch bill: launches/token     check_launch_bill     (launch_bill over
-  per_launch_budget_us  and the us each may cost                                  a sim engine's log)
+  per_launch_budget_us  and the us each may cost                                  sim engines' logs,
+                                                                                  RankedEngine.bill)
   paired_t              paired difference: mean, sem, t     check_paired_t        (lab.stats.paired_t)
   verdict               what a capture would freeze          check_verdict         (lab.audit.audit)
   replays_needed        replays that expose a frozen bug    check_replays_needed  (lab.verify.replay_check)
 
-Questions (questions.py): `ask(qid)` prints one, `answer(qid, value)` checks an attempt and then
-reveals the answer and why, `reveal(qid)` reveals it without one; `QUESTIONS` holds q1 ... q10.
-`run_selfcheck` (run.py) checks an answers JSON and a solutions file: `decode-lab selfcheck`.
+Questions (questions.py): `start(student, attempts)` says who answers (the options' order is
+the student's own) and where attempts are kept; `ask(qid)` prints one, `answer(qid, value)`
+records an attempt, says right or not right, then shows the answer and why; `reveal(qid)`
+shows it again, and only after an attempt. `QUESTIONS` holds q1 ... q10. `run_selfcheck`
+(run.py) checks an answers JSON and a solutions file: `decode-lab selfcheck`.
 
 Notebook 08_self_check walks through them. No solutions ship here: the tests write their own.
 """
 from .exercises import (VERDICTS, CheckResult, check_launch_bill, check_merge_partials,
                         check_paired_t, check_replays_needed, check_verdict, launches_per_token,
                         merge_partials, paired_t, per_launch_budget_us, replays_needed, verdict)
-from .questions import QUESTIONS, Question, QuestionResult, answer, ask, check_answer, reveal
+from .questions import (DEFAULT_ATTEMPTS, QUESTIONS, Attempts, Question, QuestionResult, answer,
+                        ask, check_answer, reveal, start)
 from .run import run_selfcheck, score
 
 __all__ = ["CheckResult", "VERDICTS",
@@ -30,5 +34,6 @@ __all__ = ["CheckResult", "VERDICTS",
            "paired_t", "check_paired_t",
            "verdict", "check_verdict",
            "replays_needed", "check_replays_needed",
-           "QUESTIONS", "Question", "QuestionResult", "ask", "answer", "check_answer", "reveal",
+           "QUESTIONS", "Question", "QuestionResult", "Attempts", "DEFAULT_ATTEMPTS", "start",
+           "ask", "answer", "check_answer", "reveal",
            "run_selfcheck", "score"]

@@ -212,13 +212,14 @@ def check_merge_partials(fn) -> CheckResult:
 # ================================================================ 2. the launch bill
 
 def launches_per_token(kernels_per_layer, layers, other, ranks=1):
-    """Kernel launches per decoded token.
+    """Kernel launches per decoded token, counted over every rank.
 
-    kernels_per_layer  launches issued by one transformer layer
+    kernels_per_layer  launches issued by one transformer layer on one rank
     layers             layers in the stack
-    other              launches outside the layer stack (embedding, final norm, head, sampling...)
-    ranks              tensor-parallel ranks; notebook 01's formula multiplies the layer stack:
-                       kernels/layer x layers x ranks + other
+    other              launches outside the layer stack on one rank (embedding, final norm,
+                       head, sampling...)
+    ranks              tensor-parallel ranks, one GPU each: every rank issues the whole step,
+                       its share of each layer and its own launches outside the stack
     """
     # FILL ME IN
     return None
@@ -229,6 +230,29 @@ def per_launch_budget_us(ms_per_token, launches):
     MILLIseconds and issues `launches` launches."""
     # FILL ME IN
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def _ranked_bill():
+    """(kernels/layer, layers, other) on one rank of a two-rank simulator engine, and the
+    engine's own bill: launches per token summed over its ranks (RankedEngine.bill)."""
+    from collections import Counter
+
+    from lab.ranks import RankedEngine
+    eng = RankedEngine(_model(), _sim_cfg(ranks=2))
+    plan = eng.plan()
+    shapes = set()
+    for rank in range(eng.ranks):
+        per_layer = Counter(launch.layer for launch in eng.step_launches(plan, rank))
+        other = per_layer.pop(None, 0)
+        if len(set(per_layer.values())) != 1:
+            raise RuntimeError(f"rank {rank}'s layers issue different launch counts: {per_layer}")
+        shapes.add((next(iter(per_layer.values())), len(per_layer), other))
+    if len(shapes) != 1:
+        raise RuntimeError(f"the ranks issue different steps: {shapes}")
+    bill = eng.bill(plan)
+    eng.close()
+    return shapes.pop(), bill["ranks"], bill["launches_per_token"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -251,8 +275,9 @@ def _bills():
 
 def check_launch_bill(launches_fn, budget_fn) -> CheckResult:
     """Compare launches_per_token and per_launch_budget_us with the launch bills of simulator
-    engines (lab.instrument.launch_bill over a DecodeEngine's launch log); neither may call
-    launch_bill or LaunchBill.us_per_launch."""
+    engines (lab.instrument.launch_bill over a DecodeEngine's launch log), and launches_per_token
+    with ranks with a two-rank engine's own bill (RankedEngine.bill: every rank's launches);
+    neither may call launch_bill or LaunchBill.us_per_launch."""
     from lab.instrument import LaunchBill, launch_bill
     _need_callable(launches_fn, "check_launch_bill", "launches_fn")
     _need_callable(budget_fn, "check_launch_bill", "budget_fn")
@@ -284,16 +309,17 @@ def check_launch_bill(launches_fn, budget_fn) -> CheckResult:
                             f"{b.launches_per_token}) = {float(got):.6g}, the bill says "
                             f"{want:.6g} us/launch{hint}")
             yield name
-        b = _bills()[0][1]
-        for ranks in (2, 8):
-            name = f"tensor parallel, ranks={ranks}"
-            want = b.kernels_per_layer * b.layers * ranks + b.other_kernels   # notebook 01's formula
-            got = _call(launches_fn, name, b.kernels_per_layer, b.layers, b.other_kernels,
-                        ranks=ranks, refs=refs)
+        (k, layers, other), ranks, engine_total = _ranked_bill()
+        # the engine's two ranks, then eight: every rank issues the same step (lab/ranks.py)
+        for r, want in ((ranks, engine_total), (8, engine_total // ranks * 8)):
+            name = f"tensor parallel, ranks={r}" + (" (a RankedEngine's bill)" if r == ranks else "")
+            got = _call(launches_fn, name, k, layers, other, ranks=r, refs=refs)
             if got != want:
-                raise _Fail(f"case '{name}': launches_per_token({b.kernels_per_layer}, {b.layers}, "
-                            f"{b.other_kernels}, ranks={ranks}) = {got!r}, expected {want} "
-                            f"(kernels/layer x layers x ranks + other)")
+                hint = (" -- that multiplies only the layer stack: each rank also issues its own "
+                        "launches outside it" if got == k * layers * r + other else "")
+                raise _Fail(f"case '{name}': launches_per_token({k}, {layers}, {other}, ranks={r}) "
+                            f"= {got!r}, the bill counts {want} ({want // r} on each of {r} "
+                            f"ranks){hint}")
             yield name
 
     return _run("launch_bill", cases())
@@ -477,24 +503,53 @@ def check_verdict(fn) -> CheckResult:
 # ================================================================ 5. how many replays?
 
 def replays_needed():
-    """The smallest number of graph replays for which lab.verify.replay_check exposes every
-    frozen-value bug of lab/bugs.py (kind "frozen": a host value frozen at capture)."""
+    """How many consecutive graph replays should a replay test (lab.verify.replay_check) run,
+    at the least, to expose a host value frozen at capture (the "frozen" bugs of lab/bugs.py)?
+
+    Replay 1 is the step that was captured: its frozen value is still right. A plan change can
+    re-capture along the way and make a later replay right again. The checker runs your number
+    on every frozen bug, from a prompt that ends mid-plan and from one that ends one token
+    before a plan boundary; it must expose each of them. A floor, not a proof: a real test also
+    runs many more, across plan boundaries and after a request reset.
+    """
     # FILL ME IN
     return None
 
 
+MAX_CHECKED_REPLAYS = 64     # the check runs replay_check with the learner's count; cap its cost
+
+
+@functools.lru_cache(maxsize=1)
+def _replay_prompts():
+    """(label, token ids): a prompt that ends mid-plan, and one whose first decoded token is the
+    last of its plan (the second starts a new plan key, so it is captured afresh)."""
+    from lab.engine import DecodeEngine
+    from lab.plan import plan_boundaries
+    eng = DecodeEngine(_model(), _sim_cfg())
+    short = eng.encode("ROMEO.\n")
+    boundary = plan_boundaries(_model().cfg.max_seq)[0]
+    # prompt ingestion covers positions 0 .. P-2, so the first decoded token is at P-1
+    long = np.resize(short, boundary)
+    return (("a prompt that ends mid-plan", short),
+            (f"a prompt ending one token before the plan boundary at position {boundary}", long))
+
+
 @functools.lru_cache(maxsize=None)
-def _replay_fails(bug: str, replays: int) -> int | None:
-    """First mismatching replay of replay_check(replays) on a fresh sim engine with `bug`."""
+def _replay_fails(bug: str, prompt: int, replays: int) -> int | None:
+    """First mismatching replay of replay_check(replays) on a fresh sim engine with `bug`, from
+    prompt number `prompt` of _replay_prompts(); None when every replay matched."""
     from lab.engine import DecodeEngine
     from lab.verify import replay_check
-    rep = replay_check(DecodeEngine(_model(), _sim_cfg(bugs={bug})), ["ROMEO.\n"], replays=replays)
+    ids = _replay_prompts()[prompt][1]
+    rep = replay_check(DecodeEngine(_model(), _sim_cfg(bugs={bug})), [ids], replays=replays)
     return rep.checks[0].first_mismatch
 
 
 def check_replays_needed(fn) -> CheckResult:
-    """Run lab.verify.replay_check with fn() replays (must fail for every frozen bug) and with
-    fn() - 1 replays (must pass for one of them, unless fn() == 1)."""
+    """Run lab.verify.replay_check with fn() replays on each frozen bug from two prompts (one
+    ending mid-plan, one ending one token before a plan boundary): every run must fail, i.e.
+    expose the bug. One replay misses them all; two miss them after the boundary, where the
+    second token is a fresh capture and the frozen value first goes stale at replay 3."""
     from lab.bugs import BUGS
     _need_callable(fn, "check_replays_needed")
     frozen = [name for name, b in BUGS.items() if b.kind == "frozen"]
@@ -504,18 +559,21 @@ def check_replays_needed(fn) -> CheckResult:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise _Fail(f"replays_needed() returned {n!r}: expected a whole number >= 1")
         n = int(n)
-        if n > 64:
-            raise _Fail(f"replays_needed() = {n}: far more than needed (try small numbers)")
-        for bug in frozen:
-            if _replay_fails(bug, n) is None:
-                raise _Fail(f"case '{BUGS[bug].env}': replay_check with {n} replay(s) PASSES -- "
-                            f"the frozen bug goes unseen. Hint: replay 1 is the captured step "
-                            f"itself, where the frozen value is still right")
-            yield bug
-        if n > 1 and all(_replay_fails(bug, n - 1) is not None for bug in frozen):
-            first = {BUGS[b].env: _replay_fails(b, n - 1) for b in frozen}
-            raise _Fail(f"case 'fewer replays': {n - 1} replay(s) already expose every frozen bug "
-                        f"(first mismatch at replay {first}); {n} is not the smallest")
-        yield "smallest"
+        if n > MAX_CHECKED_REPLAYS:
+            raise _Fail(f"replays_needed() = {n}: this check runs at most {MAX_CHECKED_REPLAYS} "
+                        f"replays; give the least a replay test should run")
+        for p, (label, _) in enumerate(_replay_prompts()):
+            for bug in frozen:
+                if _replay_fails(bug, p, n) is None:
+                    first = _replay_fails(bug, p, n + 1)
+                    why = ("replay 1 is the captured step itself, where the frozen value is "
+                           "still right" if n == 1 else
+                           f"the plan changes after the first token, so replay 2 is captured "
+                           f"afresh and right again; the frozen value first shows at replay "
+                           f"{first}. Three consecutive replays are a useful minimum, not a "
+                           f"theorem")
+                    raise _Fail(f"case '{BUGS[bug].env}, {label}': replay_check with {n} "
+                                f"replay(s) PASSES -- the frozen bug goes unseen. Hint: {why}")
+                yield f"{bug}, {label}"
 
     return _run("replays_needed", cases())

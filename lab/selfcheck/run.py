@@ -1,14 +1,21 @@
 """Every self-check at once, from files: `decode-lab selfcheck`.
 
   answers    a JSON object {question id: answer}: a letter ("<letter>") for a choice, a list of
-             letters (["<letter>", ...]) for choices, a number, or null for not answered
+             letters (["<letter>", ...]) for choices, {"number": ..., "choices": [...]} for q4,
+             or null for not answered. The letters are the student's own: each student sees
+             the options in an order of their own (questions.py)
   solutions  a Python file defining the exercises' functions (merge_partials,
              launches_per_token, per_launch_budget_us, paired_t, verdict, replays_needed)
+  attempts   the attempts file (default questions.DEFAULT_ATTEMPTS), and student, the name
+             that seeds the options' order (default: the one stored there, else the login)
 
 `run_selfcheck(answers, solutions)` prints one verdict line per question and exercise and the
-score "score: N/15". An unreadable file, a JSON that is not an object of known question ids, or
-a solutions file that fails to import is a LabError; a malformed answer, or a function missing
-from the solutions file, is a failing line that names the cause.
+score "score: N/15", and returns the exit status: 0 when all fifteen pass, 1 otherwise (0 with
+neither file: it prints the questions). Every right or wrong answer is a recorded attempt;
+`explain` prints the answer and why of those, and of no other question. An unreadable file, a
+JSON that is not an object of known question ids, an unusable attempts file, or a solutions
+file that fails to import is a LabError; a malformed answer, or a function missing from the
+solutions file, is a failing line that names the cause.
 """
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ from pathlib import Path
 from ..errors import LabError
 from .exercises import (CheckResult, check_launch_bill, check_merge_partials, check_paired_t,
                         check_replays_needed, check_verdict)
-from .questions import QUESTIONS, answer
+from .questions import QUESTIONS, Attempts, answer
 
 # exercise -> (the functions the solutions file defines, its checker)
 EXERCISES = {
@@ -107,33 +114,40 @@ def check_exercises(module, source: str) -> list[CheckResult]:
     return results
 
 
-def usage() -> str:
-    """The ten questions and how to answer them from the command line."""
+def usage(record: Attempts) -> str:
+    """The ten questions, in the student's order, and how to answer them from the command
+    line."""
     template = json.dumps({qid: None for qid in QUESTIONS})
-    lines = ["The lecture's ten self-check questions (notebook 08_self_check asks them too):", ""]
+    lines = ["The lecture's ten self-check questions (notebook 08_self_check asks them too), "
+             f"with the options in the order of student {record.student!r} (--student NAME "
+             "changes it; answer with these letters):", ""]
     for q in QUESTIONS.values():
-        lines += [q.prompt(in_json=True), ""]
+        lines += [q.prompt(record.student, in_json=True), ""]
     lines += ["The five exercises: fill in the stubs of lab/selfcheck/exercises.py in a file of "
               "your own, defining " + ", ".join(n for names, _ in EXERCISES.values() for n in names)
               + ".", "",
               "Answer in a JSON file (null: not answered), e.g. starting from", f"  {template}",
               "then run", "  decode-lab selfcheck --answers answers.json --solutions "
-              "my_solutions.py [--explain]"]
+              "my_solutions.py [--explain]",
+              f"Each answer is an attempt, kept in {record.path}; --explain shows the answer "
+              "and why of each question answered."]
     return "\n".join(lines)
 
 
-def run_selfcheck(answers_path=None, solutions_path=None, explain: bool = False) -> int:
+def run_selfcheck(answers_path=None, solutions_path=None, explain: bool = False,
+                  attempts_path=None, student: str | None = None) -> int:
     """Check the answers file and the solutions file; print the verdicts and the score.
     Returns 0 when all TOTAL pass, 1 otherwise; with neither file, print usage() and return 0."""
+    record = Attempts(attempts_path, student)
     if answers_path is None and solutions_path is None:
-        print(usage())
+        print(usage(record))
         return 0
     answers = load_answers(answers_path) if answers_path is not None else None
     module = load_solutions(solutions_path) if solutions_path is not None else None
     results = []
-    print(f"questions ({answers_path or 'no --answers'}):")
+    print(f"questions ({answers_path or 'no --answers'}; student {record.student!r}):")
     for qid in QUESTIONS:
-        results.append(answer(qid, (answers or {}).get(qid), explain=explain))
+        results.append(answer(qid, (answers or {}).get(qid), explain=explain, record=record))
     print(f"exercises ({solutions_path or 'no --solutions'}):")
     if module is None:
         print(f"  not checked: give --solutions FILE defining the functions "
