@@ -1,4 +1,5 @@
-"""The PyTorch peer recorder (scripts/record_gpu_peer.py), device-free.
+"""The PyTorch peer recorder (scripts/record_gpu_peer.py, on scripts/peer_torch.py,
+peer_worker.py and peer_result.py), device-free.
 
 Without torch: the script's help, its one-line refusal (torch missing, or present but broken),
 its pure pieces (attention buckets, the tokens check and the ratios, the table), the optional
@@ -21,6 +22,7 @@ import numpy as np
 import pytest
 
 from lab import reference, report
+from scripts import peer_result, peer_torch
 from scripts import record_gpu_peer as peer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,6 +55,8 @@ def _run(args, tmp_path, shadow: str | None = None, timeout: float = 300, **env_
 
 # ---- without torch ---------------------------------------------------------------------------
 def test_importing_the_recorder_imports_no_torch_numba_or_cupy():
+    """The worker re-runs the recorder's script: its modules (the torch model, the worker
+    protocol, the result) must load without torch, and the lab's side without numba or CuPy."""
     code = ("import sys; sys.path.insert(0, %r); import scripts.record_gpu_peer; "
             "print(sorted(m for m in ('torch', 'numba', 'cupy') if m in sys.modules))" % str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -87,13 +91,13 @@ def test_main_refuses_bad_arguments_in_one_line(tmp_path, capsys):
 
 
 def test_attention_length_buckets():
-    L = peer.attention_length
+    L = peer_torch.attention_length
     assert [L(p, 1024, "pow2") for p in (0, 127, 128, 255, 256, 900, 1023)] == \
         [128, 128, 256, 256, 512, 1024, 1024]
     assert L(5, 1000, "pow2") == 128 and L(999, 1000, "pow2") == 1000     # capped at max_seq
     assert all(L(p, 1024, "full") == 1024 for p in (0, 500, 1023))
-    assert peer.window_lengths([64, 900], 64, 1024, "pow2") == {64: [128], 900: [1024]}
-    assert peer.window_lengths([64], 100, 1024, "pow2") == {64: [128, 256]}
+    assert peer_torch.window_lengths([64, 900], 64, 1024, "pow2") == {64: [128], 900: [1024]}
+    assert peer_torch.window_lengths([64], 100, 1024, "pow2") == {64: [128, 256]}
     with pytest.raises(ValueError):
         L(0, 1024, "exact")
 
@@ -109,7 +113,7 @@ def test_summarize_same_tokens_gives_stats_and_ratios():
     ids = [1, 2, 3, 4]
     data = {a: {"64": _data([m, m * 1.01, m * 0.99], [ids] * 3)}
             for a, m in zip(ARMS, (0.12, 0.11, 1.2, 0.3))}
-    s = peer.summarize([64], ARMS, data, oracle={"64": ids})
+    s = peer_result.summarize([64], ARMS, data, oracle={"64": ids})
     assert s["ok"] and s["tokens_check"]["ok"] and not s["tokens_check"]["mismatches"]
     row = s["results"]["64"]["lab graph"]
     assert row["mean_ms"] == pytest.approx(0.12) and row["sem_ms"] > 0
@@ -126,7 +130,7 @@ def test_summarize_reports_a_mismatch_and_a_failed_arm():
     data = {"lab graph": {"64": _data([0.1, 0.1], [ids, ids])},
             "lab graph+pdl": {"64": _data([0.1, 0.1], [ids, ids])},
             "torch eager": {"64": _data([1.0, 1.0], [ids, other])}}
-    s = peer.summarize([64], ARMS, data, oracle={"64": ids},
+    s = peer_result.summarize([64], ARMS, data, oracle={"64": ids},
                        failed={"torch.compile": "RuntimeError: boom"})
     assert not s["ok"] and not s["tokens_check"]["ok"]
     (mm,) = s["tokens_check"]["mismatches"]
@@ -144,11 +148,6 @@ def test_summarize_reports_a_mismatch_and_a_failed_arm():
            "token 2" in table
     assert "ARM FAILED: torch.compile: RuntimeError: boom" in table
     assert "FAILED: RuntimeError: boom" in table and "DIFFER" in table
-
-
-def test_rotated_order():
-    assert [peer.rotated(["a", "b", "c"], r) for r in range(4)] == \
-        [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
 
 
 def test_fusion_arm_follows_lab_config(monkeypatch):
@@ -210,7 +209,7 @@ def _prompt(model, text):
 @needs_torch
 @pytest.mark.parametrize("buckets", ["pow2", "full"])
 def test_torch_decoder_matches_the_float64_oracle(model, buckets, one_thread):
-    dec = peer.build_torch_decoder(model, "cpu", buckets)
+    dec = peer_torch.build_torch_decoder(model, "cpu", buckets)
     for text in PROMPTS:
         ids = _prompt(model, text)
         want = reference.generate(model, ids, 20)
@@ -226,21 +225,21 @@ def test_torch_decoder_matches_the_float64_oracle(model, buckets, one_thread):
 def test_compiled_step_traces_whole_and_matches(model, one_thread):
     """The step torch.compile gets: one graph per bucket (fullgraph: a graph break fails),
     its mutations of the device state (KV rows, token ids, position) traced."""
-    dec = peer.build_torch_decoder(model, "cpu", "pow2")
-    run = peer.CompileRunner(dec, backend="aot_eager", mode=None)
+    dec = peer_torch.build_torch_decoder(model, "cpu", "pow2")
+    run = peer_torch.CompileRunner(dec, backend="aot_eager", mode=None)
     ids = _prompt(model, None)
     want = reference.generate(model, ids, 12)
     dec.reset(ids)
     run.run(ids.size - 1 + 12)
     np.testing.assert_array_equal(dec.all_tokens(ids.size + 12), want)
-    assert peer._compile_counters()["graph_breaks"] == 0
+    assert peer_torch.compile_counters()["graph_breaks"] == 0
 
 
 @needs_torch
 def test_graph_runner_needs_cuda(model):
-    dec = peer.build_torch_decoder(model, "cpu")
+    dec = peer_torch.build_torch_decoder(model, "cpu")
     with pytest.raises(ValueError, match="CUDA"):
-        peer.GraphRunner(dec, [128])
+        peer_torch.GraphRunner(dec, [128])
 
 
 def _lab_sim_usable() -> bool:
