@@ -2,9 +2,10 @@
 `check_<name>(fn)` that runs the learner's function against the project's own code.
 
 The references are never copies: the split-K merge is `kernels.attention.attn_merge_twin`, the
-launch bill is `lab.instrument.launch_bill` over a simulator engine's launch log, the paired t is
-`lab.stats.paired_t`, the verdicts are `lab.audit.audit` reports, the replay count is
-`lab.verify.replay_check` on the frozen bugs of `lab/bugs.py`. Every check runs on the simulator.
+launch bill is `lab.instrument.launch_bill` over a simulator engine's launch log (with ranks, a
+two-rank engine's `RankedEngine.bill`), the paired t is `lab.stats.paired_t`, the verdicts are
+`lab.audit.audit` reports, the replay count is `lab.verify.replay_check` on the frozen bugs of
+`lab/bugs.py`. Every check runs on the simulator.
 
 A checker raises TypeError only when handed something that is not callable. A wrong, unfinished
 or crashing answer is a `CheckResult` with passed=False and a message that names the failing case
@@ -523,10 +524,8 @@ MAX_CHECKED_REPLAYS = 64     # the check runs replay_check with the learner's co
 def _replay_prompts():
     """(label, token ids): a prompt that ends mid-plan, and one whose first decoded token is the
     last of its plan (the second starts a new plan key, so it is captured afresh)."""
-    from lab.engine import DecodeEngine
     from lab.plan import plan_boundaries
-    eng = DecodeEngine(_model(), _sim_cfg())
-    short = eng.encode("ROMEO.\n")
+    short = _model().tokenizer.encode("ROMEO.\n")
     boundary = plan_boundaries(_model().cfg.max_seq)[0]
     # prompt ingestion covers positions 0 .. P-2, so the first decoded token is at P-1
     long = np.resize(short, boundary)

@@ -16,7 +16,7 @@ The contract, for the notebook and for `decode-lab selfcheck`:
   sha256(student, question id), so neither a letter nor a position carries the answer, and
   letters copied from someone else mean nothing. Attempts are graded and recorded by option
   identity (the option's index in the bank), never by letter. The bank is written so that the
-  right option is not the longest one (tests/test_selfcheck_questions.py checks it).
+  right option is not systematically the longest or the shortest (tests check it).
 - A verdict says right or not right, and where to look (the question's hint and its lecture
   section). It never counts or names the wrong and the missing picks: "k wrong, m missing" gives
   a multi-pick key away one letter at a time. What each wrong pick misses comes with the answer,
