@@ -52,7 +52,7 @@ class _Buggy(Step):
 class FrozenKvRow(_Buggy):
     def append_kv(self, plan, layer):
         """The host picks the KV row: a pointer (cache + position * row bytes) the graph freezes."""
-        c, b, be = self.engine.model.cfg, self.engine.buf, self.engine.backend
+        c, b, be = self.engine.model.cfg, self.dev.buf, self.dev.backend
         row = plan.position
         return launch(rope.rope_kv_append_row, rope.grid_for(c.n_head, c.head_dim),
                       (b.qkv, b.pos, b.cos, b.sin, b.q, be.row(b.k_cache[layer], row),
@@ -62,7 +62,7 @@ class FrozenKvRow(_Buggy):
 class CtxByValue(_Buggy):
     def attention(self, plan, layer, part_o, part_ml, scale):
         """The context length passed by value: a loop bound the graph freezes."""
-        c, b = self.engine.model.cfg, self.engine.buf
+        c, b = self.engine.model.cfg, self.dev.buf
         return launch(attention.attn_partial_len, attention.partial_grid(c.n_head, plan.splits, c.head_dim),
                       (b.q, b.k_cache[layer], b.v_cache[layer], np.int32(plan.position + 1),
                        part_o, part_ml, scale), layer)
@@ -71,7 +71,7 @@ class CtxByValue(_Buggy):
 class PosOutsideGraph(_Buggy):
     def prelude(self, plan):
         """The host uploads the position before the step: at capture time only, for a graph."""
-        self.engine.backend.upload(self.engine.buf.pos, np.array([plan.position], np.int32))
+        self.dev.backend.upload(self.dev.buf.pos, np.array([plan.position], np.int32))
 
     def advance(self):
         return []     # no kernel advances the position inside the step
@@ -80,8 +80,8 @@ class PosOutsideGraph(_Buggy):
 class LazyTable(_Buggy):
     tables_at_start_up = False
 
-    def __init__(self, engine):
-        super().__init__(engine)
+    def __init__(self, engine, rank=0):
+        super().__init__(engine, rank)
         self.lazy["rope_uploaded"] = False
 
     def prepare_rope(self, layer):
@@ -93,7 +93,7 @@ class LazyTable(_Buggy):
         all too common pattern), so inside a capture the failure does not show here; the sticky
         capture error shows later, at end_capture."""
         self.lazy["rope_uploaded"] = True        # marked first, as such code usually is
-        be, b, (cos, sin) = self.engine.backend, self.engine.buf, self.engine.rope_host
+        be, b, (cos, sin) = self.dev.backend, self.dev.buf, self.engine.rope_host
         try:
             be.upload(b.cos, cos)
             be.upload(b.sin, sin)
@@ -104,8 +104,8 @@ class LazyTable(_Buggy):
 class LazyScratch(_Buggy):
     scratch_splits_at_start = 1
 
-    def __init__(self, engine):
-        super().__init__(engine)
+    def __init__(self, engine, rank=0):
+        super().__init__(engine, rank)
         self.lazy["scratch_splits"] = self.scratch_splits_at_start
 
     def prepare_attention(self, plan):
@@ -120,7 +120,7 @@ class LazyScratch(_Buggy):
 
     def scratch(self, splits):
         if splits <= self.lazy["scratch_splits"]:
-            return self.engine.partials[splits]
+            return self.dev.partials[splits]
         # a query before the growth: the buffers this step would allocate do not exist yet
         c = self.engine.model.cfg
         return (Buffer("part_o (not yet allocated)", 0, (c.n_head, splits, c.head_dim), np.dtype(np.float32)),
@@ -130,8 +130,8 @@ class LazyScratch(_Buggy):
 class RawArrayArg(_Buggy):
     def norm_input(self, layer):
         """Layer 0's norm gets x as the raw framework array (numba synchronises on it)."""
-        x = self.engine.buf.x
-        return self.engine.backend.raw(x) if layer == 0 else x
+        x = self.dev.buf.x
+        return self.dev.backend.raw(x) if layer == 0 else x
 
 
 class LateWait(_Buggy):

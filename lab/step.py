@@ -1,34 +1,46 @@
-"""One decode step, in named pieces.
+"""One decode step, in named pieces: the path of one token, written once.
 
 `Step.items(plan)` yields one token's work in issue order: kernel launches (`Launch`), stream
-waits (`StreamWait`) and, in a buggy step only, host work between two launches (`HostWork`).
-Each piece of the step is a method; a variant of the step (each deliberate bug in lab/bugs.py)
-is a subclass that overrides the one or two pieces it changes, so the clean path below reads in
-one screen and each variant reads as its difference from it.
+waits (`StreamWait`), collectives among ranks (`Collective`) and, in a buggy step only, host
+work between two launches (`HostWork`). Each piece of the step is a method; a variant of the
+step is a subclass that overrides the pieces it changes, so the clean path below reads in one
+screen and each variant reads as its difference from it:
+
+  - each deliberate bug (lab/bugs.py) overrides one or two pieces;
+  - `FusedStep` (LAB_FUSION=1, below) overrides the four blocks (qkv_rope, attend, mlp_up,
+    head) with its fused kernels: 18 launches per token instead of 37;
+  - `RankStep` (LAB_RANKS=2, lab/ranks.py) overrides the shard sizes, the projections into
+    x, the all-reduces and the LM head's gather.
+
+The pieces, in the order the token meets them:
 
   prelude(plan)               host work before the step's launches (outside any capture): none
-  prepare_rope(layer)         host work before RoPE: none (the tables are uploaded at start-up)
-  norm_input(layer)           the buffer the attention norm reads: x
-  attn_norm_kernel            rmsnorm: pdl_wait() is its first statement
-  append_kv(plan, layer)      RoPE + KV append at the device-resident position
+  qkv_rope(plan, layer)       attention norm, q/k/v projection, RoPE + KV append
+    norm_input(layer)           the buffer the attention norm reads: x
+    attn_norm_kernel            rmsnorm: pdl_wait() is its first statement
+    qkv(plan, layer)            one matvec, or under LAB_OVERLAP q | k, v on two streams
+    prepare_rope(layer)         host work before RoPE: none (the tables are uploaded at start-up)
+    append_kv(plan, layer)      RoPE + KV append at the device-resident position
   prepare_attention(plan)     host work before attention: none (scratch allocated at start-up)
   scratch(splits)             the attention partials viewed for the plan
-  attention(plan, layer, ..)  split-K attention partial; the context length is read on the device
-  advance()                   the kernel that advances the device position
+  attend(plan, layer, ..)     attention partials, then combine: merge + Wo + residual
+    attention(plan, layer, ..)  split-K attention partial; the context length is read on the device
+    combine(plan, layer, ..)    one kernel (attn_combine), or under LAB_SPLIT_COMBINE two
+  all_reduce(plan, layer, ..) the sum over ranks of what each rank added to x: none on one device
+  mlp_up(plan, layer)         MLP norm + gate/up (SwiGLU)
+  project_into_x(W, v, layer) x += W v (the MLP's down projection, the attention output's)
+  head()                      final norm, LM head, argmax -> next token id, advance()
+    lm_head()                   the logits (a rank: its rows, then every rank's gathered)
+    advance()                   the kernel that advances the device position
+  shard_sizes()               (heads, d_ff) this device computes: all of them on one device
 
 Two class attributes tell the engine how to allocate for the step (`scratch_splits_at_start`,
 `tables_at_start_up`) and one how to issue it (`rebuilt_each_step`: a step whose launches or
 host work depend on the position is built anew at each step, and issued as it is built).
 
-`FusedStep` (LAB_FUSION=1) is the fused form of the step: 18 launches per token instead of 37
-(kernels/fused.py). It reads straight through too; it keeps the host-work pieces (prelude,
-prepare_rope, norm_input, prepare_attention, scratch) and adds its own (norm_qkv_rope,
-attention_fused, sample). The one-op-per-kernel pieces it does not have are listed in
-`FusedStep.absent`, with where their work went: a variant that overrides one of them (a
-deliberate bug) cannot exist in the fused step, and lab/bugs.py refuses it, saying so.
-
-Building a step never touches the device: host work is yielded, and only the engine's issue
-loop runs it. `Step.launches(plan)` is therefore a query without side effects.
+A step is bound to one device of its engine (`self.dev`: that rank's backend, buffers, weights
+and scratch views). Building a step never touches the device: host work is yielded, and only
+the engine's issue loop runs it. `Step.launches(plan)` is therefore a query without side effects.
 """
 from __future__ import annotations
 
@@ -58,114 +70,185 @@ def launch(kern, geometry, args, layer=None, stream="main") -> Launch:
 
 
 class Step:
-    """The clean decode step for one engine's buffers (engine.buf, engine.w, engine.backend)."""
+    """The clean decode step for one device of an engine (rank `rank`: `engine.devices[rank]`)."""
 
     scratch_splits_at_start = MAX_SPLITS   # attention scratch for the largest plan, once
     tables_at_start_up = True              # RoPE tables uploaded when the engine is built
     rebuilt_each_step = False              # the same Launch objects at every step of a plan key
 
-    def __init__(self, engine):
+    def __init__(self, engine, rank: int = 0):
         # a weak reference: the engine owns its step, and a cycle would keep a dropped engine's
         # device memory alive until the next garbage collection
         self.engine = weakref.proxy(engine)
+        self.rank = rank
+        self.dev = engine.devices[rank]   # this rank's backend, buffers, weights, scratch views
         self.lazy: dict = {}   # host state lazy initialisation changes (a failed capture restores it)
 
     # ---- the pieces ----------------------------------------------------------------------------
+    def shard_sizes(self) -> tuple[int, int]:
+        """(heads, d_ff) this device computes: every head and the whole MLP."""
+        c = self.engine.model.cfg
+        return c.n_head, c.d_ff
+
     def prelude(self, plan: Plan) -> None:
         """Host work before the step's launches, outside any capture: none."""
+
+    def qkv_rope(self, plan: Plan, layer: int):
+        b, w, eps = self.dev.buf, self.dev.w, np.float32(self.engine.model.cfg.norm_eps)
+        yield launch(self.attn_norm_kernel, _NORM,
+                     (self.norm_input(layer), w[f"layers.{layer}.attn_norm"], b.h, eps), layer)
+        yield from self.qkv(plan, layer)
+        yield from self.prepare_rope(layer)
+        yield self.append_kv(plan, layer)
+
+    def norm_input(self, layer: int):
+        return self.dev.buf.x
+
+    attn_norm_kernel = rmsnorm.rmsnorm
+
+    def qkv(self, plan: Plan, layer: int):
+        e, b, w = self.engine, self.dev.buf, self.dev.w
+        if e.cfg.overlap:  # q on the main stream, k and v on a side stream, in parallel
+            D = e.model.cfg.d_model
+            (wq, wkv), (q_out, kv_out) = e.wqkv_views[layer], e.qkv_views
+            yield StreamWait("main", "side")                    # fork: side waits for h
+            yield launch(matvec.matvec, _ROWS(2 * D), (wkv, b.h, kv_out), layer, "side")
+            yield launch(matvec.matvec, _ROWS(D), (wq, b.h, q_out), layer)
+            yield StreamWait("side", "main")                    # join before rope
+        else:
+            W = w[f"layers.{layer}.wqkv"]                       # [3 D, D] (a rank: its rows)
+            yield launch(matvec.matvec, _ROWS(W.shape[0]), (W, b.h, b.qkv), layer)
 
     def prepare_rope(self, layer: int):
         return ()
 
-    def norm_input(self, layer: int):
-        return self.engine.buf.x
-
-    attn_norm_kernel = rmsnorm.rmsnorm
-
     def append_kv(self, plan: Plan, layer: int) -> Launch:
-        c, b = self.engine.model.cfg, self.engine.buf
-        return launch(rope.rope_kv_append, rope.grid_for(c.n_head, c.head_dim),
+        c, b = self.engine.model.cfg, self.dev.buf
+        return launch(rope.rope_kv_append, rope.grid_for(self.shard_sizes()[0], c.head_dim),
                       (b.qkv, b.pos, b.cos, b.sin, b.q, b.k_cache[layer], b.v_cache[layer]), layer)
 
     def prepare_attention(self, plan: Plan):
         return ()
 
     def scratch(self, splits: int):
-        return self.engine.partials[splits]       # ([H, splits, hd], [H, splits, 2])
+        return self.dev.partials[splits]       # ([H, splits, hd], [H, splits, 2])
+
+    def attend(self, plan: Plan, layer: int, part_o, part_ml, scale):
+        yield self.attention(plan, layer, part_o, part_ml, scale)
+        yield from self.combine(plan, layer, part_o, part_ml)
 
     def attention(self, plan: Plan, layer: int, part_o, part_ml, scale) -> Launch:
-        c, b = self.engine.model.cfg, self.engine.buf
-        return launch(attention.attn_partial, attention.partial_grid(c.n_head, plan.splits, c.head_dim),
+        c, b = self.engine.model.cfg, self.dev.buf
+        return launch(attention.attn_partial,
+                      attention.partial_grid(self.shard_sizes()[0], plan.splits, c.head_dim),
                       (b.q, b.k_cache[layer], b.v_cache[layer], b.pos, part_o, part_ml, scale), layer)
+
+    def combine(self, plan: Plan, layer: int, part_o, part_ml):
+        if plan.split_combine:  # fission: merge, then project (bit-identical to the fused form)
+            yield from self.merge_then_project(layer, part_o, part_ml)
+        else:
+            b, D = self.dev.buf, self.engine.model.cfg.d_model
+            yield launch(attention.attn_combine, attention.combine_grid(D),
+                         (part_o, part_ml, self.dev.w[f"layers.{layer}.wo"], b.x), layer)
+
+    def merge_then_project(self, layer: int, part_o, part_ml):
+        b, hd = self.dev.buf, self.engine.model.cfg.head_dim
+        yield launch(attention.attn_merge, attention.merge_grid(self.shard_sizes()[0], hd),
+                     (part_o, part_ml, b.o), layer)
+        yield self.project_into_x(self.dev.w[f"layers.{layer}.wo"], b.o, layer)
+
+    def project_into_x(self, W, vec, layer: int) -> Launch:
+        """x += W @ vec (the residual add rides on the projection)."""
+        return launch(matvec.matvec_residual, _ROWS(W.shape[0]), (W, vec, self.dev.buf.x), layer)
+
+    def all_reduce(self, plan: Plan, layer: int, what: str):
+        return ()          # one device holds the whole sum
+
+    def mlp_up(self, plan: Plan, layer: int):
+        b, w, p = self.dev.buf, self.dev.w, f"layers.{layer}."
+        eps, F = np.float32(self.engine.model.cfg.norm_eps), self.shard_sizes()[1]
+        yield launch(rmsnorm.rmsnorm, _NORM, (b.x, w[p + "mlp_norm"], b.h, eps), layer)
+        yield launch(mlp.swiglu_up, mlp.grid_for(F), (w[p + "w_gate"], w[p + "w_up"], b.h, b.act), layer)
+
+    def head(self):
+        b, w = self.dev.buf, self.dev.w
+        yield launch(rmsnorm.rmsnorm, _NORM, (b.x, w["final_norm"], b.h,
+                                              np.float32(self.engine.model.cfg.norm_eps)))
+        yield from self.lm_head()
+        yield launch(sample.argmax_next, (sample.ARGMAX_GRID, sample.ARGMAX_BLOCK),
+                     (self.dev.vocab_view, b.pos, b.n_prompt, b.tokens))
+        yield from self.advance()
+
+    def lm_head(self):
+        b, V = self.dev.buf, self.engine.model.cfg.vocab_size
+        yield launch(matvec.matvec, _ROWS(V), (self.dev.w["lm_head"], b.h, b.logits))
 
     def advance(self):
         return [launch(position.advance, (position.ADVANCE_GRID, position.ADVANCE_BLOCK),
-                       (self.engine.buf.pos,))]
+                       (self.dev.buf.pos,))]
 
     # ---- the step ----------------------------------------------------------------------------
     def items(self, plan: Plan):
         """Yield the step's items in issue order."""
-        e = self.engine
-        c, b, w, overlap = e.model.cfg, e.buf, e.w, e.cfg.overlap
-        D, F, V = c.d_model, c.d_ff, c.vocab_size
-        eps, scale = np.float32(c.norm_eps), np.float32(1.0 / np.sqrt(c.head_dim))
-        # launch geometry comes from each kernel's own module, the one the kernel tests use
-        rows = matvec.grid_for                                      # one warp per output row
-        norm = (rmsnorm.RMSNORM_GRID, rmsnorm.RMSNORM_BLOCK)
+        c, b, w = self.engine.model.cfg, self.dev.buf, self.dev.w
+        scale = np.float32(1.0 / np.sqrt(c.head_dim))
 
-        yield launch(embed.embed, embed.grid_for(D), (b.tokens, b.pos, w["tok_emb"], b.x))
+        yield launch(embed.embed, embed.grid_for(c.d_model), (b.tokens, b.pos, w["tok_emb"], b.x))
         for i in range(c.n_layer):
-            p = f"layers.{i}."
-            yield launch(self.attn_norm_kernel, norm, (self.norm_input(i), w[p + "attn_norm"], b.h, eps), i)
-            if overlap:  # q on the main stream, k and v on a side stream, in parallel
-                (wq, wkv), (q_out, kv_out) = e.wqkv_views[i], e.qkv_views
-                yield StreamWait("main", "side")                    # fork: side waits for h
-                yield launch(matvec.matvec, rows(2 * D), (wkv, b.h, kv_out), i, "side")
-                yield launch(matvec.matvec, rows(D), (wq, b.h, q_out), i)
-                yield StreamWait("side", "main")                    # join before rope
-            else:
-                yield launch(matvec.matvec, rows(3 * D), (w[p + "wqkv"], b.h, b.qkv), i)
-            yield from self.prepare_rope(i)
-            yield self.append_kv(plan, i)
+            yield from self.qkv_rope(plan, i)
             yield from self.prepare_attention(plan)
             part_o, part_ml = self.scratch(plan.splits)
-            yield self.attention(plan, i, part_o, part_ml, scale)
-            if plan.split_combine:  # fission: merge, then project (bit-identical to the fused form)
-                yield launch(attention.attn_merge, attention.merge_grid(c.n_head, c.head_dim),
-                             (part_o, part_ml, b.o), i)
-                yield launch(matvec.matvec_residual, rows(D), (w[p + "wo"], b.o, b.x), i)
-            else:
-                yield launch(attention.attn_combine, attention.combine_grid(D),
-                             (part_o, part_ml, w[p + "wo"], b.x), i)
-            yield launch(rmsnorm.rmsnorm, norm, (b.x, w[p + "mlp_norm"], b.h, eps), i)
-            yield launch(mlp.swiglu_up, mlp.grid_for(F), (w[p + "w_gate"], w[p + "w_up"], b.h, b.act), i)
-            yield launch(matvec.matvec_residual, rows(D), (w[p + "w_down"], b.act, b.x), i)
-        yield launch(rmsnorm.rmsnorm, norm, (b.x, w["final_norm"], b.h, eps))
-        yield launch(matvec.matvec, rows(V), (w["lm_head"], b.h, b.logits))
-        yield launch(sample.argmax_next, (sample.ARGMAX_GRID, sample.ARGMAX_BLOCK),
-                     (b.logits, b.pos, b.n_prompt, b.tokens))
-        yield from self.advance()
+            yield from self.attend(plan, i, part_o, part_ml, scale)
+            yield from self.all_reduce(plan, i, "attention out")
+            yield from self.mlp_up(plan, i)
+            yield self.project_into_x(w[f"layers.{i}.w_down"], b.act, i)
+            yield from self.all_reduce(plan, i, "MLP out")
+        yield from self.head()
 
     def launches(self, plan: Plan) -> list[Launch]:
         """The step's launches for `plan`, built without running its host work (a query)."""
         return [x for x in self.items(plan) if isinstance(x, Launch)]
 
 
+# launch geometry comes from each kernel's own module, the one the kernel tests use
+_ROWS = matvec.grid_for                                      # one warp per output row
+_NORM = (rmsnorm.RMSNORM_GRID, rmsnorm.RMSNORM_BLOCK)
+
+
 class FusedStep(Step):
     """The fused decode step (LAB_FUSION=1): per layer norm_qkv_rope, attn_fused, norm_swiglu,
     matvec_residual; around them embed and norm_lm_head_argmax: 2 + 4 * n_layer launches (18
     for the tiny model). LAB_SPLIT_COMBINE means nothing here (decode_plan drops it from the
-    plan under fusion); LAB_OVERLAP makes norm_qkv_rope two launches (q | k, v) on two streams."""
+    plan under fusion); LAB_OVERLAP makes norm_qkv_rope two launches (q | k, v) on two streams.
+    It keeps the host-work pieces (prelude, prepare_rope, norm_input, prepare_attention, scratch)."""
 
     # the one-op-per-kernel step's pieces this step does not have, and where their work went
     absent = FUSED_ABSENT
 
-    # ---- the fused pieces ----------------------------------------------------------------------
+    # ---- the blocks of Step.items, fused ---------------------------------------------------------
+    def qkv_rope(self, plan: Plan, layer: int):
+        yield from self.prepare_rope(layer)
+        yield from self.norm_qkv_rope(plan, layer)
+
+    def attend(self, plan: Plan, layer: int, part_o, part_ml, scale):
+        yield self.attention_fused(plan, layer, part_o, part_ml, scale)
+
+    def mlp_up(self, plan: Plan, layer: int):
+        """RMSNorm + gate/up + SwiGLU: one launch."""
+        c, b, w, p = self.engine.model.cfg, self.dev.buf, self.dev.w, f"layers.{layer}."
+        yield launch(fused.norm_swiglu, fused.rows_grid(c.d_ff),
+                     (b.x, w[p + "mlp_norm"], np.float32(c.norm_eps), w[p + "w_gate"],
+                      w[p + "w_up"], b.act), layer)
+
+    def head(self):
+        yield self.sample()
+
+    # ---- the fused kernels -----------------------------------------------------------------------
     def norm_qkv_rope(self, plan: Plan, layer: int):
         """RMSNorm + qkv + RoPE + KV append at the device-resident position: one launch, or
         under LAB_OVERLAP the q part on the main stream and the k/v part on a side stream."""
         e = self.engine
-        c, b, w = e.model.cfg, e.buf, e.w
+        c, b, w = e.model.cfg, self.dev.buf, self.dev.w
         p = f"layers.{layer}."
         x, eps = self.norm_input(layer), np.float32(c.norm_eps)
 
@@ -183,37 +266,16 @@ class FusedStep(Step):
 
     def attention_fused(self, plan: Plan, layer: int, part_o, part_ml, scale) -> Launch:
         """Partials + merge + Wo + residual; the context length is read on the device."""
-        e = self.engine
-        c, b = e.model.cfg, e.buf
+        e, b = self.engine, self.dev.buf
+        c = e.model.cfg
         return launch(fused.attn_fused, fused.attention_grid(c.n_head, plan.splits, c.head_dim),
                       (b.q, b.k_cache[layer], b.v_cache[layer], b.pos, part_o, part_ml, scale,
-                       e.w[f"layers.{layer}.wo"], b.x, e.counters[layer]), layer)
+                       self.dev.w[f"layers.{layer}.wo"], b.x, e.counters[layer]), layer)
 
     def sample(self) -> Launch:
         """Final norm + LM head; its last block writes the next token id and advances pos."""
-        e = self.engine
-        c, b = e.model.cfg, e.buf
+        e, b, w = self.engine, self.dev.buf, self.dev.w
+        c = e.model.cfg
         return launch(fused.norm_lm_head_argmax, fused.rows_grid(c.vocab_size),
-                      (b.x, e.w["final_norm"], np.float32(c.norm_eps), e.w["lm_head"], b.logits,
+                      (b.x, w["final_norm"], np.float32(c.norm_eps), w["lm_head"], b.logits,
                        b.pos, b.n_prompt, b.tokens, e.counters[c.n_layer]))
-
-    # ---- the step ----------------------------------------------------------------------------
-    def items(self, plan: Plan):
-        """Yield the fused step's items in issue order."""
-        e = self.engine
-        c, b, w = e.model.cfg, e.buf, e.w
-        D, F = c.d_model, c.d_ff
-        eps, scale = np.float32(c.norm_eps), np.float32(1.0 / np.sqrt(c.head_dim))
-
-        yield launch(embed.embed, embed.grid_for(D), (b.tokens, b.pos, w["tok_emb"], b.x))
-        for i in range(c.n_layer):
-            p = f"layers.{i}."
-            yield from self.prepare_rope(i)
-            yield from self.norm_qkv_rope(plan, i)
-            yield from self.prepare_attention(plan)
-            part_o, part_ml = self.scratch(plan.splits)
-            yield self.attention_fused(plan, i, part_o, part_ml, scale)
-            yield launch(fused.norm_swiglu, fused.rows_grid(F),
-                         (b.x, w[p + "mlp_norm"], eps, w[p + "w_gate"], w[p + "w_up"], b.act), i)
-            yield launch(matvec.matvec_residual, matvec.grid_for(D), (w[p + "w_down"], b.act, b.x), i)
-        yield self.sample()

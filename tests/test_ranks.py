@@ -112,7 +112,7 @@ def test_a_capture_failure_on_one_rank_falls_back_on_all(model):
     assert eng.graphs == {} and not any(be.is_capturing() for be in eng.backends)
     assert {e.outcome for e in eng.ledger} == {"fallback"}
     assert "capture failed on a rank" in eng.ledger[0].reason
-    assert "array-interface" in eng.capture_failures[eng.plan(0).key]
+    assert "array-interface" in eng.capture_failures[eng.plan(0).key].reason
 
 
 def test_logits_within_the_oracle_tolerance(model):
@@ -254,13 +254,18 @@ def test_bad_input(model):
         LabConfig(ranks=2, fusion=True)
     with pytest.raises(LabError, match="needs LAB_RANKS=2"):
         from_env({"LAB_BUG_RANK_SKEW": "1"})
-    with pytest.raises(LabError, match="DecodeEngine drives one device"):
-        DecodeEngine(model, SIM2)
     with pytest.raises(LabError, match="3 attention heads do not split evenly over 2 ranks"):
         check_divisible(dataclasses.replace(model.cfg, n_head=3), 2)
     with pytest.raises(LabError, match="needs 2 devices; the group has 1"):
         RankedEngine(model, SIM2, group=SimRanks(1))
     assert isinstance(make_engine(model, LabConfig(backend="sim")), DecodeEngine)
+
+
+def test_one_engine_class_for_one_rank_and_two(model):
+    """LAB_RANKS is a step variant plus the devices the engine drives, not another engine."""
+    one, two = make_engine(model, LabConfig(backend="sim")), make_engine(model, SIM2)
+    assert type(one) is type(two) is DecodeEngine and RankedEngine is DecodeEngine
+    assert type(two.pieces[1]) is RankStep and len(two.backends) == 2 and len(one.backends) == 1
     if _two_gpus() is not None:       # one GPU or none: asking for two is a clear error
         with pytest.raises(LabError, match="needs a GPU|needs 2 GPUs, this machine has 1"):
             from lab.backend import make_ranks

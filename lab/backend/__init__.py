@@ -1,8 +1,18 @@
-"""Backends: `make_backend(cfg)` picks `cuda` (numba.cuda + CuPy) or `sim` (CPU simulator)."""
+"""Backends: `make_backend(cfg)` picks `cuda` (numba.cuda + CuPy) or `sim` (CPU simulator);
+`make_ranks(cfg, n)` gives n devices with collectives among them (LAB_RANKS), and
+`make_devices(cfg)` what an engine drives: either, as a group.
+
+  base.py         the interface: Buffer, Launch, Collective, StreamWait, Graph, Backend, OneDevice
+  sim.py          the CPU simulator: memory, capture, issue (sim_queue.py: its queues and
+                  scheduler; sim_ranks.py: simulated ranks, NCCL's semantics)
+  cuda.py         numba.cuda + CuPy (cuda_launch.py: the launch rungs; cuda_graph.py: graphs and
+                  the device loop; cuda_ranks.py: one GPU per rank, NCCL)
+  costmodel.py    the simulator's measured costs
+"""
 from __future__ import annotations
 
 from ..errors import LabError
-from .base import Backend, Buffer, Collective, Graph, Launch, StreamWait  # noqa: F401
+from .base import Backend, Buffer, Collective, Graph, Launch, OneDevice, StreamWait  # noqa: F401
 
 
 def gpu_status() -> tuple[bool, str]:
@@ -63,3 +73,21 @@ def make_ranks(cfg, ranks: int):
                        f"LAB_RANKS=1, or --backend sim (one simulated device per rank)")
     from .cuda_ranks import CudaRanks
     return CudaRanks(ranks)
+
+
+def make_devices(cfg, backend: Backend | None = None, group=None):
+    """The devices an engine drives for `cfg`: a group of `cfg.ranks` (one device each, with
+    collectives among them: `group`, or make_ranks), or for one rank `backend` (or
+    make_backend's) as a group of one (OneDevice)."""
+    if cfg.ranks == 1:
+        if group is not None:
+            raise LabError("a group of devices is for LAB_RANKS>1; pass backend= for one device")
+        return OneDevice(backend or make_backend(cfg))
+    if backend is not None:
+        raise LabError(f"LAB_RANKS={cfg.ranks} drives {cfg.ranks} devices: pass group= "
+                       f"(lab.backend.make_ranks), not one backend")
+    group = group or make_ranks(cfg, cfg.ranks)
+    if len(group.backends) != cfg.ranks:
+        raise LabError(f"LAB_RANKS={cfg.ranks} needs {cfg.ranks} devices; the group has "
+                       f"{len(group.backends)}")
+    return group

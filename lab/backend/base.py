@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import sys
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -320,3 +321,27 @@ class Backend(ABC):
                 self.end_capture()
             except Exception:   # noqa: BLE001
                 pass
+
+
+class OneDevice:
+    """One backend as a group of one device: the interface SimRanks and CudaRanks give N devices
+    (backends, collectives, clock, describe, close), so an engine drives any count the same way."""
+
+    def __init__(self, backend: Backend):
+        self.backends = [backend]
+        self.ranks = 1
+        self.simulated = backend.simulated
+        self.name = backend.name
+
+    @contextmanager
+    def collectives(self):
+        yield                        # one device: no collective ever meets another rank
+
+    def clock(self) -> float:
+        return self.backends[0].clock()
+
+    def describe(self) -> str:
+        return self.backends[0].describe()
+
+    def close(self) -> None:
+        """Nothing to free: the backend's memory goes with it."""
