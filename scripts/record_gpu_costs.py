@@ -45,107 +45,15 @@ from lab.config import LabConfig  # noqa: E402
 from lab.engine import DecodeEngine  # noqa: E402
 from lab.instrument import LaunchLog  # noqa: E402
 from scripts import recorder  # noqa: E402
+from scripts.costs_chains import (N1, N2, as_in_step, capture_chain, chain_fit,  # noqa: E402
+                                  distinct_launches, for_chains, host_per_call, main_stream,
+                                  set_pos, step_instances)
 
 PROMPT = "ROMEO.\n"
 # first and last position of every attention plan (splits 1, 2, 4, 8, 16, 32) and the sweep's end
 POSITIONS = (0, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512, 1000)
 BASE_POSITION = 64           # where the context-independent kernels are measured
 ATTENTION = ("attn_partial", "attn_merge", "attn_combine", "attn_fused")
-N1, N2 = 8, 24               # chain lengths (both long enough to keep the device busy)
-CHAIN_TOKENS = 1 << 17       # token slots for chains of a launch that advances pos (below)
-_chain_tokens: dict = {}     # backend id -> that tokens buffer, allocated on first need
-
-
-def _main_stream(launch: Launch) -> Launch:
-    return Launch(launch.kernel, launch.grid, launch.block, launch.args, launch.layer, "main")
-
-
-def _for_chains(eng, launch: Launch) -> Launch:
-    """`launch` as a chain replays it: on the main stream; and when it advances `pos` and
-    writes the next token (the fused step's norm_lm_head_argmax), with a tokens buffer of
-    CHAIN_TOKENS slots: it picks a token only while pos + 1 < len(tokens), and a chain advances
-    pos some 20,000 times, so with the step's max_seq slots most of a chain would skip the
-    argmax. Its work does not depend on the buffer's length; the row keeps the step's key."""
-    names = launch.kernel.arg_names
-    args = list(launch.args)
-    if "pos" in names and "tokens" in names and names.index("pos") in launch.kernel.writes:
-        be = eng.backend
-        if id(be) not in _chain_tokens:
-            _chain_tokens[id(be)] = be.alloc("chain_tokens", (CHAIN_TOKENS,), np.int32)
-        args[names.index("tokens")] = _chain_tokens[id(be)]
-    return Launch(launch.kernel, launch.grid, launch.block, tuple(args), launch.layer, "main")
-
-
-def _as_in_step(eng, launch: Launch) -> Launch:
-    """A chain's launch with the step's tokens buffer back (its bytes are the step's)."""
-    chain = _chain_tokens.get(id(eng.backend))
-    args = tuple(eng.buf.tokens if a is chain else a for a in launch.args)
-    return Launch(launch.kernel, launch.grid, launch.block, args, launch.layer, launch.stream)
-
-
-def _capture(be, items, repeat: int, pdl: bool):
-    be.pdl = pdl
-    be.begin_capture()
-    try:
-        for _ in range(repeat):
-            for item in items:
-                if isinstance(item, StreamWait):
-                    be.record_wait(item.src, item.dst)
-                else:
-                    be.launch(item)
-    finally:
-        graph = be.end_capture()
-    return graph
-
-
-def _replay_us(be, graph, reps: int) -> float:
-    graph.launch()
-    be.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        graph.launch()
-    be.synchronize()
-    return 1e6 * (time.perf_counter() - t0) / reps
-
-
-def chain_fit(be, items, nodes_per_unit: int, pdl: bool, reps: int = 200, rounds: int = 3,
-              lengths=(N1, N2)) -> dict:
-    """Per-node time (slope) and per-replay overhead (intercept) of chains of `items`."""
-    graphs = {n: _capture(be, items, n, pdl) for n in lengths}
-    times = {n: [] for n in lengths}
-    for _ in range(rounds):                    # alternate the lengths: drift hits all alike
-        for n in lengths:
-            times[n].append(_replay_us(be, graphs[n], reps))
-    med = {n: statistics.median(v) for n, v in times.items()}
-    x = np.array([n * nodes_per_unit for n in lengths], float)
-    y = np.array([med[n] for n in lengths])
-    slope, intercept = np.polyfit(x, y, 1)
-    be.pdl = False
-    return {"per_node_us": float(slope), "intercept_us": float(intercept),
-            "replay_us": {str(n): [round(t, 4) for t in times[n]] for n in lengths}}
-
-
-def _instances(eng, cfgs, position):
-    """{cost_key: [launch, ...]} over the steps of `cfgs` at `position`, all on the main
-    stream: every instance of a key in a step (one per layer, each on its own weights and cache)."""
-    out: dict = {}
-    for cfg in cfgs:
-        eng.cfg = cfg
-        for launch in eng.step_launches(eng.plan(position)):
-            same = out.setdefault(cost_key(launch), [])
-            chained = _for_chains(eng, launch)
-            if not any(x.args == chained.args for x in same):
-                same.append(chained)
-    return out
-
-
-def _distinct_launches(eng, cfgs, position):
-    """{cost_key: its first launch} over the steps of `cfgs` at `position`."""
-    return {k: v[0] for k, v in _instances(eng, cfgs, position).items()}
-
-
-def _set_pos(eng, position):
-    eng.backend.upload(eng.buf.pos, np.array([position], np.int32))
 
 
 def measure_kernels(eng, cfgs, progress) -> list[dict]:
@@ -153,16 +61,16 @@ def measure_kernels(eng, cfgs, progress) -> list[dict]:
     for position in POSITIONS:
         eng.reset(eng.encode(PROMPT), 0)
         eng.seek(position)
-        for key, same in _instances(eng, cfgs, position).items():
+        for key, same in step_instances(eng, cfgs, position).items():
             launch = same[0]
             if position != BASE_POSITION and launch.name not in ATTENTION:
                 continue
             row = {"key": key, "kernel": launch.name, "position": position,
                    "context": position + 1, "grid": list(launch.grid), "block": list(launch.block),
-                   "bytes": launch_bytes(_as_in_step(eng, launch), position + 1),
+                   "bytes": launch_bytes(as_in_step(eng, launch), position + 1),
                    "instances": len(same)}
             for pdl in (False, True):
-                _set_pos(eng, position)
+                set_pos(eng, position)
                 # the chain cycles through the key's instances (each layer's weights and cache),
                 # as a step does: a chain of ONE instance re-reads data its SMs still cache
                 fit = chain_fit(eng.backend, same, len(same), pdl)
@@ -171,7 +79,7 @@ def measure_kernels(eng, cfgs, progress) -> list[dict]:
             rows.append(row)
             progress(f"  {launch.name:<16} pos {position:>4}: {row['node_us']:.3f} us/node, "
                      f"{row['node_pdl_us']:.3f} with PDL   [{key}]")
-    _set_pos(eng, 0)
+    set_pos(eng, 0)
     return rows
 
 
@@ -188,12 +96,12 @@ def measure_switches(eng, cfgs, kernels, progress) -> list[dict]:
         eng.cfg = cfg
         launches = eng.step_launches(eng.plan(BASE_POSITION))
         for a, b in zip(launches, launches[1:]):   # keyed as the step's launches, chained as above
-            pairs.setdefault((cost_key(a), cost_key(b)), (_for_chains(eng, a), _for_chains(eng, b)))
+            pairs.setdefault((cost_key(a), cost_key(b)), (for_chains(eng, a), for_chains(eng, b)))
     rows = []
     for (ka, kb), (a, b) in pairs.items():
         row = {"prev": ka, "key": kb}
         for pdl in (False, True):
-            _set_pos(eng, BASE_POSITION)
+            set_pos(eng, BASE_POSITION)
             fit = chain_fit(eng.backend, [a, b], 2, pdl)
             both = alone[(ka, pdl)] + alone[(kb, pdl)]
             # a chain of pairs switches kernel at every node: half the pair's extra per switch
@@ -201,7 +109,7 @@ def measure_switches(eng, cfgs, kernels, progress) -> list[dict]:
         rows.append(row)
         progress(f"  {a.name:>16} -> {b.name:<16} switch {row['extra_us']:+.3f} us "
                  f"({row['extra_pdl_us']:+.3f} with PDL)")
-    _set_pos(eng, 0)
+    set_pos(eng, 0)
     return rows
 
 
@@ -225,7 +133,7 @@ def measure_floors(eng, progress) -> dict:
     progress(f"  fork/join pair: +{out['fork_join']['extra_us_per_pair']:.3f} us")
     out["eager_device"] = eager_device_floor(eng, empty, progress)
     # host cost of one graph launch (1-node graph of the empty kernel: device time < host time)
-    g1 = _capture(be, [empty], 1, False)
+    g1 = capture_chain(be, [empty], 1, False)
     out["graph_submit_us"] = host_per_call(be, g1.launch, 2000)
     progress(f"  graph launch, host: {out['graph_submit_us']:.3f} us")
     out["loop"] = loop_floor(eng, progress)
@@ -269,17 +177,6 @@ def loop_floor(eng, progress, iterations=(200, 1000), rounds: int = 5) -> dict:
              f"({node:.3f} us as a chain node): +{out['overhead_us']:.3f} us of loop machinery")
     return out
 
-
-def host_per_call(be, fn, calls: int, rounds: int = 3) -> float:
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        t1 = time.perf_counter()
-        be.synchronize()
-        times.append(1e6 * (t1 - t0) / calls)
-    return statistics.median(times)
 
 
 def eager_device_floor(eng, empty, progress) -> dict:
@@ -327,17 +224,17 @@ def host_alone(eng, cfgs, step, progress) -> dict:
     be = eng.backend
     eng.reset(eng.encode(PROMPT), 0)
     eng.seek(BASE_POSITION)
-    launches = _distinct_launches(eng, cfgs, BASE_POSITION)
+    launches = distinct_launches(eng, cfgs, BASE_POSITION)
     out = {}
     for mech in ("dispatcher", "prebound"):
         eng.cfg = cfgs[0].replace(launch=mech)
         times: dict = {key: [] for key in launches}
         for _ in range(5):          # rounds over all kernels: drift hits every kernel alike
             for key, launch in launches.items():
-                _set_pos(eng, BASE_POSITION)
+                set_pos(eng, BASE_POSITION)
                 be.launch(launch)                    # first launch: prepares (prebound)
                 times[key].append(host_per_call(be, lambda: be.launch(launch), 100, 1))
-        _set_pos(eng, BASE_POSITION)
+        set_pos(eng, BASE_POSITION)
         per = out[mech] = {key: statistics.median(v) for key, v in times.items()}
         out[f"{mech}_alone_over_step_us"] = statistics.mean(per[cost_key(x)] for x in step)
         progress(f"  host per launch alone, {mech}: mean {statistics.mean(per.values()):.2f} us "
@@ -351,7 +248,7 @@ def host_alone(eng, cfgs, step, progress) -> dict:
         be.log = None
         without.append(host_per_call(be, lambda: be.launch(launch), 2000, 1))
     eng.bind()
-    _set_pos(eng, BASE_POSITION)
+    set_pos(eng, BASE_POSITION)
     out["instrumentation_us"] = statistics.median(with_log) - statistics.median(without)
     progress(f"  launch log: {out['instrumentation_us']:.3f} us per launch")
     return out
@@ -364,7 +261,7 @@ def host_round(eng, base: LabConfig, step, rounds: dict) -> None:
     be = eng.backend
     for mech in ("dispatcher", "prebound"):
         eng.cfg = base.replace(graph=False, launch=mech)
-        _set_pos(eng, BASE_POSITION)
+        set_pos(eng, BASE_POSITION)
         _issue_step(be, step)
         rounds.setdefault(f"{mech}_step_sequence_us", []).append(
             host_per_call(be, lambda: _issue_step(be, step), 20, 1) / len(step))
@@ -396,7 +293,7 @@ def host_and_ladder(eng, model, base: LabConfig, cfgs, out: Path, progress, reps
     of it enters kernel_costs.json."""
     eng.cfg = base
     eng.reset(eng.encode(PROMPT), 0)
-    step = [_main_stream(x) for x in eng.step_launches(eng.plan(BASE_POSITION))]
+    step = [main_stream(x) for x in eng.step_launches(eng.plan(BASE_POSITION))]
     host = host_alone(eng, cfgs, step, progress)
     rounds: dict = {}
     ladder = bench.run_ladder(model, base.replace(graph=True), reps=reps, tokens=64,
