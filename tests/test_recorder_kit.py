@@ -189,3 +189,21 @@ def test_run_turns_lab_errors_and_ctrl_c_into_one_line(capsys, monkeypatch):
     err = capsys.readouterr().err.splitlines()
     assert err == ["record_gpu_thing: --lengths 'x': must be integers (see --help)",
                    "record_gpu_thing: interrupted"]
+
+
+def test_record_writes_the_file_then_prints_the_table(tmp_path, capsys):
+    path = recorder.record(tmp_path, "pdl", {"arms": [1, 2]}, "graph 0.07 ms/token")
+    assert path == tmp_path / "pdl.json" and json.loads(path.read_text()) == {"arms": [1, 2]}
+    assert capsys.readouterr().out == "\n== pdl ==\ngraph 0.07 ms/token\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["pdl.json"]       # no plot unless asked
+
+
+def test_versions_stamp_the_simulator_without_gpu_libraries():
+    class Sim:
+        name = "sim"
+
+        def describe(self):
+            return "simulated (CPU simulator)"
+    v = recorder.versions(Sim())
+    assert v["describe"] == "simulated (CPU simulator)"
+    assert not {"cupy", "driver", "runtime"} & set(v)
