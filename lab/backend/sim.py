@@ -17,8 +17,10 @@
   nothing runs; memory stays live. A replay enqueues the records with the graph's edges.
 - Capture is GLOBAL mode: synchronize, synchronous copies and a synchronous (pool-growing)
   allocation while a capture is open fail at the call (as `cudaErrorStreamCaptureUnsupported`)
-  and invalidate the capture; the error is sticky and surfaces again at `end_capture`, naming the
-  first offence. (A stream-ordered allocation would be capturable; the lab makes none.)
+  and invalidate the capture, which stays invalidated: `end_capture` fails too
+  (`cudaErrorStreamCaptureInvalidated`), naming the first offence. That is not a "sticky" error
+  (CUDA's sticky errors corrupt the context); the stream and context stay usable, so an eager
+  re-issue works. (A stream-ordered allocation would be capturable; the lab makes none.)
 - Streams and events: `record_wait(src, dst)` orders dst after src's work; during a capture it
   pulls dst into the capture (fork) or joins it back; unjoined work fails `end_capture`.
 - Time comes from `CostModel` (measured component costs, data/gpu/kernel_costs.json): the host
@@ -302,7 +304,9 @@ class SimBackend(DeviceQueues, Backend):
         self.host_us += self.cost.engine_step(mode) * self._host_speed()
 
     def launch(self, launch: Launch) -> None:
-        if launch.name not in self._compiled:  # lazy compile + module load: legal in a capture
+        # lazy compile + module load: the H200's driver (13.0) allowed it in a capture; older
+        # drivers may refuse a module load there, which is one more reason to warm up
+        if launch.name not in self._compiled:
             self._op("compilation", launch.name)
             self._compiled.add(launch.name)
         for a in launch.args:
