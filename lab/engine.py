@@ -53,7 +53,7 @@ def make_engine(model: Model, cfg: LabConfig | None = None, **kw) -> "DecodeEngi
     return DecodeEngine(model, cfg or LabConfig(), **kw)
 
 
-def step_class(cfg: LabConfig, base: type[Step] = Step) -> type[Step]:
+def step_for(cfg: LabConfig, base: type[Step] = Step) -> type[Step]:
     """The step's pieces for `cfg`: `base` (the engine's step), or under LAB_FUSION=1 its fused
     form (FusedStep for the clean Step), or with ranks the rank step, with the deliberate bugs'
     overrides on top."""
@@ -98,12 +98,14 @@ class DecodeEngine(Requests, Allocation, GraphCache, DeviceLoop, TensorParallel)
         self.collectives_issued = 0
         self._retired: list = []  # buffers replaced by a lazy re-allocation; graphs may point at them
         self.warnings: list[str] = []
-        # allocate, then the step's pieces: the clean step (fused or not, one device or a rank),
-        # or the deliberate bugs' overrides of it (lab/bugs.py)
+        # allocate every device's buffers once, then bind each device its step's pieces: the
+        # clean step (fused or not, one device or a rank), or the bugs' overrides of it
         self._step = step
-        step_cls = step_class(self._cfg, self._step)
+        step_cls = step_for(self._cfg, self._step)
         self._allocate(step_cls, kv_init)
         self._pieces = [step_cls(self, r) for r in range(self.ranks)]
+        # warm up: every kernel compiled and loaded (and NCCL's connections made) before any
+        # timed region or capture
         if warm_up:
             for be in self.backends:
                 be.warm_up(kernels.REGISTRY.values())
@@ -111,76 +113,83 @@ class DecodeEngine(Requests, Allocation, GraphCache, DeviceLoop, TensorParallel)
                 self.warm_up_collectives()
         self.bind()
 
-    @property
-    def cfg(self) -> LabConfig:
-        return self._cfg
+    # ---- a request: reset, then step; a step replays its plan's graph, or captures it ------------
+    def reset(self, prompt_ids, max_new_tokens: int = 0) -> None:
+        """Start a request: the prompt goes to device memory, position to 0."""
+        c = self.model.cfg
+        ids = check_request(c, prompt_ids, max_new_tokens)
+        host = np.zeros(c.max_seq, np.int32)
+        host[:ids.size] = ids
+        for be, b in zip(self.backends, self.bufs):
+            be.upload(b.tokens, host)
+            be.upload(b.pos, np.zeros(1, np.int32))
+            be.upload(b.n_prompt, np.array([ids.size], np.int32))
+        self.position, self.n_prompt = 0, int(ids.size)
 
-    @cfg.setter
-    def cfg(self, value: LabConfig) -> None:
-        """Switch launch toggles (GRAPH, PDL, OVERLAP, SPLIT_COMBINE, FUSION, LAUNCH) on the same
-        buffers; graphs and built steps stay cached per plan key, and the key names each toggle
-        that changes them (LAUNCH does not: both mechanisms capture the same graph). FUSION
-        swaps the step's pieces (the host state lazy code recorded carries over). Toggles that
-        change allocation (KV dtype, the lazy-allocation bugs, ranks) need a new engine."""
-        alloc = ("kv_dtype", "bugs", "ranks")
-        if any(getattr(value, f) != getattr(self._cfg, f) for f in alloc):
-            raise LabError(f"{', '.join(alloc)} change what the engine allocates: build a new "
-                           f"DecodeEngine for them")
-        if value.fusion != self._cfg.fusion:
-            pieces = step_class(value, self._step)(self)
-            pieces.lazy = self.pieces.lazy
-            self.pieces = pieces
-        self._cfg = value
-        self.bind()
-
-    @property
-    def pieces(self):
-        """The step's pieces: one device's Step; with ranks, a list of one per rank."""
-        return self._pieces[0] if self.ranks == 1 else list(self._pieces)
-
-    @pieces.setter
-    def pieces(self, value) -> None:
-        self._pieces = [value] if self.ranks == 1 else list(value)
-
-    def bind(self) -> None:
-        """Make this engine its backends' current user: its launch logs, its PDL switch and its
-        launch mechanism (two engines may share one backend, e.g. a benchmark's baseline and its
-        arms)."""
+    def step(self) -> LedgerEntry:
+        """Decode one position: replay the plan's graph (capturing it on a miss) or run eagerly."""
+        if self.position + 1 >= self.model.cfg.max_seq:
+            raise LabError(f"position {self.position + 1} would exceed max_seq")
+        plan = self.plan()
         for d in self.devices:
-            d.backend.log = d.log
-            d.backend.pdl = self._pdl_usable()
-            d.backend.mechanism = self.cfg.launch
+            d.log.step = self._steps
+            d.backend.host_step("graph" if self.cfg.graph else "eager")
+        if not self.cfg.graph:
+            entry = self._eager(plan, "eager")
+        else:
+            entry = self._graph_step(plan)
+        self.ledger.append(entry)
+        self.position += 1
+        self._steps += 1
+        return entry
 
-    def _pdl_usable(self) -> bool:
-        """LAB_PDL needs sm_90+: elsewhere it is refused with a message and the run goes on."""
-        if not self.cfg.pdl:
-            return False
-        cc = getattr(self.backend, "compute_capability", lambda: (9, 0))()
-        if cc < (9, 0):
-            msg = (f"LAB_PDL=1 refused: programmatic dependent launch needs sm_90 or newer, this "
-                   f"GPU is sm_{cc[0]}{cc[1]}; running without PDL")
-            self.warnings.append(msg)
-            warnings.warn(msg, stacklevel=3)
-            return False
-        return True
+    def _eager(self, plan: Plan, outcome: str, reason: str = "") -> LedgerEntry:
+        for pieces in self._pieces:
+            pieces.prelude(plan)
+        self._issue_step(plan)
+        return LedgerEntry(self._steps, self.position, plan.key, outcome, reason)
 
-    # ---- one step ----------------------------------------------------------------------------
+    def capture(self, plan: Plan, instantiate: bool = True):
+        """Capture the step for `plan` into a graph (with ranks: one per rank, every capture open
+        at once, in global mode, ended before any is instantiated): (graph, None), or (None,
+        CaptureFailure) after ending the failed captures cleanly so that the caller can re-issue
+        the step eagerly. A capture records the launches and runs none of the step's kernels:
+        device memory is as it was until the graph is launched. A failed capture leaves no graph
+        for the key and restores the host state that lazy code recorded while it was open.
+        instantiate=False: the captured graph only (kept by the caller, not by the engine)."""
+        saved = [dict(p.lazy) for p in self._pieces]
+        for pieces in self._pieces:
+            pieces.prelude(plan)
+        where, opened = ["begin_capture", 0], []
+        try:
+            for be in self.backends:
+                be.begin_capture()
+                opened.append(be)
+            self._issue_step(plan, where)
+            where = ["end_capture", None]
+            graph = self._end_captures(instantiate)
+        except CaptureError as exc:
+            reason = self._close_failed_capture(exc, opened)
+            self._restore_lazy(saved)  # the captured operations never ran
+            return None, CaptureFailure(reason, *where)
+        except BaseException:
+            # not a capture problem (a programming error, an interrupt): end the captures, undo
+            # the host state, and let the error through; the engine stays usable
+            for be in reversed(opened):
+                be.abort_capture()
+            self._restore_lazy(saved)
+            raise
+        if instantiate:
+            self._graphs[plan.key] = graph
+        return graph, None
+
+    def _restore_lazy(self, saved: list) -> None:
+        for pieces, lazy in zip(self._pieces, saved):
+            pieces.lazy = lazy
+
+    # ---- issuing one step (eager, or into a capture) ---------------------------------------------
     def plan(self, position: int | None = None) -> Plan:
         return decode_plan(self.position if position is None else position, self.model.cfg, self.cfg)
-
-    def step_items(self, plan: Plan, rank: int = 0) -> list:
-        """Rank `rank`'s items for `plan` (a query: nothing is issued, cached, allocated or
-        uploaded; for a clean engine whose step for this plan key was already issued, the very
-        objects its steps issue)."""
-        items = self._built.get((rank, plan.key))
-        return list(items) if items is not None else list(self._pieces[rank].items(plan))
-
-    def step_launches(self, plan: Plan, rank: int = 0) -> list[Launch]:
-        """The decode step's kernel launches for `plan`, in issue order (a query)."""
-        items = self._built.get((rank, plan.key))
-        if items is None:
-            return self._pieces[rank].launches(plan)
-        return [x for x in items if isinstance(x, Launch)]
 
     def _items(self, plan: Plan, rank: int = 0):
         """The step's items to issue. Clean engine: the list built once per plan key (its build
@@ -238,79 +247,74 @@ class DecodeEngine(Requests, Allocation, GraphCache, DeviceLoop, TensorParallel)
                         self.backends[r].collective(coll)
                 self.collectives_issued += len(pending)
 
-    # ---- a request ------------------------------------------------------------------------
-    def reset(self, prompt_ids, max_new_tokens: int = 0) -> None:
-        """Start a request: the prompt goes to device memory, position to 0."""
-        c = self.model.cfg
-        ids = check_request(c, prompt_ids, max_new_tokens)
-        host = np.zeros(c.max_seq, np.int32)
-        host[:ids.size] = ids
-        for be, b in zip(self.backends, self.bufs):
-            be.upload(b.tokens, host)
-            be.upload(b.pos, np.zeros(1, np.int32))
-            be.upload(b.n_prompt, np.array([ids.size], np.int32))
-        self.position, self.n_prompt = 0, int(ids.size)
+    # ---- queries: nothing is issued --------------------------------------------------------------
+    def step_items(self, plan: Plan, rank: int = 0) -> list:
+        """Rank `rank`'s items for `plan` (a query: nothing is issued, cached, allocated or
+        uploaded; for a clean engine whose step for this plan key was already issued, the very
+        objects its steps issue)."""
+        items = self._built.get((rank, plan.key))
+        return list(items) if items is not None else list(self._pieces[rank].items(plan))
 
-    def step(self) -> LedgerEntry:
-        """Decode one position: replay the plan's graph (capturing it on a miss) or run eagerly."""
-        if self.position + 1 >= self.model.cfg.max_seq:
-            raise LabError(f"position {self.position + 1} would exceed max_seq")
-        plan = self.plan()
+    def step_launches(self, plan: Plan, rank: int = 0) -> list[Launch]:
+        """The decode step's kernel launches for `plan`, in issue order (a query)."""
+        items = self._built.get((rank, plan.key))
+        if items is None:
+            return self._pieces[rank].launches(plan)
+        return [x for x in items if isinstance(x, Launch)]
+
+    # ---- toggles switched on a live engine -------------------------------------------------------
+    @property
+    def cfg(self) -> LabConfig:
+        return self._cfg
+
+    @cfg.setter
+    def cfg(self, value: LabConfig) -> None:
+        """Switch launch toggles (GRAPH, PDL, OVERLAP, SPLIT_COMBINE, FUSION, LAUNCH) on the same
+        buffers; graphs and built steps stay cached per plan key, and the key names each toggle
+        that changes them (LAUNCH does not: both mechanisms capture the same graph). FUSION
+        swaps the step's pieces (the host state lazy code recorded carries over). Toggles that
+        change allocation (KV dtype, the lazy-allocation bugs, ranks) need a new engine."""
+        alloc = ("kv_dtype", "bugs", "ranks")
+        if any(getattr(value, f) != getattr(self._cfg, f) for f in alloc):
+            raise LabError(f"{', '.join(alloc)} change what the engine allocates: build a new "
+                           f"DecodeEngine for them")
+        if value.fusion != self._cfg.fusion:
+            pieces = step_for(value, self._step)(self)
+            pieces.lazy = self.pieces.lazy
+            self.pieces = pieces
+        self._cfg = value
+        self.bind()
+
+    @property
+    def pieces(self):
+        """The step's pieces: one device's Step; with ranks, a list of one per rank."""
+        return self._pieces[0] if self.ranks == 1 else list(self._pieces)
+
+    @pieces.setter
+    def pieces(self, value) -> None:
+        self._pieces = [value] if self.ranks == 1 else list(value)
+
+    def bind(self) -> None:
+        """Make this engine its backends' current user: its launch logs, its PDL switch and its
+        launch mechanism (two engines may share one backend, e.g. a benchmark's baseline and its
+        arms)."""
         for d in self.devices:
-            d.log.step = self._steps
-            d.backend.host_step("graph" if self.cfg.graph else "eager")
-        if not self.cfg.graph:
-            entry = self._eager(plan, "eager")
-        else:
-            entry = self._graph_step(plan)
-        self.ledger.append(entry)
-        self.position += 1
-        self._steps += 1
-        return entry
+            d.backend.log = d.log
+            d.backend.pdl = self._pdl_usable()
+            d.backend.mechanism = self.cfg.launch
 
-    def _eager(self, plan: Plan, outcome: str, reason: str = "") -> LedgerEntry:
-        for pieces in self._pieces:
-            pieces.prelude(plan)
-        self._issue_step(plan)
-        return LedgerEntry(self._steps, self.position, plan.key, outcome, reason)
-
-    def capture(self, plan: Plan, instantiate: bool = True):
-        """Capture the step for `plan` into a graph (with ranks: one per rank, every capture open
-        at once, in global mode, ended before any is instantiated): (graph, None), or (None,
-        CaptureFailure) after ending the failed captures cleanly so that the caller can re-issue
-        the step eagerly. A capture records the launches and runs none of the step's kernels:
-        device memory is as it was until the graph is launched. A failed capture leaves no graph
-        for the key and restores the host state that lazy code recorded while it was open.
-        instantiate=False: the captured graph only (kept by the caller, not by the engine)."""
-        saved = [dict(p.lazy) for p in self._pieces]
-        for pieces in self._pieces:
-            pieces.prelude(plan)
-        where, opened = ["begin_capture", 0], []
-        try:
-            for be in self.backends:
-                opened.append(be)
-                be.begin_capture()
-            self._issue_step(plan, where)
-            where = ["end_capture", None]
-            graph = self._end_captures(instantiate)
-        except CaptureError as exc:
-            reason = self._close_failed_capture(exc, opened)
-            self._restore_lazy(saved)  # the captured operations never ran
-            return None, CaptureFailure(reason, *where)
-        except BaseException:
-            # not a capture problem (a programming error, an interrupt): end the captures, undo
-            # the host state, and let the error through; the engine stays usable
-            for be in reversed(opened):
-                be.abort_capture()
-            self._restore_lazy(saved)
-            raise
-        if instantiate:
-            self._graphs[plan.key] = graph
-        return graph, None
-
-    def _restore_lazy(self, saved: list) -> None:
-        for pieces, lazy in zip(self._pieces, saved):
-            pieces.lazy = lazy
+    def _pdl_usable(self) -> bool:
+        """LAB_PDL needs sm_90+: elsewhere it is refused with a message and the run goes on."""
+        if not self.cfg.pdl:
+            return False
+        cc = getattr(self.backend, "compute_capability", lambda: (9, 0))()
+        if cc < (9, 0):
+            msg = (f"LAB_PDL=1 refused: programmatic dependent launch needs sm_90 or newer, this "
+                   f"GPU is sm_{cc[0]}{cc[1]}; running without PDL")
+            self.warnings.append(msg)
+            warnings.warn(msg, stacklevel=3)
+            return False
+        return True
 
 def _issuing(item, launches: int) -> str:
     """Where a capture is when it issues `item` after `launches` launches (its failure report)."""

@@ -19,11 +19,12 @@ overridden -- the shard sizes, the projections into x, the all-reduces, the LM h
 and every rank must issue the same collectives in the same order: NCCL matches them by order
 alone. One host thread drives every rank, so the engine (lab/engine.py's DecodeEngine, the same
 class as on one device) issues the ranks in lockstep: each rank's launches up to its next
-collective, then every rank's collective together (one NCCL group). Eager, that is the step; captured, the same issue order fills one graph per rank (global
-mode, every rank's capture open at once, ended before any is instantiated), and a token is one
-graph launch per rank. On a GPU pair the engine checks the ranks' collective sequences before it
-issues anything (a mismatch would hang both GPUs); the simulator lets them run and reports the
-deadlock as NCCL would meet it (lab/backend/sim_ranks.py: SimRanks).
+collective, then every rank's collective together (one NCCL group). Eager, that is the step;
+captured, the same issue order fills one graph per rank (global mode, every rank's capture open
+at once, ended before any is instantiated), and a token is one graph launch per rank. On a GPU
+pair the engine checks the ranks' collective sequences before it issues anything (a mismatch
+would hang both GPUs); the simulator lets them run and reports the deadlock as NCCL would meet it
+(lab/backend/sim_ranks.py: SimRanks).
 
 This module holds the split (`shard`, `check_divisible`), the rank step and its bug, and what an
 engine with ranks adds (`TensorParallel`: the collectives' warm-up, order check and bill).

@@ -8,7 +8,9 @@ screen and each variant reads as its difference from it:
 
   - each deliberate bug (lab/bugs.py) overrides one or two pieces;
   - `FusedStep` (LAB_FUSION=1, below) overrides the four blocks (qkv_rope, attend, mlp_up,
-    head) with its fused kernels: 18 launches per token instead of 37;
+    head) with its fused kernels: 18 launches per token instead of 37. The pieces it never
+    calls are listed in `FusedStep.absent`, with where their work went: a bug that overrides
+    one of them cannot exist in the fused step, and lab/bugs.py refuses it, saying so;
   - `RankStep` (LAB_RANKS=2, lab/ranks.py) overrides the shard sizes, the projections into
     x, the all-reduces and the LM head's gather.
 
@@ -25,7 +27,8 @@ The pieces, in the order the token meets them:
   scratch(splits)             the attention partials viewed for the plan
   attend(plan, layer, ..)     attention partials, then combine: merge + Wo + residual
     attention(plan, layer, ..)  split-K attention partial; the context length is read on the device
-    combine(plan, layer, ..)    one kernel (attn_combine), or under LAB_SPLIT_COMBINE two
+    combine(plan, layer, ..)    one kernel (attn_combine), or under LAB_SPLIT_COMBINE two:
+      merge_then_project(..)      attn_merge, then project_into_x with Wo
   all_reduce(plan, layer, ..) the sum over ranks of what each rank added to x: none on one device
   mlp_up(plan, layer)         MLP norm + gate/up (SwiGLU)
   project_into_x(W, v, layer) x += W v (the MLP's down projection, the attention output's)
