@@ -20,8 +20,11 @@ the start of each plan (each a capture, in global mode), and reports each initia
 fired inside a capture (table upload, scratch allocation, compilation, array-interface sync):
 which kind of operation it was (`KIND_NOTES`: not every allocation is illegal in a capture --
 a stream-ordered one is capturable, growing a pool through a synchronous allocator is not),
-where it fired (caller site, which launch needed it) and where its error showed -- which can be
-a later launch or end_capture, since CUDA's capture errors are sticky.
+where it fired (caller site, which launch needed it) and where its error showed. An illegal call
+in a capture fails at once (`cudaErrorStreamCaptureUnsupported`) and invalidates the capture, so
+the error shows at that call -- or, when the code swallows it, only at end_capture
+(`cudaErrorStreamCaptureInvalidated`). That is not CUDA's "sticky" error, which corrupts the
+context; the stream and context stay usable, which is what makes an eager fallback possible.
 
 Both use the engine's public API only: `step()`, `seek()`, `step_launches()`, the launch log,
 the ledger, `capture_failures` and the backend's record of host operations (`backend.ops`).
@@ -39,7 +42,9 @@ AUDIT_PROMPT = "ROMEO.\n"
 _KINDS = {"upload": "table upload", "allocation": "scratch allocation",
           "compilation": "compilation", "array-interface sync": "array-interface synchronisation",
           "synchronize": "synchronisation", "download": "device-to-host copy"}
-_LEGAL_IN_CAPTURE = {"compilation"}   # module load is not a stream operation (it still costs)
+# A module load is not a stream operation: the H200's driver (13.0, shared/gpu/FACTS.md) allowed
+# one inside a capture; older drivers may refuse it. Either way it costs: warm up.
+_LEGAL_IN_CAPTURE = {"compilation"}
 # What each kind of finding is, for the detector's message (the kinds above are the labels the
 # findings and the recorded GPU bug table carry, so they stay short and fixed).
 KIND_NOTES = {
@@ -47,8 +52,9 @@ KIND_NOTES = {
     "scratch allocation": "a synchronous allocator growing its pool (cudaMalloc): not capturable; "
                           "a stream-ordered allocation (cudaMallocAsync, captured as a graph "
                           "memory node) would be",
-    "compilation": "a module load: legal in a capture, not a stream operation (warm up anyway: "
-                   "it costs)",
+    "compilation": "a module load, not a stream operation: allowed in a capture on newer "
+                   "drivers (the H200's 13.0 allowed it), refused by older ones; warm up anyway "
+                   "(it costs)",
     "array-interface synchronisation": "a stream synchronisation: not capturable",
     "synchronisation": "a synchronisation: not capturable",
     "device-to-host copy": "a synchronous device-to-host copy: not capturable",
@@ -171,7 +177,7 @@ class LazyInit:
     plan_key: tuple
     launch_index: int          # the launch that needed it (the next one issued)
     kernel: str
-    legal: bool                # compilation is legal inside a capture (but warm up anyway)
+    legal: bool                # compilation: allowed in a capture on newer drivers (warm up anyway)
     surfaced_at: str           # where the capture error showed: "launch 4 (attn_partial)", "end_capture", "-"
     surfaced_index: int | None = None   # launches issued before it showed (None: end_capture or "-")
 
