@@ -53,7 +53,7 @@ KIND_NOTES = {
                           "a stream-ordered allocation (cudaMallocAsync, captured as a graph "
                           "memory node) would be",
     "compilation": "a module load, not a stream operation: allowed in a capture on newer "
-                   "drivers (the H200's 13.0 allowed it), refused by older ones; warm up anyway "
+                   "drivers (the H200's 13.0 allowed it), older ones may refuse it; warm up anyway "
                    "(it costs)",
     "array-interface synchronisation": "a stream synchronisation: not capturable",
     "synchronisation": "a synchronisation: not capturable",
