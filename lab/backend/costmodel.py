@@ -344,6 +344,18 @@ class CostModel:
         if fit is not None:
             return fit
         self.misses.add(key)
+        if key in self._miss_fits:          # a miss is resolved once: the search below is a scan
+            return self._miss_fits[key]
+        fit = self._miss_fits[key] = self._stand_in(launch, key)
+        return fit
+
+    @functools.cached_property
+    def _miss_fits(self) -> dict:
+        """cost key -> the fit that stands in for it (a key the recording lacks)."""
+        return {}
+
+    def _stand_in(self, launch: Launch, key: str):
+        """The recorded fit that stands in for a launch whose key was not recorded."""
         family = TWIN_OF.get(launch.name, launch.name)
         # the same kernel on the same argument shapes under another grid/block (its geometry
         # changed since the recording): the recorded launch of that work, until re-recorded
