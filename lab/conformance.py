@@ -19,10 +19,13 @@ recording cannot tell the two apart. The summary line counts those rows separate
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from . import bench
 from .backend.costmodel import COSTS_FILE, CostModel
@@ -120,11 +123,45 @@ def _sweep_slope_us(result: dict, arm: str) -> tuple[float, int, int]:
     return 1000.0 * (hi["mean_ms"] - lo["mean_ms"]), lo["context"], hi["context"]
 
 
+# the lessons, in the table's order: `run(only=...)` re-runs a subset (a notebook shows its own)
+LESSONS = ("ladder", "overlap", "fission", "device loop", "context", "nodes")
+_SIMULATED: dict = {}   # (what, model, costs, settings) -> result: see _once
+
+
+def _digest(*arrays_or_bytes) -> str:
+    h = hashlib.sha256()
+    for a in arrays_or_bytes:
+        h.update(a if isinstance(a, bytes) else np.ascontiguousarray(a).view(np.uint8).data)
+    return h.hexdigest()
+
+
+def _once(key, simulate):
+    """`simulate()` once per process for a key: conformance runs the simulator without noise and
+    with fixed seeds, so the same model, component costs and recorded settings give the same
+    result; a second judgement (the CLI after a test, a notebook cell run again, another
+    recording's figures held against the same prediction) re-uses it. No key (costs passed in
+    by the caller): no re-use."""
+    if key is None:
+        return simulate()
+    if key not in _SIMULATED:
+        _SIMULATED[key] = simulate()
+    return _SIMULATED[key]
+
+
 def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False,
-        cost: CostModel | None = None) -> dict:
-    """Re-run every recorded lesson on the simulator; return {"rows": [...], "source": ...}."""
+        cost: CostModel | None = None, only=None) -> dict:
+    """Re-run the recorded lessons on the simulator (every one of LESSONS, or those in `only`);
+    return {"rows": [...], "source": ...}."""
+    only = LESSONS if only is None else tuple(only)
+    unknown = sorted(set(only) - set(LESSONS))
+    if unknown:
+        raise LabError(f"unknown conformance lesson(s) {unknown}; known: {', '.join(LESSONS)}")
     data_dir = Path(data_dir) if data_dir is not None else DATA_GPU
-    cost = cost or CostModel.load(data_dir / "kernel_costs.json")
+    base = None
+    if cost is None:
+        cost = CostModel.load(data_dir / "kernel_costs.json")
+        base = (_digest(*(model.weights[k] for k in sorted(model.weights))),
+                _digest((data_dir / "kernel_costs.json").read_bytes()), reps)
     # the model's EXPECTATION: means are compared, so the simulated runs carry no noise (the
     # noise model is checked on its own: the A/A false-alarm test in tests/test_bench.py)
     cost = cost.replace(launch_jitter=0.0, drift=0.0, node_jitter=0.0)
@@ -139,8 +176,59 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
 
     # the ladder: ms/token per rung, launches and nodes
     lad = rec["ladder"]
-    s_lad = bench.run_ladder(model, sim, reps=reps, tokens=lad["tokens"], prompt=lad["prompt"],
-                             progress=progress, backend_factory=factory)
+    if "ladder" in only:
+        s_lad = _once(base and (*base, "ladder", lad["tokens"], lad["prompt"]), lambda: bench.run_ladder(
+            model, sim, reps=reps, tokens=lad["tokens"], prompt=lad["prompt"], progress=progress,
+            backend_factory=factory))
+        ladder_rows(lad, s_lad, rows)
+
+    def ab(name, a_kw, b_kw, rec_ab, lesson):
+        # both arms on ONE simulated engine, paired by rep, as the recording ran them: the
+        # simulated host's drift then cancels in the paired difference as the GPU host's did
+        a = sim.replace(**a_kw)
+
+        def simulate():
+            pool = {(a.backend, a.kv_dtype, a.bugs, "zeros"):
+                    DecodeEngine(model, a, backend=SimBackend(cost, seed=1000))}
+            return bench.run_ab(model, a, sim.replace(**b_kw), reps=max(reps, 3),
+                                tokens=rec_ab["tokens"], prompt=rec_ab["prompt"], aa=False,
+                                per_token=0, progress=progress, pool=pool)
+        s_ab = _once(base and (*base, "ab", lesson, rec_ab["tokens"], rec_ab["prompt"]), simulate)
+        note = name if rec_ab.get("meaningful", True) is not False else f"{name}; its A/A gate failed"
+        rows.append(Row(lesson, "us/token", _ab_us(s_ab), _ab_us(rec_ab), note=note,
+                        gpu_sem=1000.0 * rec_ab["diff_sem_ms"]))
+
+    if "overlap" in only:
+        ab("overlap.json", {}, {"overlap": True}, rec["overlap"], "overlap: graph+overlap - graph")
+    if "fission" in only:
+        for mode in ("eager", "graph"):
+            kw = {"graph": mode == "graph"}
+            ab("fission.json", kw, {**kw, "split_combine": True},
+               _field(rec["fission"], mode, "fission"), f"fission ({mode}): split - combine")
+    if "device loop" in only and loop_file.is_file():
+        ab("device_loop.json", {}, {"loop": "device"}, _field(_load(data_dir, "device_loop.json"),
+           "plain", "device_loop"), "device loop: device - host loop")
+
+    if "context" in only:   # how much the graph step grows from the shortest to the longest context
+        sw = rec["bench_sweep"]
+        arm = next((r["arm"] for r in sw["rows"] if r["toggles"].get("LAB_GRAPH") == "1"), None)
+        if arm is None:
+            raise LabError("bench_sweep.json has no graph arm (LAB_GRAPH=1)")
+        g_slope, lo, hi = _sweep_slope_us(sw, arm)
+        s_sw = _once(base and (*base, "sweep", arm, lo, hi, sw["tokens"]), lambda: bench.run_sweep(
+            model, {arm: sim}, [lo, hi], reps=reps, tokens=sw["tokens"], progress=progress,
+            backend_factory=factory))
+        rows.append(Row(f"graph: context {lo} -> {hi}", "us/token", _sweep_slope_us(s_sw, arm)[0],
+                        g_slope, note="bench_sweep.json"))
+
+    if "nodes" in only:
+        node_rows(cost, rows)
+    return {"rows": rows, "cost_source": cost.describe(), "gpu_source": lad["source"],
+            "gpu_date": lad.get("date", "?"), "data_dir": str(data_dir)}
+
+
+def ladder_rows(lad: dict, s_lad: dict, rows: list) -> None:
+    """ms/token per rung, launches per token, nodes per graph, and PDL's share of the graph step."""
     for name, *_ in bench.LADDER:
         g, s = _arm(lad, name), _arm(s_lad, name)
         rows.append(Row(f"{name}: ms/token", "ms", s["mean_ms"], g["mean_ms"], note="ladder.json"))
@@ -150,19 +238,6 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
     rows.append(Row("nodes per graph", "count", s["nodes_per_graph"], g["nodes_per_graph"], True,
                     "ladder.json"))
 
-    def ab(name, a_kw, b_kw, rec_ab, lesson):
-        # both arms on ONE simulated engine, paired by rep, as the recording ran them: the
-        # simulated host's drift then cancels in the paired difference as the GPU host's did
-        a = sim.replace(**a_kw)
-        pool = {(a.backend, a.kv_dtype, a.bugs, "zeros"):
-                DecodeEngine(model, a, backend=SimBackend(cost, seed=1000))}
-        s_ab = bench.run_ab(model, a, sim.replace(**b_kw), reps=max(reps, 3),
-                            tokens=rec_ab["tokens"], prompt=rec_ab["prompt"], aa=False,
-                            per_token=0, progress=progress, pool=pool)
-        note = name if rec_ab.get("meaningful", True) is not False else f"{name}; its A/A gate failed"
-        rows.append(Row(lesson, "us/token", _ab_us(s_ab), _ab_us(rec_ab), note=note,
-                        gpu_sem=1000.0 * rec_ab["diff_sem_ms"]))
-
     # PDL's gain as a share of the graph step, from the ladder: recorded on the same engine
     # instance (same buffer placement) as the component costs. The graph step WITHOUT PDL moves
     # with placement from engine to engine (data/gpu/engine_instances.json) and PDL hides most
@@ -171,28 +246,10 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
         return 100 * (1 - _arm(result, "graph+pdl")["mean_ms"] / _arm(result, "graph")["mean_ms"])
     rows.append(Row("PDL: share of the graph step saved", "%", pdl_share(s_lad), pdl_share(lad),
                     note="ladder.json"))
-    ab("overlap.json", {}, {"overlap": True}, rec["overlap"], "overlap: graph+overlap - graph")
-    for mode in ("eager", "graph"):
-        kw = {"graph": mode == "graph"}
-        ab("fission.json", kw, {**kw, "split_combine": True}, _field(rec["fission"], mode, "fission"),
-           f"fission ({mode}): split - combine")
 
-    if loop_file.is_file():
-        ab("device_loop.json", {}, {"loop": "device"}, _field(_load(data_dir, "device_loop.json"),
-           "plain", "device_loop"), "device loop: device - host loop")
 
-    # the context sweep: how much the graph step grows from the shortest to the longest context
-    sw = rec["bench_sweep"]
-    arm = next((r["arm"] for r in sw["rows"] if r["toggles"].get("LAB_GRAPH") == "1"), None)
-    if arm is None:
-        raise LabError("bench_sweep.json has no graph arm (LAB_GRAPH=1)")
-    g_slope, lo, hi = _sweep_slope_us(sw, arm)
-    s_sw = bench.run_sweep(model, {arm: sim}, [lo, hi], reps=reps, tokens=sw["tokens"],
-                           progress=progress, backend_factory=factory)
-    rows.append(Row(f"graph: context {lo} -> {hi}", "us/token", _sweep_slope_us(s_sw, arm)[0],
-                    g_slope, note="bench_sweep.json"))
-
-    # per-kernel node times: the fitted form against every measured point
+def node_rows(cost: CostModel, rows: list) -> None:
+    """Per-kernel node times: the fitted form against every measured point (the worst one)."""
     worst: dict[str, tuple] = {}
     for key, fit in cost.kernels.items():
         name = key.split(" ", 1)[0]
@@ -203,8 +260,6 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
     for name, (_, model_us, us, ctx) in sorted(worst.items()):
         rows.append(Row(f"node: {name} (context {ctx}, worst fit)", "us", model_us, us,
                         note="kernel_costs.json"))
-    return {"rows": rows, "cost_source": cost.describe(), "gpu_source": lad["source"],
-            "gpu_date": lad.get("date", "?"), "data_dir": str(data_dir)}
 
 
 def format_report(report: dict) -> str:

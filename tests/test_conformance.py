@@ -8,18 +8,28 @@ import pytest
 from lab import conformance
 from lab.__main__ import main
 from lab.conformance import Row
+from lab.errors import LabError
+
+
+# Every test here judges one simulation: conformance.run re-uses a process's simulated runs for
+# the same model, costs and settings (the CLI test's copied data holds the same), so the module
+# runs in one worker (xdist_group) and simulates once.
+pytestmark = pytest.mark.xdist_group("conformance")
 
 
 @pytest.fixture(scope="module")
 def report(model):
+    """The whole table, simulated (the slow tier: tests that use it are marked slow)."""
     return conformance.run(model)
 
 
+@pytest.mark.slow
 def test_every_recorded_lesson_passes(report):
     failed = [r for r in report["rows"] if not r.ok]
     assert not failed, conformance.format_report(report)
 
 
+@pytest.mark.slow
 def test_the_table_covers_the_lessons(report):
     lessons = " ".join(r.lesson for r in report["rows"])
     for needle in ("dispatcher", "prebound", "graph: ms/token", "graph+pdl", "PDL: share", "overlap:",
@@ -47,6 +57,7 @@ def test_verdict_rule(row, ok):
     assert row.ok is ok
 
 
+@pytest.mark.slow
 def test_cli_exits_nonzero_when_a_row_fails(tmp_path, capsys):
     data = tmp_path / "gpu"
     shutil.copytree(conformance.DATA_GPU, data)
@@ -67,3 +78,14 @@ def test_cli_missing_recording_is_a_clear_error(tmp_path, capsys):
     (data / "overlap.json").unlink()
     assert main(["conformance", "--data", str(data)]) == 2
     assert "overlap.json is missing" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_subset_of_lessons_gives_the_same_rows_as_the_whole_table(model, report):
+    """`only=` re-runs a subset (notebooks 06 and 07 show theirs); its rows are the whole
+    table's rows for those lessons, and an unknown lesson is a clear error."""
+    part = conformance.run(model, only=("fission", "nodes"))
+    want = [r for r in report["rows"] if r.lesson.startswith(("fission", "node:"))]
+    assert [(r.lesson, r.sim, r.gpu) for r in part["rows"]] == [(r.lesson, r.sim, r.gpu) for r in want]
+    with pytest.raises(LabError, match="unknown conformance lesson"):
+        conformance.run(model, only=("fision",))
