@@ -1,6 +1,6 @@
 # decode-lab: every target installs what it needs into .venv first.
 #   make demo       generate + launch bill (GPU when present, else the CPU simulator)
-#   make test       the device-free test suite (what CI runs), notebooks included
+#   make test       the device-free test suite (what CI runs), notebooks included, both tiers
 #   make gpu-test   the tests marked `gpu` (needs an NVIDIA GPU)
 #   make gpu-record the gpu tests + every GPU recorder, results into out/gpu (see data/gpu/README.md)
 #   make lab        JupyterLab on notebooks/
@@ -24,8 +24,9 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PY) -m lab demo
 
+# both tiers at once, one worker per core (the slow tier starts first), the 15 slowest listed
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadgroup --durations=15
 
 gpu-test: $(VENV)/.installed
 	$(PY) -m pytest -q -m gpu

@@ -15,10 +15,18 @@ mismatch, or if a registered kernel/signature was never exercised.
   --dump PATH   write every kernel output in order to PATH (.npz); tests/test_kernels.py runs the
                 tree and the shuffle paths and holds their dumps bit for bit against each other
   --gpu         the same checks on a real device, kernels compiled for real, plus the model's dims
+  --family A,B  only these kernel families (FAMILIES), each on inputs of its own seed, so a
+                family gives the same bits whichever others run; tests/test_kernels.py runs one
+                family per test, so the families spread over pytest-xdist's workers
+  --quick       attention on one case per code path (QUICK_ATTENTION) instead of every case:
+                for the shuffle path, whose emulated warps make attention the slowest thing
+                here; each case's inputs come from its own seed, so its bits can be held
+                against the full tree run's same case
 """
 import sys
 import threading
 import time
+import zlib
 
 import numba
 import numpy as np
@@ -137,6 +145,44 @@ ATTN_EXTRA = [dict(n_head=2, hd=40, max_seq=72, cases=[(np.float32, 71, 1), (np.
 
 # kernels another harness runs (their own twins and contracts): not this file's to exercise
 OTHER_HARNESSES = {"kernels.fused": "tests/_cudasim_fused.py"}
+
+# each family: the kernels its checks exercise (every registered kernel is in exactly one)
+FAMILIES = {
+    "embed": {"embed"},
+    "rmsnorm": {"rmsnorm", "rmsnorm_late_wait"},
+    "matvec": {"matvec", "matvec_residual"},
+    "swiglu_up": {"swiglu_up"},
+    "rope_kv_append": {"rope_kv_append", "rope_kv_append_row"},
+    "attention": {"attn_partial", "attn_partial_len", "attn_merge", "attn_combine"},
+    "argmax_next": {"argmax_next"},
+    "advance": {"advance", "empty", "spin"},   # the position kernel and the cost recorder's probes
+}
+# --quick: attention's code paths, one case each, in (dtype, pos, splits) per config: several
+# slices, a float16 cache (and attn_partial_len, the last case of each dtype), empty slices
+# (splits > L); merges over more slices than MERGE_GROUP; the extra shapes' first cases (more
+# than one pass, lanes past head_dim, every dim of every lane). attn_partial_len runs on the last
+# case of each dtype, so each list ends its dtypes as the full lists do.
+QUICK_ATTENTION = ([(np.float32, 15, 3), (np.float16, 6, 2), (np.float32, 1, 5)],
+                   [(np.float32, 11, 1), (np.float32, 1, 5)])
+
+
+def family_rng(family: str, config: int) -> np.random.Generator:
+    return np.random.default_rng([SEED, config, zlib.crc32(family.encode())])
+
+
+def case_rng(label: str) -> np.random.Generator:
+    """The inputs of one case from its label alone: the same bits in a quick and a full run."""
+    return np.random.default_rng([SEED, zlib.crc32(label.encode())])
+
+
+def chosen_families() -> list[str]:
+    if "--family" not in sys.argv:
+        return list(FAMILIES)
+    names = sys.argv[sys.argv.index("--family") + 1].split(",")
+    unknown = sorted(set(names) - set(FAMILIES))
+    if unknown:
+        sys.exit(f"unknown kernel family {unknown}; known: {', '.join(FAMILIES)}")
+    return names
 
 _compiled: dict[tuple[str, str], object] = {}
 _exercised: set[tuple[str, str]] = set()
@@ -282,7 +328,7 @@ def check_merges(part_o, part_ml, Wo, x0, label):
     same_bits(o_elem, o, f"device function merge_elem {label}: attn_merge")
 
 
-def check_partials(rng, H, hd, S, cases, tag, Wo=None):
+def check_partials(H, hd, S, cases, tag, Wo=None):
     """attn_partial for each (dtype, pos, splits) against the twin, and attn_partial_len (the
     same device function, slow to simulate) for the last case of each cache dtype, bit for bit
     against attn_partial; with Wo, merge and combine the kernel's partials (check_merges)."""
@@ -291,6 +337,7 @@ def check_partials(rng, H, hd, S, cases, tag, Wo=None):
     by_value = {np.dtype(dt): i for i, (dt, _, _) in enumerate(cases)}   # the last of each dtype
     for i, (dt, p, splits) in enumerate(cases):
         label = f"{tag} pos={p} splits={splits} cache={np.dtype(dt).name}"
+        rng = case_rng(label)
         kc = f32(rng, S, D).astype(dt)
         vc = f32(rng, S, D).astype(dt)
         q = f32(rng, D, scale=2.0)  # sharper softmax: later timesteps raise the max
@@ -317,13 +364,20 @@ def main() -> int:
     # run about 1.5x faster at 0.2 ms than at Python's default 5 ms). They also make the
     # simulator's shared-allocation race likely: lock_shared_allocations() closes it.
     sys.setswitchinterval(2e-4)
-    rng = np.random.default_rng(SEED)
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
 
+    families = chosen_families()
+    unassigned = {n for n, spec in REGISTRY.items() if spec.py_func.__module__ not in OTHER_HARNESSES
+                  } - set().union(*FAMILIES.values())
+    if unassigned:
+        raise Mismatch(f"registered kernels in no family of FAMILIES: {sorted(unassigned)}")
+
     def timed(name, fn):
+        if name not in families:
+            return
         t = time.perf_counter()
-        fn()
+        fn(family_rng(name, ci))
         timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
 
     for ci, cfg in enumerate(CONFIGS):
@@ -332,7 +386,7 @@ def main() -> int:
         tag = f"D={D} H={H} hd={hd}"
 
         # ---- embed: a pure gather, must be exact
-        def t_embed():
+        def t_embed(rng):
             wte = f32(rng, V, D)
             tokens = rng.integers(0, V, S).astype(np.int32)
             g = ((D + 127) // 128,)
@@ -344,7 +398,7 @@ def main() -> int:
         # ---- rmsnorm: sum of D squares in a different order than NumPy's pairwise sum, then
         # rsqrt and two products: relative error ~ (log2(D) + 4) eps; k = 16 covers D <= 4096.
         # Its own order is lab/precision.py's rmsnorm_order, bit for bit.
-        def t_rmsnorm():
+        def t_rmsnorm(rng):
             for n in (D, 300):  # 300 > 256 threads: exercises the strided partial sums
                 for name in ("rmsnorm", "rmsnorm_late_wait"):  # same math; the bug is only timing
                     x, w = f32(rng, n), f32(rng, n)
@@ -359,7 +413,7 @@ def main() -> int:
         # by 1/sqrt(K) (as in a trained model) so outputs are O(1) and that sum is ~sqrt(K):
         # atol 1e-5 (> 2 * sqrt(512) * eps) guards cancellation, k = 8 the rest. Their own order
         # is lab/precision.py's row_dot_order, bit for bit.
-        def t_matvec():
+        def t_matvec(rng):
             # 40 > 32 lanes: two k per lane; 600 > ROW_UNROLL * 32 = 512: two load groups
             for N, K in ((V, D), (D, F), (5, 40), (3, 600)):
                 g, b = rows_grid(N)
@@ -375,7 +429,7 @@ def main() -> int:
 
         # ---- swiglu_up: two dot products (as matvec) then exp and a divide (~3 eps more). Its
         # row_dot2 must give exactly what matvec's row_dot gives for each matrix.
-        def t_swiglu():
+        def t_swiglu(rng):
             g, b = rows_grid(F)
             Wg, Wu, h = f32(rng, F, D, scale=D ** -0.5), f32(rng, F, D, scale=D ** -0.5), f32(rng, D)
             run_case("swiglu_up", g, b, [Wg, Wu, h, np.zeros(F, np.float32)], (1e-5, 16), label=tag)
@@ -387,7 +441,7 @@ def main() -> int:
 
         # ---- rope_kv_append: two products and a sum per element, ~2 eps; k = 4. The float16
         # cache gets k * eps(f16): at most one f16 rounding flip from that f32 difference.
-        def t_rope():
+        def t_rope(rng):
             ang = np.arange(S)[:, None] * (10000.0 ** (-np.arange(hd // 2) / (hd // 2)))[None, :]
             cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
             for dt in (np.float32, np.float16):
@@ -407,19 +461,23 @@ def main() -> int:
         # ---- attention: partial (scores: hd-term dots; exp; sums of <= L terms, online rescale)
         # then merge (<= splits terms, a divide). Values are O(1) and L <= 128, so relative
         # error stays below ~(hd + L + 8) eps; k = 64 with atol 1e-5 for cancelling o entries.
-        def t_attention():
+        def t_attention(rng):
             Wo = f32(rng, D, D, scale=D ** -0.5)
-            if first:  # L = 1 and L = max_seq for every splits
+            if "--quick" in sys.argv:
+                cases = QUICK_ATTENTION[ci]
+            elif first:  # L = 1 and L = max_seq for every splits
                 cases = [(np.float32, p, s) for p in (0, S - 1) for s in (1, 2, 3, 5)]
                 cases += [(np.float16, S - 1, 1), (np.float16, 6, 2)]
             else:
                 cases = [(np.float32, S - 1, 1), (np.float32, 7, 3), (np.float16, S - 1, 2)]
-            cases += [(np.float32, 1, 5)]  # splits > L: empty slices (pos 0 above has them too)
-            check_partials(rng, H, hd, S, cases, tag, Wo)
+            if "--quick" not in sys.argv:
+                cases += [(np.float32, 1, 5)]  # splits > L: empty slices (pos 0 above has them too)
+            check_partials(H, hd, S, cases, tag, Wo)
             if first:
                 # merge and combine over more slices than MERGE_GROUP (two load groups), some
                 # empty, on made-up partials (attn_partial at 40 splits is slow to simulate)
                 splits = 40
+                rng = case_rng(f"{tag} merges splits={splits}")
                 part_o = f32(rng, H, splits, hd)
                 part_ml = np.stack([f32(rng, H, splits), np.abs(f32(rng, H, splits)) + 0.5], axis=-1)
                 part_ml[:, 30:] = (-np.inf, 0.0)
@@ -427,11 +485,12 @@ def main() -> int:
                 check_merges(part_o, part_ml, Wo, f32(rng, D), f"{tag} splits={splits} (made up)")
                 for extra in ATTN_EXTRA:
                     h2, d2, s2 = extra["n_head"], extra["hd"], extra["max_seq"]
-                    check_partials(rng, h2, d2, s2, extra["cases"], f"D={h2 * d2} H={h2} hd={d2}")
+                    check_partials(h2, d2, s2, extra["cases"][:1] if "--quick" in sys.argv
+                                   else extra["cases"], f"D={h2 * d2} H={h2} hd={d2}")
         timed("attention", t_attention)
 
         # ---- argmax_next: integer output, exact. Ties, NaN, -inf, strides, prompt and end rules.
-        def t_argmax():
+        def t_argmax(rng):
             def logits_cases():
                 yield f32(rng, V)
                 tie = f32(rng, V); tie[[2, V - 1]] = 9.0; yield tie
@@ -453,14 +512,16 @@ def main() -> int:
             timed("argmax_next", t_argmax)
 
         # ---- advance
-        timed("advance", lambda: run_case("advance", (1,), (1,), [np.array([7], np.int32)], (0.0, 0)))
+        # ---- advance, and the probes of the cost recorder: empty does nothing, spin's float32
+        # loop matches its twin
+        def t_advance(rng):
+            run_case("advance", (1,), (1,), [np.array([7], np.int32)], (0.0, 0))
+            if first:
+                run_case("empty", (1,), (32,), [np.array([3], np.int32)], (0.0, 0))
+                run_case("spin", (1,), (1,), [np.int32(50), np.zeros(1, np.float32)], (0.0, 4))
+        timed("advance", t_advance)
 
-        # ---- probes of the cost recorder: empty does nothing, spin's float32 loop matches its twin
-        if first:
-            run_case("empty", (1,), (32,), [np.array([3], np.int32)], (0.0, 0))
-            run_case("spin", (1,), (1,), [np.int32(50), np.zeros(1, np.float32)], (0.0, 4))
-
-    mine = {n: spec for n, spec in REGISTRY.items() if spec.py_func.__module__ not in OTHER_HARNESSES}
+    mine = {n: spec for n, spec in REGISTRY.items() if n in set().union(*(FAMILIES[f] for f in families))}
     missing = sorted({(n, s) for n, spec in mine.items() for s in spec.signatures} - _exercised)
     if missing:
         raise Mismatch(f"registered kernels/signatures never exercised: {missing}")

@@ -16,6 +16,9 @@ def _gpu():
 
 
 def pytest_collection_modifyitems(config, items):
+    # the slow tier first (a stable sort: each tier keeps its file order), so that under
+    # pytest-xdist the longest tests start at once and the short ones fill the gaps after
+    items.sort(key=lambda item: "slow" not in item.keywords)
     usable, reason = _gpu()
     if usable:
         return

@@ -1,6 +1,8 @@
 """LAB_LOOP=device: the whole generation in ONE graph launch -- a WHILE node (continue while
 pos < limit) over a SWITCH node (the plan body plan_of[pos]) -- byte-identical to the host loop;
 refused with a message (and the host loop run) where it cannot work."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -8,6 +10,7 @@ from lab.backend.sim import SimBackend
 from lab.config import LabConfig
 from lab.engine import DecodeEngine
 from lab.errors import LabError
+from lab.model import random_model
 from lab.plan import plan_boundaries
 
 PROMPT = "ROMEO.\n"
@@ -129,11 +132,16 @@ def test_the_audit_reads_a_conditional_graph(model):
 
 def test_every_plan_boundary_on_the_device(model):
     """A generation to the end of the context: the device crosses every plan boundary itself
-    (another prompt, crossing the first ones, is the reuse test's)."""
+    (another prompt, crossing the first ones, is the reuse test's). On a one-layer model of tiny
+    widths with the shipped model's max_seq: the plan boundaries, the plan table the device
+    reads and the loop's bodies depend on max_seq alone (plan_boundaries(max_seq)), and one
+    layer runs every kernel of the step, at a small part of the shipped model's cost."""
+    small = random_model(dataclasses.replace(model.cfg, d_model=32, n_layer=1, n_head=2, d_ff=64))
+    assert plan_boundaries(small.cfg.max_seq) == plan_boundaries(model.cfg.max_seq)
     prompt = "To be, or not to be"
-    n = model.cfg.max_seq - len(prompt) - 1
-    host = DecodeEngine(model, LabConfig(backend="sim")).generate(prompt, n)
-    eng = DecodeEngine(model, LabConfig(backend="sim", loop="device"))
+    n = small.cfg.max_seq - len(prompt) - 1
+    host = DecodeEngine(small, LabConfig(backend="sim")).generate(prompt, n)
+    eng = DecodeEngine(small, LabConfig(backend="sim", loop="device"))
     dev = eng.generate(prompt, n)
     np.testing.assert_array_equal(dev.tokens, host.tokens)
     assert all(eng.device_loop().runs)                     # every plan's body ran

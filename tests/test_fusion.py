@@ -349,6 +349,7 @@ def test_attn_fused_reads_the_context_rows_like_attn_partial(model):
     assert launch_bytes(attn, 101) - launch_bytes(attn, 1) == 2 * 100 * kv_row
 
 
+@pytest.mark.slow
 def test_fused_kernels_under_cudasim_on_both_reduction_paths(tmp_path):
     """tests/_cudasim_fused.py twice, in parallel: on the simulator's own reduction trees, and
     with lane-exact warp shuffles (kernels/reduce.py's GPU path); each against the twins, and

@@ -333,22 +333,58 @@ def _cudasim(*flags, timeout=600):
                             text=True)
 
 
-def test_kernels_under_cudasim(tmp_path):
-    """Every kernel on the simulator's trees AND on emulated warp shuffles (the GPU path), the
-    two at once (one process each): each against its twin and its contracts, then the two
-    runs' outputs against each other, bit for bit."""
+def _families():
+    """FAMILIES of tests/_cudasim_kernels.py, read without importing it (it needs the
+    simulator flag set before numba is imported)."""
+    tree = ast.parse((ROOT / "tests" / "_cudasim_kernels.py").read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign)
+                and getattr(n.targets[0], "id", None) == "FAMILIES")
+    return {k.value: {e.value for e in v.elts} for k, v in zip(node.value.keys, node.value.values)}
+
+
+FAMILIES = _families()
+QUICK = {"attention"}   # the shuffle path runs these on one case per code path (--quick)
+
+
+def test_every_kernel_of_this_harness_is_in_one_family():
+    """The per-family runs below cover every registered kernel but the fused ones (their own
+    harness), each exactly once."""
+    mine = {n for n, spec in REGISTRY.items() if spec.py_func.__module__ != "kernels.fused"}
+    listed = [k for ks in FAMILIES.values() for k in ks]
+    assert sorted(listed) == sorted(mine)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_kernels_under_cudasim(family, tmp_path):
+    """One kernel family on the simulator's trees AND on emulated warp shuffles (the GPU path),
+    the two at once (one process each): each against its twin and its contracts, then the two
+    runs' outputs against each other, bit for bit. The shuffle path runs attention on one case
+    per code path (the emulated warps make it the slowest check here); each case's inputs come
+    from its own label, so the quick run's cases are held against the same cases of the full
+    tree run."""
     t = time.perf_counter()
-    runs = {mode: (_cudasim("--dump", str(tmp_path / f"{mode}.npz"), *flags), tmp_path / f"{mode}.npz")
-            for mode, flags in (("trees", ()), ("shuffles", ("--shuffles",)))}
+    runs = {mode: (_cudasim("--family", family, "--dump", str(tmp_path / f"{mode}.npz"), *flags),
+                   tmp_path / f"{mode}.npz")
+            for mode, flags in (("trees", ()),
+                                ("shuffles", ("--shuffles", *(("--quick",) if family in QUICK else ()))))}
     for mode, (proc, _) in runs.items():
         out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, f"cudasim kernels ({mode}) failed (rc {proc.returncode}):\n{out}\n{err}"
+        assert proc.returncode == 0, f"cudasim {family} ({mode}) failed (rc {proc.returncode}):\n{out}\n{err}"
         print(out.strip())
     print(f"(subprocesses {time.perf_counter() - t:.1f}s)")
     with np.load(runs["trees"][1]) as a, np.load(runs["shuffles"][1]) as b:
-        labels = list(a["labels"])
-        assert labels == list(b["labels"]) and len(labels) > 100
-        for i, label in enumerate(labels):
-            x, y = a[f"a{i}"], b[f"a{i}"]
+        tree_labels, labels = [str(x) for x in a["labels"]], [str(x) for x in b["labels"]]
+        assert labels, f"{family}: the shuffle run launched nothing"
+        if family in QUICK:   # a subset of the cases, each found by its label (unique here)
+            assert len(set(tree_labels)) == len(tree_labels), f"{family}: labels not unique"
+            only_here = sorted(set(labels) - set(tree_labels))
+            assert not only_here, f"run on the shuffle path only: {only_here}"
+            pairs = [(tree_labels.index(label), i) for i, label in enumerate(labels)]
+        else:                 # every case, in the same order
+            assert labels == tree_labels
+            pairs = [(i, i) for i in range(len(labels))]
+        for j, i in pairs:
+            x, y = a[f"a{j}"], b[f"a{i}"]
             assert x.dtype == y.dtype and np.array_equal(x.view(np.uint8), y.view(np.uint8)), \
-                f"{label}: the shuffle path's bits differ from the tree path's"
+                f"{labels[i]}: the shuffle path's bits differ from the tree path's"

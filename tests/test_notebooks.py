@@ -40,6 +40,7 @@ def test_there_are_notebooks():
     assert SOURCES
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
 def test_notebook_executes(source):
     nb = execute(source)
