@@ -39,3 +39,18 @@ def test_bad_output_paths(tmp_path, monkeypatch, name, flag, kinds, needle):
 
 def test_png_is_a_plot_format():
     assert {"png", "pdf", "svg"} <= plot_formats()
+
+
+def test_a_written_file_keeps_the_mode_it_had_or_gets_the_umask_one(tmp_path):
+    """A new file gets 0666 less the umask, as open() would give it; an overwritten one keeps
+    its mode (the temporary file mkstemp makes is 0600)."""
+    import os
+    umask = os.umask(0o022)
+    try:
+        new = atomic_write_text(tmp_path / "new.json", "{}")
+        assert new.stat().st_mode & 0o777 == 0o644
+        new.chmod(0o640)
+        atomic_write_text(new, "[]")
+        assert new.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(umask)
