@@ -126,17 +126,48 @@ else:
     print("no recorded GPU table yet")
 
 # %% [markdown]
-# ## A "graph" run that was mostly eager (the lecture's case study 004)
-# In the case study, decode with graphs on was slow, and the search went through the host code
-# and the KV layout — until one count of the server's log showed that 36 of 37 decode steps had
-# run eagerly (`cuda graph: False`). Capture had succeeded; the graph was not being replayed.
+# ## Did the runtime replay the graph? (the lecture's case studies 003 and 004)
+# In case study 003 a custom verify kernel was made capture-safe, graph capture succeeded and
+# the server's output was right. In 004 decode was still slow, and the assistant counted the
+# server's log with
+# `grep -oE "Decode batch.*cuda graph: (True|False)|cuda graph: (True|False)" | sort | uniq -c`,
+# which printed one `Decode batch, ..., cuda graph: True` line and 36 bare `cuda graph: False`.
+# 004 reads the 36 as decode steps that ran eagerly. The count does not say so:
 #
-# The same trap here: `LAB_BUG_LAZY_TABLE` uploads the RoPE tables on first use, so the first
-# capture (plan key `splits=1`, contexts 1 to 32) meets a synchronous copy, which a capture
-# cannot contain, and fails. The engine ends the capture, runs the step eagerly — which uploads
-# the tables — and remembers the failure: every later step with that key runs as an eager
-# **fallback**. The next plan key (`splits=2`) then captures cleanly, so the run is partly
-# graph, mostly eager, and its output is right. First, the number a benchmark that only times the run would report:
+# - On a line that contains `Decode batch`, the first alternative matches first and `grep -o`
+#   prints the whole `Decode batch ...` prefix. So the 36 bare matches come from lines with no
+#   `Decode batch` in them — in 003's own reading, prefill lines, which use no graph by design.
+# - SGLang writes one decode line every `decode_log_interval` steps, so a line is not a step.
+#
+# What the log shows is one logged decode line, and it says `True`. The next cell runs the same
+# pattern over two lines: the decode line as 004 printed it, and a stand-in for any other log
+# line that carries the flag.
+
+# %%
+import re
+
+PATTERN = r"Decode batch.*cuda graph: (?:True|False)|cuda graph: (?:True|False)"
+log = ["Decode batch, #running-req: 1, #token: 63974, token usage: 0.49, accept len: 3.27, "
+       "accept rate: 0.33, cuda graph: True",               # as printed in case study 004
+       "(any other log line) ..., cuda graph: False"]       # a stand-in, not SGLang's format
+for line in log:
+    print(f"{re.search(PATTERN, line).group(0)[:60]!r}")
+
+# %% [markdown]
+# What 004 does teach holds all the same: **a capture that succeeded is worth nothing until you
+# have checked that the runtime replays it** — and the check must count the right thing: decode
+# steps, not log lines, and not prefill. In this lab that check is the engine's **ledger**: one
+# entry per step, with its outcome (`capture`, `replay`, `eager`, `fallback`) and its plan key.
+#
+# The lab has no deliberate bug yet in which a capture succeeds and is then never replayed.
+# It has the neighbouring case, and the ledger catches it the same way: a capture that *fails*
+# and falls back to eager without a sound. `LAB_BUG_LAZY_TABLE` uploads the RoPE tables on first
+# use, so the first capture (plan key `splits=1`, contexts 1 to 32) meets a synchronous copy,
+# which a capture cannot contain, and fails. The engine ends the capture, runs the step eagerly —
+# which uploads the tables — and remembers the failure: every later step with that key runs as
+# an eager **fallback**. The next plan key (`splits=2`) then captures cleanly, so the run is
+# partly graph, mostly eager, and its output is right. First, the number a benchmark that only
+# times the run would report:
 
 # %%
 TOKENS = 40                      # 6 prompt steps + 40 tokens: positions 0 .. 45
@@ -157,8 +188,8 @@ print(f"the naive claim: graphs are worth {speedup['graph (LAB_BUG_LAZY_TABLE)']
 # %% [markdown]
 # Timed naively, the buggy run reports a modest, plausible gain for graphs — and a wrong one:
 # the clean graph run is far faster. Nothing in the output gives it away (the text is right).
-# The ledger does: one line per step, saying what the step was. Counted by plan key, like the
-# case study's `grep | sort | uniq -c` over its log:
+# The ledger does: one entry per step (not one line per N steps), saying what the step was.
+# Counted by plan key:
 
 # %%
 buggy = engines["graph (LAB_BUG_LAZY_TABLE)"]
@@ -206,3 +237,13 @@ for res in (naive, healthy):
 #   proves nothing about the steps after it (the same lesson as "one replay proves nothing").
 # - **Make the fallback loud**: the engine falls back so that a capture failure costs speed,
 #   never correctness — which is exactly why it goes unnoticed unless something counts it.
+#
+# ## What you should now be able to do
+# - Show that a one-replay check passes a frozen-value bug and a three-replay check catches it,
+#   and say from which replay each bug goes wrong.
+# - Tell a frozen-value bug (the capture succeeds, replays go wrong) from an illegal operation
+#   (the capture fails, the engine falls back), and name the fix of each.
+# - Check from the ledger that a "graph" run really replayed its graphs — counting steps, not
+#   log lines — and read a benchmark's replay share before believing its graph-vs-eager verdict.
+# - Read a log count the way case study 004's should have been read: what each grep match is,
+#   and whether a line is a step.
