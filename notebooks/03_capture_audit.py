@@ -81,15 +81,22 @@ for name in ("frozen_kv_row", "ctx_by_value", "pos_outside_graph"):
 # not capturable. An allocation is not capturable when it makes a pool grow through a
 # synchronous allocator (`cudaMalloc`), as this lab's allocator does; a stream-ordered
 # allocation (`cudaMallocAsync`) is, and becomes a graph memory node. Loading a compiled
-# kernel's module is legal, but costly. The **lazy-init detector** captures from a fresh engine
+# kernel's module is not a stream operation: the project's H200 (driver 13.0, recorded in
+# `shared/gpu/FACTS.md`) allowed one inside a capture, but older drivers may refuse it, and it
+# is slow anywhere — warm up. The **lazy-init detector** captures from a fresh engine
 # with warm-up skipped, one capture per plan key, and reports each initialisation that fired
 # inside a capture: what kind it was (and so whether it is legal there), where (caller site),
-# for which launch, and where the error *showed* — which need not be the launch at fault: a
-# swallowed failure shows only at `end_capture`, since capture errors are sticky.
+# for which launch, and where the error *showed*. In CUDA an illegal call inside a capture
+# fails at once, with `cudaErrorStreamCaptureUnsupported`, and invalidates the capture; code
+# that swallows that failure sees nothing more until `end_capture` fails
+# (`cudaErrorStreamCaptureInvalidated`). That is not a *sticky* error — CUDA's sticky errors
+# (an illegal address in a kernel, say) corrupt the context; after a failed capture the stream
+# and the context stay usable, which is what lets the engine fall back to eager.
 
 # %%
 show(detect_lazy_init(model, cfg).summary().split("\n")[0])
-print("(compilation inside a capture is legal; warm-up moves it out of timed regions)\n")
+print("(compilation inside a capture: allowed on the H200's driver 13.0, older drivers may "
+      "refuse it;\n warm-up moves it out of captures and timed regions)\n")
 for name in ("lazy_table", "lazy_scratch", "raw_array"):
     rep = detect_lazy_init(model, cfg.replace(bugs={name}))
     f = rep.illegal[0]
@@ -108,3 +115,18 @@ for name in ("lazy_table", "lazy_scratch", "raw_array"):
 # after the first, as the scratch grows; allocated once at start-up for the largest plan (the
 # clean engine), or stream-ordered, it would not break a capture. The raw array's
 # synchronisation fails at its own launch, in every plan key.
+#
+# The lecture's §3 tells of an error blamed on the *next* launch. That is what an asynchronous
+# error does (a kernel's fault reported by a later call); the capture errors above show at the
+# offending call or at `end_capture`, never at an unrelated later launch.
+#
+# ## What you should now be able to do
+# - List every host-computed value that reaches a launch (pointers, sizes, loop bounds, grids,
+#   kernel choice) and say for each whether it must be promoted to device memory or can be a
+#   capture key — and recognise the three frozen-value bugs from the audit's rows.
+# - Read the lazy-init detector: name the kind of operation that fired inside a capture,
+#   whether CUDA allows it there, where it was called from, and where its error showed.
+# - Explain why a failed capture (`cudaErrorStreamCaptureUnsupported`, then
+#   `cudaErrorStreamCaptureInvalidated` at `end_capture`) leaves the context usable, and why
+#   that is not what "sticky" means.
+# - Pre-warm lazy initialisation at start-up instead of relying on the driver to allow it.
