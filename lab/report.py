@@ -96,13 +96,14 @@ def format_ab(result: dict) -> str:
                      f"(threshold {aa['threshold']:g}), outputs "
                      f"{'byte-identical' if aa['outputs_identical'] else 'DIFFER'}")
     tw = _tw([a for _, a in _ab_rows(result)])
+    nw = max([13] + [len(label) for label, _ in _ab_rows(result)])   # long arm names: A/A rows
     pct = any(a.get("per_token") for _, a in _ab_rows(result))   # a per-token pass ran
-    lines.append(f"{'arm':<13} {'toggles':<{tw}} {'ms/token':>9} {'± sem us':>9} "
+    lines.append(f"{'arm':<{nw}} {'toggles':<{tw}} {'ms/token':>9} {'± sem us':>9} "
                  + (f"{'p50 ms':>8} {'p99 ms':>8} " if pct else "")
                  + f"{'launches/tok':>12} {'nodes/graph':>11} {'replays':>7}")
     for label, arm in _ab_rows(result):
         pt = arm.get("per_token") or {}
-        lines.append(f"{label:<13} {_toggle_text(arm['toggles']):<{tw}} "
+        lines.append(f"{label:<{nw}} {_toggle_text(arm['toggles']):<{tw}} "
                      f"{arm['mean_ms']:>9.4f} {_f(arm['sem_ms'] * 1000, '.2f'):>9} "
                      + (f"{_f(pt.get('p50')):>8} {_f(pt.get('p99')):>8} " if pct else "")
                      + f"{arm['launches_per_token']:>12} {arm['nodes_per_graph']:>11} "

@@ -297,7 +297,8 @@ if dl is not None:
     ax.set_xlabel("tokens generated")
     ax.set_ylabel("us / token")
     ax.set_title(report.source_label(dl["source"]), fontsize=8)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")   # beside, not over, the data
+    fig.tight_layout()
     plt.show()
     first = dl["first"]
     print(f"first generate of {first['tokens']} tokens on a fresh engine (wall ms):")
@@ -317,6 +318,14 @@ if dl is not None:
 # recording.) Where conditional nodes are missing (CUDA before 12.8 for SWITCH), or the step is
 # not clean (a deliberate bug's host work cannot run inside the loop), the engine refuses with
 # a message and runs the host loop:
+
+# %%
+import warnings  # noqa: E402
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    DecodeEngine(model, SIM.replace(loop="device", bugs={"ctx_by_value"})).generate(PROMPT, 4)
+show(caught[0].message)
 
 # %% [markdown]
 # ### What the host can no longer do, and how the lab gets it back
@@ -348,11 +357,14 @@ print(f"stopped after {eng.position - (len(ids) - 1)} of {budget} tokens, {launc
 # Each chunk costs one host launch instead of K, and the stop check waits at most K tokens.
 # K trades the two: K = 1 is the host loop again, K = the whole budget is one launch with no
 # early stop.
+#
+# ## What you should now be able to do
+# - Follow a plan change three ways — recapture, update the live graph in place, or select the
+#   plan on the device with a SWITCH node — and say what each costs on the H200 and when the
+#   runtime refuses an update.
+# - Keep a per-token value correct under replay either way the corrected lecture allows: in
+#   device memory, advanced inside the graph, or as a node parameter updated between launches.
+# - Read what a device loop buys (one host launch per generation, a host that is free) and what
+#   it costs (each iteration's conditional machinery), and say when the host loop is faster.
+# - Give a device-resident generation back its early stop and streaming with chunks of K tokens.
 
-# %%
-import warnings  # noqa: E402
-
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    DecodeEngine(model, SIM.replace(loop="device", bugs={"ctx_by_value"})).generate(PROMPT, 4)
-show(caught[0].message)
