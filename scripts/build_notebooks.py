@@ -10,14 +10,25 @@ Every build also writes the metadata JupyterLab expects, into both files of the 
   so an edit saved in JupyterLab updates the .py source and the .ipynb together.
 The .py source gets only its header rewritten (the `# ---` block jupytext writes); a source
 whose body jupytext would write differently is left alone, with a warning.
+
+A rebuild of unchanged code rewrites nothing: each cell's id is derived from its source (a
+changed cell changes its own id only), no execution timestamps are recorded, and the Python
+version JupyterLab would write is the only volatile metadata kept. `stable_outputs` is what
+a check of committed outputs holds against a fresh execution: every text a cell prints, except
+in cells tagged `volatile` (`# %% tags=["volatile"]`: output that depends on the wall clock).
 """
 from __future__ import annotations
 
+import hashlib
+import re
 import sys
 from pathlib import Path
 
 import jupytext
 from nbclient import NotebookClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from lab.files import atomic_write_text  # noqa: E402
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
@@ -59,9 +70,49 @@ def sync_source_header(source: Path) -> bool:
     return True
 
 
+VOLATILE = "volatile"   # the cell tag for output that depends on the wall clock
+# a line the simulator does not decide: a progress bar's rate and elapsed time (tqdm)
+VOLATILE_LINE = re.compile(r"\d+(\.\d+)?(it|s)/(s|it)\b|\[\d+:\d+<")
+
+
+def stable_ids(nb):
+    """Each cell's id from its type and source (and its rank among equal cells): ids survive a
+    rebuild, and an edited cell changes only its own."""
+    seen: dict[str, int] = {}
+    for cell in nb.cells:
+        digest = hashlib.sha1(f"{cell.cell_type}\n{cell.source}".encode()).hexdigest()[:8]
+        seen[digest] = seen.get(digest, 0) + 1
+        cell.id = digest if seen[digest] == 1 else f"{digest}-{seen[digest]}"
+    return nb
+
+
+def stable_outputs(nb) -> list[tuple[int, str]]:
+    """(cell index, text) of every text output of every code cell not tagged `volatile`, lines
+    of progress bars left out."""
+    out = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or VOLATILE in cell.get("metadata", {}).get("tags", []):
+            continue
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "stream":
+                text = "".join(o.get("text", ""))
+            elif o.get("output_type") in ("execute_result", "display_data"):
+                text = "".join(o.get("data", {}).get("text/plain", ""))
+            elif o.get("output_type") == "error":
+                text = f"{o.get('ename')}: {o.get('evalue')}"
+            else:
+                continue
+            text = "\n".join(line for line in text.splitlines() if not VOLATILE_LINE.search(line))
+            if text:
+                out.append((i, text))
+    return out
+
+
 def execute(source: Path, timeout: int = 600):
-    nb = with_metadata(jupytext.read(source))
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    """The notebook of `source`, executed in a kernel of its own (its folder as the working
+    directory), with stable cell ids and no timestamps."""
+    nb = stable_ids(with_metadata(jupytext.read(source)))
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                    resources={"metadata": {"path": str(source.parent)}}).execute()
     return nb
 
@@ -75,7 +126,8 @@ def main(names) -> int:
             print(f"{src.name}: header updated (kernelspec, jupytext pairing)", flush=True)
         print(f"executing {src.name} ...", flush=True)
         nb = execute(src)
-        jupytext.write(nb, src.with_suffix(".ipynb"))
+        # whole or not at all: an interrupted build leaves the committed notebook as it was
+        atomic_write_text(src.with_suffix(".ipynb"), jupytext.writes(nb, fmt="ipynb"))
     return 0
 
 
