@@ -19,7 +19,7 @@
 # A decode step of a small model is dozens of tiny kernels. Before optimising any of them, count
 # the bill:
 #
-# **launches per token = kernels per layer × layers (× ranks) + the kernels outside the layers**
+# **launches per token = (kernels per layer × layers + the kernels outside the layers) × ranks**
 #
 # and the **per-launch budget = step time / launches per token**. If the budget is close to
 # what the host needs to *submit* one launch, the GPU is waiting on the host, and no kernel
@@ -74,8 +74,8 @@ for mode, cfg in MODES.items():
         show(f"kernels in layer 0: {[r.kernel for r in eng.log.for_step(step) if r.layer == 0]}")
         show(f"outside the layers: {[r.kernel for r in eng.log.for_step(step) if r.layer is None]}")
 b = bills[0]
-print(f"\n{b.kernels_per_layer} kernels/layer x {b.layers} layers x {RANKS} rank "
-      f"+ {b.other_kernels} = {b.launches_per_token} launches/token")
+print(f"\n({b.kernels_per_layer} kernels/layer x {b.layers} layers + {b.other_kernels}) "
+      f"x {RANKS} rank = {b.launches_per_token} launches/token")
 
 # %% [markdown]
 # ## The lecture's worked example: 93 layers
@@ -88,7 +88,7 @@ print(f"\n{b.kernels_per_layer} kernels/layer x {b.layers} layers x {RANKS} rank
 # %%
 BUDGET_RULE_US = 10.0    # the lecture's rule of thumb: under ~10 us per launch, capture pays
 LECTURE = {"kernels_per_layer": 30, "layers": 93, "other_kernels": 0}   # per rank
-n93 = LECTURE["kernels_per_layer"] * LECTURE["layers"] * RANKS + LECTURE["other_kernels"]
+n93 = (LECTURE["kernels_per_layer"] * LECTURE["layers"] + LECTURE["other_kernels"]) * RANKS
 print(f"the lecture's engine: {LECTURE['kernels_per_layer']} kernels/layer x {LECTURE['layers']} "
       f"layers + {LECTURE['other_kernels']} = {n93} launches/token per rank")
 for tok_s in (21, 26):
