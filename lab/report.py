@@ -20,11 +20,20 @@ def source_label(source: str) -> str:
     return "simulated" if source.startswith("simulated") else source.split(",")[0]
 
 
+def _hang(line: str, width: int) -> str:
+    """The indent of a wrapped line's continuation: a table row (columns set apart by two or
+    more spaces) continues under its last column, so the row keeps its columns; prose by 4."""
+    import re
+    starts = [m.end() for m in re.finditer(r"\S {2,}(?=\S)", line[:width])]
+    return " " * (starts[-1] if starts and starts[-1] <= width // 2 else 4)
+
+
 def wrapped(text: str, width: int = 100) -> str:
-    """`text` with every line longer than `width` wrapped (indented continuation lines)."""
+    """`text` with every line longer than `width` wrapped (indented continuation lines; a table
+    row's continue under its last column)."""
     import textwrap
-    return "\n".join(textwrap.fill(line, width, subsequent_indent="    ") if len(line) > width
-                     else line for line in str(text).splitlines() or [""])
+    return "\n".join(textwrap.fill(line, width, subsequent_indent=_hang(line, width))
+                     if len(line) > width else line for line in str(text).splitlines() or [""])
 
 
 def show(text, width: int = 100) -> None:
