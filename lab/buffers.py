@@ -107,29 +107,29 @@ class Allocation:
             be.upload(b.cos, cos)
             be.upload(b.sin, sin)
         if R == 1:
-            self._alloc_one_device_modes(be, b)
+            self._alloc_one_device_modes(d)
         kv = np.dtype(self.cfg.kv_dtype)
         for i in range(c.n_layer):
             b.k_cache.append(be.alloc(f"k_cache.{i}", (c.max_seq, D // R), kv, init=kv_init))
             b.v_cache.append(be.alloc(f"v_cache.{i}", (c.max_seq, D // R), kv, init=kv_init))
         d.vocab_view = b.logits if R == 1 else be.rows(b.logits, 0, c.vocab_size)
-        if R == 1:   # row views for LAB_OVERLAP: wqkv rows [0, D) -> q, [D, 3D) -> k and v
-            self.wqkv_views = [(be.rows(d.w[f"layers.{i}.wqkv"], 0, D),
-                                be.rows(d.w[f"layers.{i}.wqkv"], D, 3 * D)) for i in range(c.n_layer)]
-            self.qkv_views = (be.rows(b.qkv, 0, D), be.rows(b.qkv, D, 3 * D))
 
-    def _alloc_one_device_modes(self, be, b) -> None:
+    def _alloc_one_device_modes(self, d: Device) -> None:
         """What only the one-device modes read: the device loop's plan table and limit
-        (LAB_LOOP=device) and the fused step's last-block counters (LAB_FUSION=1: zeroed; each
-        launch leaves its slot at 0), with a view per launch site, made here so no step ever
-        creates one."""
-        c = self.model.cfg
+        (LAB_LOOP=device), the fused step's last-block counters (LAB_FUSION=1: zeroed; each
+        launch leaves its slot at 0) with a view per launch site, and the row views LAB_OVERLAP
+        splits the q/k/v projection with -- views made here, so no step ever creates one."""
+        c, be, b, D = self.model.cfg, d.backend, d.buf, self.model.cfg.d_model
         b.plan_of = be.alloc("plan_of", (c.max_seq,), np.int32)
         be.upload(b.plan_of, np.searchsorted(plan_boundaries(c.max_seq), np.arange(c.max_seq),
                                              side="right").astype(np.int32))
         b.limit = be.alloc("limit", (1,), np.int32)
         b.counters = be.alloc("counters", (c.n_layer + 1,), np.int32)
         self.counters = [be.rows(b.counters, i, i + 1) for i in range(c.n_layer + 1)]
+        # wqkv rows [0, D) -> q, [D, 3D) -> k and v
+        self.wqkv_views = [(be.rows(d.w[f"layers.{i}.wqkv"], 0, D),
+                            be.rows(d.w[f"layers.{i}.wqkv"], D, 3 * D)) for i in range(c.n_layer)]
+        self.qkv_views = (be.rows(b.qkv, 0, D), be.rows(b.qkv, D, 3 * D))
 
     def alloc_scratch(self, splits: int, rank: int = 0) -> None:
         """Attention scratch for plans of up to `splits` splits, and its views for each plan
