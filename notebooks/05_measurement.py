@@ -209,8 +209,9 @@ for arm in sweep["arms"]:
 
 # %% [markdown]
 # ## Reading the curve: what grows with the context (the lecture's case study 003)
-# In case study 003 a custom decode kernel, once captured in a graph, decoded 135 tokens/s at 1k
-# context, 3.9x its eager speed — and about 3 tokens/s at 65k. A graph takes most of the host's
+# In case study 003 a custom attention kernel (the verify step of speculative decoding), once
+# captured in a graph, decoded 135 tokens/s at 1k context, 3.9x its eager speed — and about 3
+# tokens/s at 65k (003's own figures, from its benchmark). A graph takes most of the host's
 # launch cost away (a replay still pays one submit, and each node its device-side cost); what
 # is left is the device's work, and the part of it that grows with the context is attention
 # reading the cached K/V rows. Here is the same reading on this model. First the bytes: what
@@ -374,9 +375,10 @@ else:
 
 # %% [markdown]
 # ## The split count: a trade-off, not a constant
-# Case study 003 fixed its kernel's split count at NSPLIT=16, at compile time: the count sizes
-# the attention grid, which a captured graph keeps until its node is updated or the graph is
-# recaptured, and more splits cost more workspace. This lab keeps a policy instead
+# Case study 003 fixed its kernel's split count at compile time — NSPLIT=16 when it was first
+# captured, kept small for workspace memory, then raised to 64 as 003 and 004 went on: the
+# count sizes the attention grid, which a captured graph keeps until its node is updated or
+# the graph is recaptured, and more splits cost more workspace. This lab keeps a policy instead
 # (`decode_plan`: the smallest power of two that leaves at most 32 positions per slice, capped at
 # 32) and one graph per split count it meets. How do fixed counts compare with it?
 # `bench.run_split_sweep` pins the count (`decode_plan(..., splits=N)`, through a
@@ -394,8 +396,9 @@ plt.show()
 # One split is cheapest per block but walks the whole context in one block per head: it is
 # the slowest policy everywhere, and falls far behind as the context grows. Many splits read
 # the rows in parallel but leave the combine more partials to merge (and most blocks almost
-# empty at short context): `fixed 32` loses at 64. The policy tracks the best fixed count at
-# each context. The same numbers, per policy: its worst ratio to the best at any of these
+# empty at short context): `fixed 32` loses at 64. The policy is not always the best: read its
+# rows against the fixed counts at each context — at 1000 its 32 splits are slower than
+# `fixed 16` here. The same numbers, per policy: its worst ratio to the best at any of these
 # contexts, the graphs it needs over the whole context range, and its attention scratch:
 
 # %%
@@ -428,10 +431,13 @@ show("simulated; a fixed count at a context outside its measured contexts is the
 
 # %% [markdown]
 # A fixed count is one graph for every context; the policy needs one per split count (the cost
-# of a recapture at each boundary, notebook 02) and scratch for the largest. On this model 16
-# is the fixed count that stays closest to the best at every context here — the count case
-# study 003 settled on for its kernel (there also for its workspace memory) — while 1 falls far
-# behind at long context and 32 pays at short context. Read the last column before trusting a
+# of a recapture at each boundary, notebook 02) and scratch for the largest. On this model,
+# in this simulated run, 16 is the fixed count that stays closest to the best at every context
+# (its worst / best is the smallest, the policy's included), while 1 falls far behind at long
+# context and 32 pays at short context. That the policy loses to a fixed count at 1000 says its
+# cap of 32 splits is too many at this model's longest contexts — a policy is a guess until a
+# sweep like this one checks it. (16 is also the count case study 003 first compiled in; the
+# lesson is not the number, which depends on the model, the kernel and the GPU.) Read the last column before trusting a
 # row: the cost model measured each split count only at the contexts where the policy uses it,
 # so `fixed 1` at 1000 (and `fixed 32` at 64) is a linear extrapolation of a measured line (a
 # block's time is linear in the rows it walks, which is what the model assumes); a GPU
@@ -492,9 +498,11 @@ show(f"source: {be.describe()}")
 #
 # The usual answer, when prefill is captured at all, is one graph per **prompt-length bucket**
 # (pad the prompt up to the next bucket: the line above counts the graphs and the padding), and
-# many engines leave prefill eager — case study 003's server logged `cuda graph: False` for
-# every prefill batch, by design, and `True` for decode. The ledger above is how this lab checks
-# which of its steps were the prompt's.
+# many engines leave prefill eager — in case study 003 the server's `cuda graph: False` lines
+# were read as prefill lines, prefill using no graph by design. Whether its decode steps
+# replayed their graphs is the question case study 004 went after (notebook 04 reads its log
+# count). The ledger above is how this lab checks which of its steps were the prompt's and
+# what each one was.
 
 # %% [markdown]
 # ## The seek A/A trap
@@ -504,7 +512,9 @@ show(f"source: {be.describe()}")
 # *different* garbage, and the A/A byte-compare FAILS — not because anything is wrong with eager
 # decoding. With zero-initialised caches both read zeros and the A/A PASSES — a narrow A/A: zeros
 # are not a real prefix, so the zeroed outputs say nothing about what a real 900-token context
-# would produce.
+# would produce. The same flag reaches the harness: `decode-lab bench sweep --kv-init empty`
+# times every step over uninitialised memory (garbage that may hold NaN, inf or denormals), so
+# its figures measure nobody-knows-what; keep `zeros` (the default) for any timing you report.
 
 # %%
 def sought(kv_init, position=900, steps=6):
@@ -622,12 +632,17 @@ else:
 # fit the simulator uses. Since the simulator is built from component costs only, every
 # whole-step row is a prediction. A row passes when the sign agrees and the simulated value is
 # within 25% of the GPU's — or within 1 us where the GPU effect itself is under 2 us, since an
-# effect that small moves, sign included, between processes on the same GPU (notebook 06) —
-# and counts agree exactly.
+# effect that small is within what buffer placement alone moves between processes (the
+# engine-instance spread above) — and counts agree exactly. A node row `node: k @c` is kernel
+# `k`'s worst-fitting measured context `c`.
 
 # %%
+from dataclasses import replace
+
 table = conformance.run(model)
-show(conformance.format_report(table))
+short = [replace(r, lesson=r.lesson.replace(" (context ", " @").replace(", worst fit)", ""))
+         for r in table["rows"]]             # the node rows' labels, short enough for the page
+show(conformance.format_report({**table, "rows": short}))
 failed = [r for r in table["rows"] if not r.ok]
 print()
 print("rows that fail:" if failed else "every row passes")
@@ -644,3 +659,16 @@ for r in failed:
 # eager rows rest on the host's cost per launch, the least stable figure the recorder measures
 # (numba's dispatcher cost about 30 us per launch in one process on the H200 host, over 55 in
 # another), so they are the rows to re-check first after a new recording.
+#
+# ## What you should now be able to do
+# - Run an A/B the way this lab does — one process, one shared engine, interleaved and paired
+#   reps, warm-up excluded, an A/A gate first — and refuse a verdict the gate refuses.
+# - Report every figure with its standard error and its source (which GPU and versions, or
+#   "simulated"), and say why the captured arm's standard error is so much smaller.
+# - Read a context sweep: which arm is host-bound, which is device-bound, and which kernel's
+#   bytes grow with the context.
+# - Check a split-count policy against fixed counts instead of assuming it is the best.
+# - Tell when `seek` serves (timing over an initialised cache) and when it does not (byte
+#   compares, `--kv-init empty`).
+# - Attribute several factors leave-one-out, read the interaction row, and check the simulator's
+#   predictions against the GPU's recordings row by row.
