@@ -491,3 +491,14 @@ if rec is not None:
 # showed the twins are not bit-identical to the kernels), while the float16 rows are dominated by
 # the cache's rounding, which both perform the same way. The GPU's kernel-order lines are the
 # check that the NumPy mirrors of section 1, with a fused fma, reproduce the real kernels' bits.
+#
+# ## What you should now be able to do
+# - Classify a reduction's operator before reordering it: float sums and products change bits
+#   with the order; a bitwise OR does not; a max or an argmax does not only once ties, NaN and
+#   signed zero have a stated rule.
+# - Measure what a lower-precision cache costs against a float64 oracle, per step: KL both
+#   ways, top-1 agreement, max |Δlogit|, and the margin wherever a greedy pick flips.
+# - Tell "closer to the mathematics" from "closer to some implementation", and say why a KL
+#   difference is no metric.
+# - Run `decode-lab compare` with thresholds stated up front, and catch a dead fast path from
+#   the evidence each side's run leaves (the ledger, the launch log) rather than from its logits.
