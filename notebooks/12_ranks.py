@@ -121,9 +121,9 @@ print(f"vocabulary {model.cfg.vocab_size}: {eng2.w[0]['lm_head'].shape[0]} rows 
       f"last {int((np.abs(lm1).sum(1) == 0).sum())} row(s) are zero padding")
 
 # %% [markdown]
-# Now the bill. Notebook 01's formula, **launches per token = kernels per layer × layers
-# (× ranks) + the kernels outside the layers**, counted from the step's items on one GPU and on
-# each rank:
+# Now the bill. Notebook 01's formula, **launches per token = (kernels per layer × layers + the
+# kernels outside the layers) × ranks**, counted from the step's items on one GPU and on each
+# rank:
 
 # %%
 p0 = eng2.plan(0)
@@ -139,13 +139,18 @@ show(f"one GPU, layer 0: {per_layer_1}")
 show(f"rank 0,  layer 0: {per_layer_r}")
 print(f"one GPU: {len(per_layer_1)} kernels/layer x {layers} layers + {outside_1} = {len(one)} "
       f"launches/token")
-print(f"2 ranks: {len(kern_r)} kernels/layer x {layers} layers x 2 ranks + {outside_r} x 2 = "
+print(f"2 ranks: ({len(kern_r)} kernels/layer x {layers} layers + {outside_r}) x 2 ranks = "
       f"{2 * (len(kern_r) * layers + outside_r)} launches/token,")
 print(f"         plus {len(per_layer_r) - len(kern_r)} collectives/layer x {layers} + 1 = "
       f"{len(eng2.step_collectives(p0))} collectives/token")
 print("\nengine.bill(plan):")
 for key, value in eng2.bill(p0).items():
-    show(f"  {key}: {value}")
+    if key == "collectives":                     # a long list: one line per kind, with its count
+        print(f"  {key}:")
+        for what in dict.fromkeys(value):
+            print(f"    {value.count(what)} x {what}")
+    else:
+        show(f"  {key}: {value}")
 
 # %% [markdown]
 # Each rank issues **41** launches, not half of 37: every kernel still runs on every rank (the
@@ -345,21 +350,25 @@ show(f"    from data/gpu/ranks.json: {cc.source}")
 # while a rank's kernels take about as long as one GPU's; section 5 comes back to that.
 #
 # ## 4. Eager vs graph, one rank vs two
-# Four arms, each on its own warm engine, reps interleaved: simulated here (ms/token over a
-# 24-token generation), and recorded on the H200 pair (`data/gpu/ranks.json`), which keeps every
-# rep's ms/token. First each one's reps, and which plans each one's warm-up had captured:
+# Four arms, each on its own warm engine, reps interleaved: simulated here, and recorded on the
+# H200 pair (`data/gpu/ranks.json`), which keeps every rep's ms/token. The simulated arms run
+# the recording's own reps and tokens per rep (so the same positions, and the same plans), with
+# a warm-up over the timed length, as the recorder now does. First each one's reps, and which
+# plans each one's warm-up had captured:
 
 # %%
 ARMS = {"1 rank eager": SIM.replace(graph=False), "1 rank graph": SIM,
         "2 ranks eager": SIM2.replace(graph=False), "2 ranks graph": SIM2}
-REPS, SIM_WARM_UP = 3, 8
+# the recording's reps and tokens per rep (5 x 64 when there is no recording)
+REPS, TIMED = (rec["reps"], rec["tokens"]) if rec else (5, 64)
+SIM_WARM_UP = TIMED                              # warm-up over the timed length: every plan
 engines = {name: make_engine(model, cfg) for name, cfg in ARMS.items()}
 for e in engines.values():
     e.generate(PROMPT, SIM_WARM_UP)              # warm-up: capture the graphs
 sim_ms = {name: [] for name in ARMS}
 for _ in range(REPS):
     for name, e in engines.items():
-        sim_ms[name].append(e.generate(PROMPT, N).ms_per_token)
+        sim_ms[name].append(e.generate(PROMPT, TIMED).ms_per_token)
 sim_rows = {name: mean_sem(v) for name, v in sim_ms.items()}
 
 
@@ -371,7 +380,7 @@ def first_reached_in_reps(prompt, warm_tokens, timed_tokens):
     return warm, timed, [b for b in plan_boundaries(model.cfg.max_seq) if warm < b <= timed]
 
 
-w, t, new = first_reached_in_reps(PROMPT, SIM_WARM_UP, N)
+w, t, new = first_reached_in_reps(PROMPT, SIM_WARM_UP, TIMED)
 print(f"{'ms/token':<14}" + "".join(f"{'rep ' + str(i + 1):>9}" for i in range(REPS)))
 for name, v in sim_ms.items():
     print(f"{name:<14}" + "".join(f"{x:>9.4f}" for x in v))
@@ -411,7 +420,7 @@ for name, (m, s) in sim_rows.items():
         (ma, sa), (mw, sw) = rec_all[name], rec_warm[name]
         line += f" {ma:>10.4f} ± {sa:.4f} {mw:>10.4f} ± {sw:.4f} {mw / m:>9.2f}"
     print(line)
-print(f"mean ± sem; simulated: {REPS} reps of {N} tokens"
+print(f"mean ± sem; simulated: {REPS} reps of {TIMED} tokens"
       + (f"; recorded: {rec['reps']} reps of {rec['tokens']} tokens" if rec else ""))
 if rec:
     keys = ("launches_per_rank", "launches_per_token", "collectives_per_token", "collectives")
@@ -562,8 +571,8 @@ for us in sweep:
                                     "eager_us": dict(rec_cc.eager_us),
                                     "host_call_us": dict(rec_cc.host_call_us)})
     e = RankedEngine(model, SIM2, group=SimRanks(2, coll_cost=cc))
-    e.generate(PROMPT, 8)
-    what_if.append(np.mean([e.generate(PROMPT, N).ms_per_token * 1000 for _ in range(2)]))
+    e.generate(PROMPT, TIMED)                    # warm-up over the timed length, as above
+    what_if.append(np.mean([e.generate(PROMPT, TIMED).ms_per_token * 1000 for _ in range(2)]))
 print(f"{'us per all-reduce':>17} {'2-rank graph us/token':>22} {'/ 1-GPU graph':>14}")
 for us, t in zip(sweep, what_if):
     print(f"{us:>17.2f} {t:>22.1f} {t / one_gpu:>14.2f}  {marks.get(us, '')}".rstrip())
@@ -703,3 +712,18 @@ for what, make in (
         print(f"{what}: accepted?")
     except LabError as exc:
         show(f"{what}: LabError: {exc}")
+
+# %% [markdown]
+# ## What you should now be able to do
+# - Write the launch bill with ranks, `(kernels per layer × layers + the rest) × ranks`, plus
+#   the collectives per token, and say why a rank issues more kernels than half of one GPU's.
+# - Split a transformer's weights Megatron-style (column- and row-parallel, vocabulary-parallel
+#   head) and check the ranks' tokens against the float64 oracle.
+# - Capture each rank's step with its collectives inside, and read from a timeline where the
+#   collectives sit and what capture removes (the host's launches and NCCL calls) and leaves
+#   (the collectives' device time).
+# - Decide, from the kernels' device time against the collectives' cost, whether tensor
+#   parallelism can pay for a model — and compare simulated and recorded arms only at the same
+#   reps, tokens and warm-up.
+# - Keep every rank's collectives derived from shared state, so that NCCL's matching by order
+#   holds, and use `collective_order` to find the first step where they would not.
