@@ -173,11 +173,11 @@ show(f"H200: {table['gpu_source']}; simulator: {table['cost_source']}")
 # from a wrong one.
 #
 # Captured, fission costs far less, but it still costs: the recording's `[graph]` line is a
-# loss of a few microseconds per token with a standard error of a few hundredths, and the
+# loss of over two microseconds per token with a standard error of a few hundredths, and the
 # simulator predicts the same sign and size (the conformance row). Capture took the host's
 # submits out, as the lecture says; what is left is each extra node's device time, and this
 # model's combine is too small for the split's better grids to pay it back. (Recordings of the
-# earlier kernels, before commit 354f272 — see `git log -p data/gpu/fission.json` — measured a
+# earlier kernels, before commit 354f272 — see `git log -p data/gpu/fission.json` — measured
 # a captured gain under a microsecond: an effect that small is within what buffer placement
 # alone moves between processes, notebook 05.)
 #
