@@ -271,6 +271,7 @@ def bug_row(model, cfg: LabConfig, name: str | None, prompt: str = AUDIT_PROMPT)
         "replay_1": "pass" if one.ok else "FAIL",
         "replay_3": "pass" if three.ok else f"FAIL at replay {three.checks[0].first_mismatch}",
         "capture": "fallback: " + fallbacks[0] if fallbacks else "ok",
+        "graph_ledger": eng.ledger_summary(),   # replayed, or captured again and again?
         "wait_first_violations": sorted(used & set(wait_first_violations())),
         "pdl_races": None if races is None else len(races),
         "graph_text": gen.text,

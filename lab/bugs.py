@@ -17,6 +17,12 @@ illegal (the capture fails; the eager fallback keeps the output right; the ledge
                      (array-interface sync), instead of the once-wrapped device array
 race (only under LAB_PDL=1: a programmatic launch starts before its predecessor ends):
   late_wait          a kernel reads its input before its PDL wait (rmsnorm_late_wait)
+unreplayed (every capture succeeds and the tokens are right, but no graph is ever replayed:
+case study 004's question, "does the runtime replay what it captured?"):
+  step_key           the graph cache's key holds the engine's step count, so no two steps
+                     share a key (as a speculative decoder that keys its verify graph on the
+                     accepted count may); only the ledger (capture, capture, ...) and the
+                     replay gate show it
 
 Each bug is a named override of one or two pieces of the clean step (lab/step.py): the classes
 at the end of this file are the whole of what a bug changes. `step_class(cfg.bugs)` composes the
@@ -139,10 +145,17 @@ class LateWait(_Buggy):
     attn_norm_kernel = rmsnorm.rmsnorm_late_wait
 
 
+class StepKey(Step):
+    def graph_key(self, plan):
+        """The graph filed under the plan key AND the engine's step count: a new key at every
+        step, so every step captures a graph that is right, and that no later step looks up."""
+        return (*plan.key, ("step", self.engine.steps_run))
+
+
 OVERRIDES: dict[str, type[Step]] = {
     "frozen_kv_row": FrozenKvRow, "ctx_by_value": CtxByValue, "pos_outside_graph": PosOutsideGraph,
     "lazy_table": LazyTable, "lazy_scratch": LazyScratch, "raw_array": RawArrayArg,
-    "late_wait": LateWait,
+    "late_wait": LateWait, "step_key": StepKey,
 }
 
 

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Bug:
     name: str
-    kind: str          # "frozen", "illegal", "race" or "rank"
+    kind: str          # "frozen", "illegal", "race", "unreplayed" or "rank"
     what: str          # what a capture freezes, or which illegal operation fires
-    caught_by: str     # "audit", "lazy-init detector", "PDL check" or "collective order check"
+    caught_by: str     # "audit", "lazy-init detector", "PDL check", "ledger and replay gate"
+                       # or "collective order check"
     fix: str
     overrides: tuple[str, ...] = ()   # the step's pieces its override replaces (lab/bugs.py)
 
@@ -46,6 +47,14 @@ BUGS: dict[str, Bug] = {b.name: b for b in (
     Bug("late_wait", "race", "a read of the predecessor's output before the PDL wait",
         "PDL check", "make pdl_wait() the first statement of every kernel",
         ("attn_norm_kernel",)),
+    Bug("step_key", "unreplayed",
+        "the graph cache's key: the plan key and the engine's step count, a value that changes "
+        "every step and never repeats, so every step captures a graph (successfully) and none "
+        "is ever replayed",
+        "ledger and replay gate",
+        "key the graph cache on what changes the captured work (the plan key) and nothing else; "
+        "a value that changes every step belongs in device memory, read by the kernels",
+        ("graph_key",)),
 )}
 
 # Bugs of the tensor-parallel step (LAB_RANKS=2, lab/ranks.py): an override of the rank step, not
@@ -91,6 +100,15 @@ def fusion_refusal(names) -> str | None:
         return None
     return " ".join(f"{BUGS[n].env}=1 cannot exist in the fused step (LAB_FUSION=1): {reason}."
                     for n, reason in why.items()) + " Run it with LAB_FUSION=0."
+
+
+def loop_refusal(cfg) -> str | None:
+    """Why `cfg`'s bugs cannot run with its LAB_LOOP (None: they can), for LabConfig: a bug of
+    the host loop's graph cache has nothing to act on in the device loop's one graph."""
+    if "step_key" in cfg.bugs and cfg.loop == "device":
+        return ("LAB_BUG_STEP_KEY=1 keys the host loop's graph cache; LAB_LOOP=device runs one "
+                "loop graph with no cache to key. Run it with LAB_LOOP=host")
+    return None
 
 
 def ranks_refusal(cfg) -> str | None:

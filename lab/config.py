@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from .bugspec import BUGS, RANK_BUGS, fusion_refusal, ranks_refusal
+from .bugspec import BUGS, RANK_BUGS, fusion_refusal, loop_refusal, ranks_refusal
 from .errors import LabError
 
 # (environment variable, LabConfig field, allowed values, default, meaning)
@@ -86,7 +86,7 @@ class LabConfig:
         why = fusion_refusal(self.bugs) if self.fusion else None
         if why:
             raise LabError(why)
-        why = ranks_refusal(self)
+        why = ranks_refusal(self) or loop_refusal(self)
         if why:
             raise LabError(why)
 

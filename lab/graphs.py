@@ -21,7 +21,7 @@ from .ranks import per_rank
 
 class GraphCache:
     def _graph_step(self, plan: Plan) -> LedgerEntry:
-        key = plan.key
+        key = self.graph_key(plan)
         if key in self._failed:
             return self._eager(plan, "fallback", self._failed[key].reason)
         graph, outcome, note = self._graphs.get(key), "replay", ""
@@ -49,7 +49,7 @@ class GraphCache:
         source, failure = self._kept_capture(plan)
         if source is None:
             return None, failure
-        graph = self._graphs[plan.key] = self.backend.instantiate(source)
+        graph = self._graphs[self.graph_key(plan)] = self.backend.instantiate(source)
         return graph, None
 
     def _kept_capture(self, plan: Plan):
@@ -76,7 +76,7 @@ class GraphCache:
             return None, f"update-refused: {why}", None
         for k in [k for k, g in self._graphs.items() if g is self._live]:
             del self._graphs[k]               # the live graph now runs this plan, not its old one
-        self._graphs[plan.key] = self._live
+        self._graphs[self.graph_key(plan)] = self._live
         return self._live, "", None
 
     def _end_captures(self, instantiate: bool):

@@ -36,6 +36,8 @@ The pieces, in the order the token meets them:
     lm_head()                   the logits (a rank: its rows, then every rank's gathered)
     advance()                   the kernel that advances the device position
   shard_sizes()               (heads, d_ff) this device computes: all of them on one device
+  graph_key(plan)             the key the engine's graph cache files this step's graph under:
+                              the plan key (what changes the captured work), nothing else
 
 Two class attributes tell the engine how to allocate for the step (`scratch_splits_at_start`,
 `tables_at_start_up`) and one how to issue it (`rebuilt_each_step`: a step whose launches or
@@ -189,6 +191,9 @@ class Step:
     def advance(self):
         return [launch(position.advance, (position.ADVANCE_GRID, position.ADVANCE_BLOCK),
                        (self.dev.buf.pos,))]
+
+    def graph_key(self, plan: Plan) -> tuple:
+        return plan.key
 
     # ---- the step ----------------------------------------------------------------------------
     def items(self, plan: Plan):

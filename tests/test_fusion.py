@@ -203,7 +203,7 @@ def test_a_step_variant_must_match_the_fusion_toggle(model):
 
 
 # ---- deliberate bugs ----------------------------------------------------------------------------
-WORKS = {"lazy_table", "lazy_scratch", "raw_array"}
+WORKS = {"lazy_table", "lazy_scratch", "raw_array", "step_key"}
 REFUSED = {"frozen_kv_row": "append_kv", "ctx_by_value": "attention",
            "pos_outside_graph": "advance", "late_wait": "attn_norm_kernel"}
 
