@@ -140,7 +140,9 @@ ax.set_ylim(0, 1.06 * bottom.max())                          # the tallest stack
 ax.set_ylabel("us per step (graph nodes)")
 ax.set_title(f"where a step's device time goes [{report.source_label(costs.describe())}]",
              fontsize=9)
-ax.legend(fontsize=7, ncol=2, bbox_to_anchor=(1.02, 1), loc="upper left")
+handles, labels = ax.get_legend_handles_labels()            # listed top to bottom, as stacked
+ax.legend(handles[::-1], labels[::-1], fontsize=7, ncol=1, bbox_to_anchor=(1.02, 1),
+          loc="upper left")
 plt.tight_layout()
 plt.show()
 
@@ -148,7 +150,7 @@ plt.show()
 # The bars are sums of per-kernel node times recorded one kernel at a time (in chains of that
 # kernel's launches), so they are the cost model's view of a step. Each kernel has its own
 # colour; the stack runs from the kernel with the most time over the four bars (at the bottom)
-# to the least. The unfused bars grow from context 64 to 900 only in the attention kernels. The whole step, replayed as
+# to the least, and the legend lists them in the order they are stacked, top first. The unfused bars grow from context 64 to 900 only in the attention kernels. The whole step, replayed as
 # one graph on the H200, is in the peer table of section 4, and `decode-lab conformance` holds
 # the simulator's whole-step predictions against such recordings.
 #
