@@ -191,15 +191,6 @@ class DecodeEngine(Requests, Allocation, GraphCache, DeviceLoop, TensorParallel)
     def plan(self, position: int | None = None) -> Plan:
         return decode_plan(self.position if position is None else position, self.model.cfg, self.cfg)
 
-    def graph_key(self, plan: Plan) -> tuple:
-        """The key of `plan`'s graph in the graph cache (the step's `graph_key`: the plan key)."""
-        return self._pieces[0].graph_key(plan)
-
-    @property
-    def steps_run(self) -> int:
-        """Steps this engine has run, over every request (the ledger's step numbers)."""
-        return self._steps
-
     def _items(self, plan: Plan, rank: int = 0):
         """The step's items to issue. Clean engine: the list built once per plan key (its build
         does no host work and does not depend on the position). A step rebuilt each step (most

@@ -20,6 +20,10 @@ from .ranks import per_rank
 
 
 class GraphCache:
+    def graph_key(self, plan: Plan) -> tuple:
+        """The key of `plan`'s graph in the graph cache (the step's `graph_key`: the plan key)."""
+        return self._pieces[0].graph_key(plan)
+
     def _graph_step(self, plan: Plan) -> LedgerEntry:
         key = self.graph_key(plan)
         if key in self._failed:

@@ -94,6 +94,11 @@ class Requests:
     def describe(self) -> str:
         return self.group.describe()
 
+    @property
+    def steps_run(self) -> int:
+        """Steps this engine has run, over every request (the ledger's step numbers)."""
+        return self._steps
+
     def ledger_summary(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for e in self.ledger:
