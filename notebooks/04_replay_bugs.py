@@ -89,7 +89,8 @@ for name, bug in BUGS.items():
 # %% [markdown]
 # ## The whole table
 # Every bug on this notebook's backend: what the audit and the lazy-init detector flag, the
-# 1-replay and 3-replay checks, and what happened to the capture.
+# 1-replay and 3-replay checks, the graph ledger of a 40-token generation (steps that captured,
+# replayed, fell back) and what happened to the capture.
 
 # %%
 rows = bug_table(model, cfg, PROMPT)
@@ -98,9 +99,12 @@ print(f"{'bug':<18} {'audit flags':<40} lazy-init flags")
 for r in rows:
     print(f"{r['bug']:<18} {', '.join(r['audit_flags'])[:39]:<40} "
           f"{', '.join(r['lazy_init_flags'])[:40]}")
-print(f"\n{'bug':<18} {'1 replay':<9} {'3 replays':<18} capture")
+print(f"\n{'bug':<18} {'1 replay':<9} {'3 replays':<18} {'capt':>5} {'repl':>5} {'fallb':>5}  "
+      f"capture")
 for r in rows:
-    print(f"{r['bug']:<18} {r['replay_1']:<9} {r['replay_3']:<18} {r['capture'][:52]}")
+    led = r.get("graph_ledger", {})               # the 40-token generation's ledger
+    print(f"{r['bug']:<18} {r['replay_1']:<9} {r['replay_3']:<18} {led.get('capture', 0):>5} "
+          f"{led.get('replay', 0):>5} {led.get('fallback', 0):>5}  {r['capture'][:33]}")
 
 # %% [markdown]
 # ## The same table, recorded on the H200
@@ -159,10 +163,12 @@ for line in log:
 # steps, not log lines, and not prefill. In this lab that check is the engine's **ledger**: one
 # entry per step, with its outcome (`capture`, `replay`, `eager`, `fallback`) and its plan key.
 #
-# The lab has no deliberate bug yet in which a capture succeeds and is then never replayed.
-# It has the neighbouring case, and the ledger catches it the same way: a capture that *fails*
-# and falls back to eager without a sound. `LAB_BUG_LAZY_TABLE` uploads the RoPE tables on first
-# use, so the first capture (plan key `splits=1`, contexts 1 to 32) meets a synchronous copy,
+# `LAB_BUG_STEP_KEY` is 004's case on the lab's ground: the graph cache is keyed on a value
+# that changes every step, so every capture succeeds and no graph is ever replayed; in the bug
+# table above nothing flags it but its ledger (every step a capture). Below is the neighbouring
+# case, which the ledger catches the same way: a capture that *fails* and falls back to eager
+# without a sound. `LAB_BUG_LAZY_TABLE` uploads the RoPE tables on first use, so the first
+# capture (plan key `splits=1`, contexts 1 to 32) meets a synchronous copy,
 # which a capture cannot contain, and fails. The engine ends the capture, runs the step eagerly —
 # which uploads the tables — and remembers the failure: every later step with that key runs as
 # an eager **fallback**. The next plan key (`splits=2`) then captures cleanly, so the run is
