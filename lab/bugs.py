@@ -149,7 +149,7 @@ class StepKey(Step):
     def graph_key(self, plan):
         """The graph filed under the plan key AND the engine's step count: a new key at every
         step, so every step captures a graph that is right, and that no later step looks up."""
-        return (*plan.key, ("step", self.engine.steps_run))
+        return (*plan.key, "step", self.engine.steps_run)
 
 
 OVERRIDES: dict[str, type[Step]] = {

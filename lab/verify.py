@@ -12,6 +12,10 @@ check with one replay passes, a check with three fails. `first_mismatch` says wh
 floor that catches this lab's frozen-value bugs, not a proof that every graph bug shows by the
 third token: check many replays, across plan boundaries and after a request reset.
 
+Was the graph replayed at all? `never_repeating(ledger)` names the parts of the graph keys
+whose value differs at every step: a graph filed under such a key is never looked up again, so
+every step captures anew (LAB_BUG_STEP_KEY, case study 004's question).
+
 Why bytes, not a tolerance: this lab's kernels are deterministic (no atomic in any sum -- the
 fused step's "last block done" counters only elect which block does the follow-on work -- and a
 fixed reduction order), both arms start from the same initialised state and run the same
@@ -116,3 +120,17 @@ def replay_check(engine, prompts, replays: int = 8) -> ReplayReport:
         graph, ledger = decode_after_prompt(engine, ids, replays, graph=True)
         checks.append(PromptCheck(ids, eager, graph, ledger))
     return ReplayReport(replays, checks)
+
+
+def never_repeating(ledger) -> set[str]:
+    """The names in the ledger's graph keys (flat (name, value, name, value, ...) tuples) whose
+    value is different at every step of a graph run: with one of them in the key, no graph is
+    looked up twice. A clean run's keys change only at plan boundaries, so none is found."""
+    values: dict[str, list] = {}
+    for entry in ledger:
+        if entry.outcome in ("eager", "device"):
+            continue
+        key = entry.plan_key
+        for name, value in zip(key[::2], key[1::2]):
+            values.setdefault(name, []).append(repr(value))
+    return {name for name, seen in values.items() if len(seen) > 1 and len(set(seen)) == len(seen)}

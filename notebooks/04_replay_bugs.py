@@ -163,12 +163,10 @@ for line in log:
 # steps, not log lines, and not prefill. In this lab that check is the engine's **ledger**: one
 # entry per step, with its outcome (`capture`, `replay`, `eager`, `fallback`) and its plan key.
 #
-# `LAB_BUG_STEP_KEY` is 004's case on the lab's ground: the graph cache is keyed on a value
-# that changes every step, so every capture succeeds and no graph is ever replayed; in the bug
-# table above nothing flags it but its ledger (every step a capture). Below is the neighbouring
-# case, which the ledger catches the same way: a capture that *fails* and falls back to eager
-# without a sound. `LAB_BUG_LAZY_TABLE` uploads the RoPE tables on first use, so the first
-# capture (plan key `splits=1`, contexts 1 to 32) meets a synchronous copy,
+# Two deliberate bugs put a "graph" run on eager-like time with right output: one whose capture
+# *fails* and falls back to eager without a sound, and one whose captures all succeed and are
+# never replayed (the next section). `LAB_BUG_LAZY_TABLE` uploads the RoPE tables on first
+# use, so the first capture (plan key `splits=1`, contexts 1 to 32) meets a synchronous copy,
 # which a capture cannot contain, and fails. The engine ends the capture, runs the step eagerly —
 # which uploads the tables — and remembers the failure: every later step with that key runs as
 # an eager **fallback**. The next plan key (`splits=2`) then captures cleanly, so the run is
@@ -235,6 +233,63 @@ for res in (naive, healthy):
           f"meaningful: {res['meaningful']}")
 
 # %% [markdown]
+# ## Captured every step, replayed never: the lab's own case 004
+# `LAB_BUG_STEP_KEY` is the case 004 asks about. Every capture succeeds and the text is right;
+# the tools for frozen values and illegal operations find nothing (its row in the bug table
+# above: no audit flag, no lazy-init flag, 3 replays pass, capture ok). Yet its "graph" run
+# captures a new graph at every step.
+#
+# **Exercise.** The engine `mystery` below has it switched on. From its ledger alone, find the
+# part of the graph key whose value changes at every step: the reason no graph is looked up
+# twice. A key is a flat tuple of names and values, `('splits', 1, 'split_combine', False, ...)`.
+# Write `never_repeating(ledger)`: the names whose value is different at every step. The check
+# runs it on this ledger and on the healthy graph run's, where nothing should be found.
+
+# %%
+mystery = DecodeEngine(model, cfg.replace(bugs={"step_key"}))
+mystery.generate(PROMPT, TOKENS)
+print("ledger:", mystery.ledger_summary())
+for e in mystery.ledger[:3]:
+    print(f"  step {e.step}: {e.outcome:<8} key (..., {', '.join(map(repr, e.plan_key[-6:]))})")
+
+
+def never_repeating(ledger):
+    """The names in the entries' keys whose value differs at every step."""
+    return set()                                   # FILL ME IN
+
+
+def check_never_repeating(fn):
+    """PASS, or what is wrong, for a student's never_repeating (the lab's own tool:
+    lab.verify.never_repeating)."""
+    from lab.verify import never_repeating as lab_tool
+    got, clean = fn(mystery.ledger), fn(engines["graph"].ledger)
+    want = lab_tool(mystery.ledger)
+    if got == want and not clean:
+        return f"PASS: {sorted(got)} changes at every step; the healthy run's keys repeat"
+    if not got:
+        return "FAIL: nothing found; compare one key's values across the ledger's entries"
+    if "splits" in got | clean:
+        return ("FAIL: 'splits' changes only at plan boundaries -- a graph per plan is the "
+                "design; look for a value that never repeats")
+    return f"FAIL: {sorted(got)} on the bug's ledger, {sorted(clean)} on the healthy one"
+
+
+print(check_never_repeating(never_repeating))
+
+# %% [markdown]
+# The committed run shows the stub failing: fill it in and re-run the cell. Once you have the
+# name, the fix is the bug's `fix` (`lab/bugspec.py`): key the cache on what changes the
+# captured work and nothing else. The replay gate catches the arm even if nobody reads the
+# ledger: every timed step of it is a capture, none a replay.
+
+# %%
+caught = bench.run_ab(model, runs["eager"], cfg.replace(bugs={"step_key"}), reps=2,
+                      tokens=TOKENS, per_token=0, names=("eager", "graph?"))
+arm = caught["arms"][1]
+print(f"{arm['name']}: ledger {arm['ledger']}, replays {arm['replay_fraction']:.1%}, "
+      f"meaningful: {caught['meaningful']}")
+
+# %% [markdown]
 # The `replays` column is the lesson of the case study turned into a check: the buggy arm's
 # ms/token is real, but it measures eager fallbacks, not graph replays, so the harness will
 # not call its A/B a graph-vs-eager verdict. Two things to take from it:
@@ -251,5 +306,7 @@ for res in (naive, healthy):
 #   (the capture fails, the engine falls back), and name the fix of each.
 # - Check from the ledger that a "graph" run really replayed its graphs — counting steps, not
 #   log lines — and read a benchmark's replay share before believing its graph-vs-eager verdict.
+# - Find, from the ledger's keys, a capture key that never repeats (a graph captured every step
+#   and replayed never), and say what the key should hold instead.
 # - Read a log count the way case study 004's should have been read: what each grep match is,
 #   and whether a line is a step.

@@ -12,7 +12,7 @@ from lab.config import LabConfig
 from lab.engine import DecodeEngine
 from lab.errors import LabError
 from lab.model import ModelConfig, random_model
-from lab.verify import replay_check
+from lab.verify import never_repeating, replay_check
 
 VOCAB = "\n !$&',-.3:;?" + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -30,6 +30,7 @@ def check_position_key(model, cfg):
     clean = DecodeEngine(model, cfg)
     clean.generate(PROMPT, 40)
     assert clean.ledger_summary()["replay"] == steps - len(clean.graphs)  # the clean cache hits
+    assert never_repeating(clean.ledger) == set()
     # the tools for frozen values and illegal operations see nothing wrong
     assert not audit(DecodeEngine(model, bcfg)).unhandled
     assert not detect_lazy_init(model, bcfg).illegal
