@@ -96,8 +96,8 @@ class LazyTable(_Buggy):
 
     def upload_tables_on_first_use(self):
         """Upload the RoPE tables on first use, "best effort": a failed upload is only noted (an
-        all too common pattern), so inside a capture the failure does not show here; the sticky
-        capture error shows later, at end_capture."""
+        all too common pattern), so inside a capture the failure does not show here; the
+        capture, invalidated by it, fails later, at end_capture."""
         self.lazy["rope_uploaded"] = True        # marked first, as such code usually is
         be, b, (cos, sin) = self.dev.backend, self.dev.buf, self.engine.rope_host
         try:

@@ -93,15 +93,15 @@ class GraphCache:
 
     def _close_failed_capture(self, exc: CaptureError, opened: list) -> str:
         """End what a failed capture left open; the reason to report. One device: end it, and
-        report the sticky error end_capture shows (the first offence). Ranks: abort every
+        report the error end_capture shows for the invalidated capture (the first offence). Ranks: abort every
         rank's capture, in the reverse of the order they were opened."""
         if self.ranks == 1:
             reason, be = exc.reason, self.backend
             if be.is_capturing():
                 try:
                     be.end_capture()
-                except CaptureError as sticky:
-                    reason = sticky.reason
+                except CaptureError as invalidated:
+                    reason = invalidated.reason
             return reason
         for be in reversed(opened):
             be.abort_capture()

@@ -53,7 +53,7 @@ def check_illegal(model, cfg, bug: str, kind: str, reason: str, first_step_fails
 def check_lazy_table(model, cfg, kernel: str):
     """LAB_BUG_LAZY_TABLE on `cfg`: the upload of the RoPE tables inside the first capture fails
     and is swallowed; the detector still names it, at `kernel` (the one that reads the tables),
-    and the sticky error surfaces only at end_capture."""
+    and the invalidated capture fails only at end_capture."""
     lazy = check_illegal(model, cfg, "lazy_table", "table upload",
                          "synchronous host-to-device copy into rope_cos", first_step_fails=True)
     (f,) = [f for f in lazy.illegal if f.kind == "table upload"]

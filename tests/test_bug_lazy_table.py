@@ -1,5 +1,5 @@
 """LAB_BUG_LAZY_TABLE: the RoPE tables are uploaded on first use, "best effort". Inside the
-first capture the upload fails, the failure is swallowed, and the sticky capture error shows
+first capture the upload fails, the failure is swallowed, and the invalidated capture shows
 only at end_capture -- later than the launch at fault; the detector still names the upload."""
 import pytest
 

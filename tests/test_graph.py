@@ -79,7 +79,7 @@ def test_capture_failure_falls_back_to_eager_with_the_same_tokens(model, sim_cfg
     assert eng.graphs == {}
 
 
-def test_capture_error_is_sticky_and_names_the_first_offence(sim_cfg, model):
+def test_a_capture_error_invalidates_the_capture_and_names_the_first_offence(sim_cfg, model):
     be = SimBackend()
     buf = be.alloc("x", (4,), np.float32)
     be.begin_capture()

@@ -114,11 +114,6 @@ PROJECT = [
 
 # Files still repeating a listed claim while another change in flight fixes them (remove the
 # entry with the fix): {path: phrases allowed there for now}.
-PENDING = {   # each a comment or docstring in a file outside the change that added the phrase
-    "lab/bugs.py": {"sticky capture error"},
-    "lab/graphs.py": {"the sticky error endcapture"},
-    "lab/backend/cuda_launch.py": {"module load: legal"},
-}
 
 def normalise(text: str) -> str:
     """Lower case, one space for any run of whitespace, without comment markers, markdown
@@ -167,8 +162,7 @@ def test_there_are_files_to_scan():
 @pytest.mark.parametrize("path", FILES, ids=[f.relative_to(ROOT).as_posix() for f in FILES])
 def test_no_withdrawn_claim(path):
     said = normalise(prose(path))
-    pending = PENDING.get(path.relative_to(ROOT).as_posix(), set())
-    found = [(p, fix) for p, fix in FIRST_EDITION + PROJECT if p in said and p not in pending]
+    found = [(p, fix) for p, fix in FIRST_EDITION + PROJECT if p in said]
     assert not found, f"{path.relative_to(ROOT)} repeats withdrawn claims: " + "; ".join(
         f"{p!r} (corrected: {fix})" for p, fix in found)
 
@@ -215,10 +209,6 @@ def test_every_new_phrase_catches_its_claim(tmp_path):
     for phrase, _ in PROJECT:
         nb.write_text(f"# %% [markdown]\n# Here: {phrase}, as it was written.\n")
         assert phrase in normalise(prose(nb)), phrase
-
-
-def test_pending_entries_name_files_that_exist():
-    assert all((ROOT / p).is_file() for p in PENDING)
 
 
 def _editions():

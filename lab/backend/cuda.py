@@ -242,7 +242,7 @@ class CudaBackend(CudaLaunches, CudaDeviceLoop, Backend):
         finally:
             self._restore_gc()
             self._capturing = False   # ended, even when invalidated
-        if offence is not None:  # an error the driver did not make sticky is still a failed capture
+        if offence is not None:  # an offence the driver let through still invalidates the capture
             raise CaptureError(f"capture had a failed operation: {offence}", offence)
         if not instantiate:
             return graph

@@ -50,7 +50,8 @@ class CudaLaunches:
 
     def launch(self, launch: Launch) -> None:
         disp = self._compiled.get(launch.name)
-        if disp is None:  # lazy compile + module load: legal during a capture, slow anywhere
+        if disp is None:  # lazy compile + module load: slow anywhere; in a capture allowed by
+            # newer drivers only (the H200's 13.0 allowed it; older ones may refuse)
             self._op("compilation", launch.name)
             disp = self._compile(launch.kernel)
         if self.log is not None:
