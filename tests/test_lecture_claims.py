@@ -112,9 +112,6 @@ PROJECT = [
     ("layers × ranks + other", "(k × layers + other) × ranks"),
 ]
 
-# Files still repeating a listed claim while another change in flight fixes them (remove the
-# entry with the fix): {path: phrases allowed there for now}.
-
 def normalise(text: str) -> str:
     """Lower case, one space for any run of whitespace, without comment markers, markdown
     emphasis and typographic variants, so a phrase matches across wrapped comment lines."""
