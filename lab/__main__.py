@@ -26,7 +26,7 @@ DEMO_PROMPT = "ROMEO.\n"
 
 
 def _engine(args, **overrides):
-    """The engine the environment asks for: a DecodeEngine, or under LAB_RANKS=2 a RankedEngine."""
+    """The engine the environment asks for (a DecodeEngine, for any LAB_RANKS)."""
     from .model import DEFAULT_WEIGHTS, load_model
     from .ranks import make_engine
 
@@ -80,7 +80,7 @@ def cmd_audit(args) -> int:
     eng = _engine(args)
     if eng.cfg.ranks > 1:
         raise LabError("audit inspects one device's step: run it with LAB_RANKS=1 (for ranks, "
-                       "`RankedEngine.collective_order` checks what every rank must agree on)")
+                       "`DecodeEngine.collective_order` checks what every rank must agree on)")
     print(audit(eng).summary())
     print()
     print(detect_lazy_init(eng.model, eng.cfg).summary())

@@ -42,7 +42,7 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
     ("LAB_RANKS", "ranks", ("1", "2"), "1",
      "tensor-parallel ranks, one GPU each (one simulated device each on the simulator): heads "
      "and MLP split across ranks, two all-reduces per layer and an all-gather of the logits, "
-     "inside each rank's graph (lab/ranks.py: RankedEngine, `make_engine`)"),
+     "inside each rank's graph (one DecodeEngine for any rank count; the rank step: lab/ranks.py)"),
     ("LAB_LOOP", "loop", ("host", "device"), "host",
      "generate: the host launches one graph per token, or ONE graph runs every step on the "
      "device (a WHILE node over a SWITCH of every plan's step; needs conditional nodes)"),

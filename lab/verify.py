@@ -1,7 +1,7 @@
 """Replay verification: is the captured step really the eager step, replay after replay?
 
 `replay_check(engine, prompts, replays=8)` runs each prompt twice on the SAME engine (a
-DecodeEngine, or a RankedEngine: then every rank's logits are compared) -- once
+DecodeEngine; with ranks, every rank's logits are compared) -- once
 eagerly, once with the decode steps as graph replays (capturing on a plan-key miss) -- and
 byte-compares every generated token id and every step's logits. Graphs stay cached across
 prompts, so the second prompt checks replays after a request reset. Prompt ingestion runs
