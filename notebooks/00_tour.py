@@ -128,3 +128,11 @@ if rec.exists():
               f"{arm['launches_per_token']} launches/token, {arm['us_per_launch']:.2f} us/launch")
 else:
     print("no recorded GPU figures yet")
+
+# %% [markdown]
+# ## What you should now be able to do
+# - Generate from the lab's model on either backend and say which one produced a figure (the
+#   `source` line: a GPU with its versions, or "simulated").
+# - Read one step's launch log: which kernels, in which order, per layer and around the layers.
+# - Read a timeline: tell a host-bound eager step (the device waits for each submit) from a
+#   replayed graph (one submit, the device runs the kernels back to back).

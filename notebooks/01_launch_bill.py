@@ -306,3 +306,12 @@ else:
 # over 37 kernels, is a small fraction of a microsecond per kernel, paid once per token while
 # the device works: the graph rungs are set by the device, the eager rungs by the host. To go
 # below the pre-bound rung you must stop paying the host per kernel.
+
+# %% [markdown]
+# ## What you should now be able to do
+# - Count a step's launches: kernels per layer × layers + the kernels outside the layers, and
+#   with ranks (k × layers + other) × ranks, as the engine's own bill counts them.
+# - Divide a step's time by its launches to get the per-launch budget, and compare it with the
+#   host's cost per launch to say whether the step is host-bound and whether capture pays.
+# - Say what each rung of the launch ladder removes (per-launch typing, the per-launch submit)
+#   and where each rung's figure came from.

@@ -233,3 +233,12 @@ if ab:
 # also says nothing about the tail: the p50/p99 columns come from a separate pass over many
 # single tokens, and a p99 is only as good as the count of slow tokens under it — the five
 # paired reps could not have shown it.
+
+# %% [markdown]
+# ## What you should now be able to do
+# - Say what must live in device memory for a replay to be right (the position, the token ids)
+#   and what the capture key must hold (what changes the captured work: the plan).
+# - Check a captured step against the eager step, replay after replay, byte for byte.
+# - Read the ledger: which steps captured, replayed or fell back, and why.
+# - Read an A/B only after its A/A gate, and quote the statistic you computed (standard errors,
+#   or variances as their square), not the other one.

@@ -397,3 +397,9 @@ a10 = answer("q10", None)   # FILL ME IN: one letter
 
 # %%
 print(score([r1, r2, r3, r4, r5, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10]))
+
+# %% [markdown]
+# ## What you should now be able to do
+# - Merge split-K attention partials, count a launch bill with ranks, compute a paired t, give
+#   an audit verdict and choose a replay count, each checked against the engine's own code.
+# - Answer the lecture's ten questions from the lab's evidence, each after your own attempt.
