@@ -11,7 +11,7 @@ from kernels import matvec      # matvec, matvec_residual (+ device fns row_dot,
 from kernels import rope        # rope_kv_append (+ bug variant rope_kv_append_row)
 from kernels import attention   # attn_partial, attn_merge, attn_combine (+ device fns partial_slice, merge_weights, merge_elem_sh, merge_elem; bug variant attn_partial_len)
 from kernels import mlp         # swiglu_up
-from kernels import sample      # argmax_next
+from kernels import sample      # argmax_next; argmax_next_float (a deliberate bug's sampler)
 from kernels import position    # advance
 from kernels import fused       # norm_qkv_rope, attn_fused, norm_swiglu, norm_lm_head_argmax (LAB_FUSION=1; + device fns arrive_last, slice_partial)
 from kernels import probe       # empty, spin (cost-recorder probes, not part of a step)

@@ -57,6 +57,12 @@ def pick_next(logits, tokens, nxt, tid, red_v, red_i):
         tokens[nxt] = best if best < V else 0  # V: every logit was NaN
 
 
+def argmax_next_float_twin(grid, block, logits, pos, n_prompt, tokens):
+    nxt = int(pos[0]) + 1
+    if nxt < tokens.shape[0] and nxt >= int(n_prompt[0]):
+        tokens[nxt] = np.float32(argmax_twin_index(logits))
+
+
 @kernel("void(float32[::1], int32[::1], int32[::1], int32[::1])",
         twin=argmax_next_twin, reads=(0, 1, 2, 3), writes=(3,))
 def argmax_next(logits, pos, n_prompt, tokens):
@@ -71,4 +77,20 @@ def argmax_next(logits, pos, n_prompt, tokens):
     nxt = pos[0] + 1
     if nxt >= tokens.shape[0] or nxt < n_prompt[0]:
         return  # uniform over the block: no thread is left waiting at a barrier
+    pick_next(logits, tokens, nxt, cuda.threadIdx.x, best_v, best_i)
+
+
+@kernel("void(float32[::1], int32[::1], int32[::1], float32[::1])",
+        twin=argmax_next_float_twin, reads=(0, 1, 2, 3), writes=(3,))
+def argmax_next_float(logits, pos, n_prompt, tokens):
+    """argmax_next storing the id as a float32 (LAB_BUG_FLOAT_IDS: the token buffer reaches it
+    viewed as float32). Id 40 is stored as 40.0f, whose bits an int32 reader sees as 1109393408.
+    Same geometry and rules as argmax_next."""
+    pdl_wait()
+    pdl_launch_dependents()
+    best_v = cuda.shared.array(ARGMAX_THREADS, numba.float32)  # [threads]
+    best_i = cuda.shared.array(ARGMAX_THREADS, numba.int32)    # [threads]
+    nxt = pos[0] + 1
+    if nxt >= tokens.shape[0] or nxt < n_prompt[0]:
+        return
     pick_next(logits, tokens, nxt, cuda.threadIdx.x, best_v, best_i)

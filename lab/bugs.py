@@ -17,6 +17,9 @@ illegal (the capture fails; the eager fallback keeps the output right; the ledge
                      (array-interface sync), instead of the once-wrapped device array
 race (only under LAB_PDL=1: a programmatic launch starts before its predecessor ends):
   late_wait          a kernel reads its input before its PDL wait (rmsnorm_late_wait)
+fault (a kernel faults on the device; the error is reported by a later call, as CUDA does):
+  float_ids          the sampler gets the token buffer viewed as float32; the next step's
+                     embedding reads the float's bits as an id and faults far outside its table
 unreplayed (every capture succeeds and the tokens are right, but no graph is ever replayed:
 case study 004's question, "does the runtime replay what it captured?"):
   step_key           the graph cache's key holds the engine's step count, so no two steps
@@ -42,7 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels import attention, rmsnorm, rope
+from kernels import attention, rmsnorm, rope, sample
 from .backend import Buffer
 from .bugspec import BUGS, RANK_BUGS, Bug, fusion_refusal, ranks_refusal  # noqa: F401 (the table)
 from .bugspec import refusals as _refusals
@@ -145,6 +148,14 @@ class LateWait(_Buggy):
     attn_norm_kernel = rmsnorm.rmsnorm_late_wait
 
 
+class FloatIds(Step):
+    def sample_next(self):
+        """The sampler handed the token buffer as float32 (the wrong dtype for int32 ids)."""
+        b, be = self.dev.buf, self.dev.backend
+        return launch(sample.argmax_next_float, (sample.ARGMAX_GRID, sample.ARGMAX_BLOCK),
+                      (self.dev.vocab_view, b.pos, b.n_prompt, be.view_as(b.tokens, np.float32)))
+
+
 class StepKey(Step):
     def graph_key(self, plan):
         """The graph filed under the plan key AND the engine's step count: a new key at every
@@ -155,7 +166,7 @@ class StepKey(Step):
 OVERRIDES: dict[str, type[Step]] = {
     "frozen_kv_row": FrozenKvRow, "ctx_by_value": CtxByValue, "pos_outside_graph": PosOutsideGraph,
     "lazy_table": LazyTable, "lazy_scratch": LazyScratch, "raw_array": RawArrayArg,
-    "late_wait": LateWait, "step_key": StepKey,
+    "late_wait": LateWait, "float_ids": FloatIds, "step_key": StepKey,
 }
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Bug:
     name: str
-    kind: str          # "frozen", "illegal", "race", "unreplayed" or "rank"
+    kind: str          # "frozen", "illegal", "race", "fault", "unreplayed" or "rank"
     what: str          # what a capture freezes, or which illegal operation fires
     caught_by: str     # "audit", "lazy-init detector", "PDL check", "ledger and replay gate"
                        # or "collective order check"
@@ -47,6 +47,13 @@ BUGS: dict[str, Bug] = {b.name: b for b in (
     Bug("late_wait", "race", "a read of the predecessor's output before the PDL wait",
         "PDL check", "make pdl_wait() the first statement of every kernel",
         ("attn_norm_kernel",)),
+    Bug("float_ids", "fault",
+        "a buffer passed with the wrong dtype: the sampler gets the int32 token buffer viewed as "
+        "float32 and stores id 40 as 40.0f, whose bits the next step's embedding reads as an "
+        "id near 1.1e9, far outside its table; the fault is reported by a later call",
+        "LAB_LAUNCH_BLOCKING=1 and the launch log",
+        "pass every buffer with the dtype it was allocated with (the token ids as int32)",
+        ("sample_next",)),
     Bug("step_key", "unreplayed",
         "the graph cache's key: the plan key and the engine's step count, a value that changes "
         "every step and never repeats, so every step captures a graph (successfully) and none "
@@ -78,6 +85,7 @@ FUSED_ABSENT: dict[str, str] = {
     "attention": "the standalone attention partial, which attn_fused does together with the "
                  "merge, the output projection and the residual add",
     "advance": "the standalone position kernel: norm_lm_head_argmax advances the position",
+    "sample_next": "the standalone argmax: norm_lm_head_argmax picks the next id",
 }
 
 

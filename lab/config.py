@@ -35,6 +35,10 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
      "eager launch mechanism: numba's dispatcher (types and flattens the arguments on every "
      "launch) or pre-bound (kernel handle and flattened arguments prepared once per plan, "
      "launched through cuda.core)"),
+    ("LAB_LAUNCH_BLOCKING", "launch_blocking", ("0", "1"), "0",
+     "wait for every launch to finish before the next call (as CUDA_LAUNCH_BLOCKING=1): a "
+     "kernel's fault is then reported by its own launch, not by a later call; slow, for finding "
+     "a fault"),
     ("LAB_KV_DTYPE", "kv_dtype", ("float32", "float16"), "float32", "element type of the KV cache"),
     ("LAB_PLAN_SWITCH", "plan_switch", ("recapture", "update"), "recapture",
      "at a plan change: capture and instantiate a graph for the new plan, or capture it and "
@@ -47,7 +51,7 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
      "generate: the host launches one graph per token, or ONE graph runs every step on the "
      "device (a WHILE node over a SWITCH of every plan's step; needs conditional nodes)"),
 )
-_BOOL_FIELDS = {"graph", "split_combine", "pdl", "overlap", "fusion"}
+_BOOL_FIELDS = {"graph", "split_combine", "pdl", "overlap", "fusion", "launch_blocking"}
 _INT_FIELDS = {"ranks"}
 _ALL_BUGS = {**BUGS, **RANK_BUGS}
 _BUG_VARS = {b.env: name for name, b in _ALL_BUGS.items()}  # LAB_BUG_<NAME> -> bug (lab/bugspec.py)
@@ -62,6 +66,7 @@ class LabConfig:
     overlap: bool = False
     fusion: bool = False            # LAB_FUSION: the fused step (lab/step.py FusedStep)
     launch: str = "prebound"        # LAB_LAUNCH: how the cuda backend issues each kernel
+    launch_blocking: bool = False   # LAB_LAUNCH_BLOCKING: wait for each launch (finding a fault)
     kv_dtype: str = "float32"
     plan_switch: str = "recapture"  # LAB_PLAN_SWITCH: a new graph per plan, or one graph updated
     loop: str = "host"              # LAB_LOOP: who runs generate's loop of steps

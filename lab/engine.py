@@ -302,6 +302,7 @@ class DecodeEngine(Requests, Allocation, GraphCache, DeviceLoop, TensorParallel)
             d.backend.log = d.log
             d.backend.pdl = self._pdl_usable()
             d.backend.mechanism = self.cfg.launch
+            d.backend.blocking = self.cfg.launch_blocking
 
     def _pdl_usable(self) -> bool:
         """LAB_PDL needs sm_90+: elsewhere it is refused with a message and the run goes on."""

@@ -17,3 +17,14 @@ class CaptureError(LabError):
 class CollectiveError(LabError):
     """Ranks' collectives that cannot all complete: on a GPU pair, a hang (NCCL waits for ever)
     or silent corruption; the simulator reports it instead, naming each rank's position."""
+
+
+class DeviceFault(LabError):
+    """A kernel faulted on the device (an illegal address, as cudaErrorIllegalAddress). Kernels
+    run asynchronously, so the fault is reported by the first later call that waits for the
+    device (a copy, a synchronize, or a launch), not by the launch of the kernel at fault; and
+    as in CUDA it is sticky: every later call on that device fails the same way."""
+
+    ILLEGAL_ADDRESS = ("an illegal memory access was encountered (cudaErrorIllegalAddress): a "
+                       "kernel queued before this call faulted; the call reporting it is not "
+                       "the one at fault")

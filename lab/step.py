@@ -34,6 +34,7 @@ The pieces, in the order the token meets them:
   project_into_x(W, v, layer) x += W v (the MLP's down projection, the attention output's)
   head()                      final norm, LM head, argmax -> next token id, advance()
     lm_head()                   the logits (a rank: its rows, then every rank's gathered)
+    sample_next()               argmax_next: the next token id into tokens[pos + 1]
     advance()                   the kernel that advances the device position
   shard_sizes()               (heads, d_ff) this device computes: all of them on one device
   graph_key(plan)             the key the engine's graph cache files this step's graph under:
@@ -180,13 +181,17 @@ class Step:
         yield launch(rmsnorm.rmsnorm, _NORM, (b.x, w["final_norm"], b.h,
                                               np.float32(self.engine.model.cfg.norm_eps)))
         yield from self.lm_head()
-        yield launch(sample.argmax_next, (sample.ARGMAX_GRID, sample.ARGMAX_BLOCK),
-                     (self.dev.vocab_view, b.pos, b.n_prompt, b.tokens))
+        yield self.sample_next()
         yield from self.advance()
 
     def lm_head(self):
         b, V = self.dev.buf, self.engine.model.cfg.vocab_size
         yield launch(matvec.matvec, _ROWS(V), (self.dev.w["lm_head"], b.h, b.logits))
+
+    def sample_next(self) -> Launch:
+        b = self.dev.buf
+        return launch(sample.argmax_next, (sample.ARGMAX_GRID, sample.ARGMAX_BLOCK),
+                      (self.dev.vocab_view, b.pos, b.n_prompt, b.tokens))
 
     def advance(self):
         return [launch(position.advance, (position.ADVANCE_GRID, position.ADVANCE_BLOCK),

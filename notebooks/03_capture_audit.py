@@ -118,7 +118,62 @@ for name in ("lazy_table", "lazy_scratch", "raw_array"):
 #
 # The lecture's §3 tells of an error blamed on the *next* launch. That is what an asynchronous
 # error does (a kernel's fault reported by a later call); the capture errors above show at the
-# offending call or at `end_capture`, never at an unrelated later launch.
+# offending call or at `end_capture`, never at an unrelated later launch. The next section
+# produces one.
+#
+# ## An error blamed on a later call
+# `LAB_BUG_FLOAT_IDS` hands the sampler the int32 token buffer viewed as float32: it stores id
+# 40 as 40.0f, and the next step's embedding reads those bits as an id near 1.1e9 and faults far
+# outside its table. Kernels run asynchronously, so nothing fails at either launch: the fault is
+# reported by the first later call that waits for the device, and from then on every call on
+# that device fails (a *sticky* error, in CUDA's sense: the context is unusable). Where does the
+# error show?
+
+# %%
+import traceback
+
+from lab.errors import DeviceFault
+
+
+def where_it_shows(c):
+    eng = DecodeEngine(model, c)
+    try:
+        eng.generate("ROMEO.\n", 20)
+    except DeviceFault as exc:
+        # the engine's calls that were on the stack, innermost first (the backend's own left out)
+        frames = [f"{f.name}()" for f in traceback.extract_tb(exc.__traceback__)
+                  if "backend" not in f.filename]
+        show(f"DeviceFault: {exc}")
+        show(f"reported in: {' <- '.join(reversed(frames[-4:]))}")
+    return eng
+
+
+# on the simulator: on a GPU the fault would leave this process's device unusable for every
+# later cell (tests/test_bug_float_ids.py runs it on a GPU, one process per run)
+faulty = cfg.replace(backend="sim", graph=False, bugs={"float_ids"})
+eng = where_it_shows(faulty)
+
+# %% [markdown]
+# The report comes from `decode()`'s closing clock read (a synchronize), after every launch of
+# every step: neither the kernel that wrote the bad id nor the one that faulted is named. Rerun with `LAB_LAUNCH_BLOCKING=1` (as `CUDA_LAUNCH_BLOCKING=1` on a GPU): every launch
+# waits for its kernel, so the launch of the kernel that faulted reports it. Then read the
+# launch log for who wrote that kernel's input.
+
+# %%
+eng = where_it_shows(faulty.replace(launch_blocking=True))
+step = eng.log.step
+faulted = [r for r in eng.log.records if r.step == step]
+before = [r for r in eng.log.records if r.step == step - 1]
+print(f"step {step}: the last launch, the one that faulted: {faulted[-1].kernel}")
+print(f"step {step - 1} ended with: {', '.join(r.kernel for r in before[-3:])}")
+
+# %% [markdown]
+# `embed` faulted reading `wte[tokens[pos]]`; the kernel that wrote `tokens[pos]` is the step
+# before's sampler, and its name says what is wrong with it: `argmax_next_float`, handed the
+# token buffer as float32. The fix is the bug's: pass every buffer with the dtype it was
+# allocated with. Three things to keep: an asynchronous error names the call that *noticed* it;
+# a blocking run (or `compute-sanitizer` on a GPU) moves the report to the launch at fault; and
+# the faulting kernel is often only the victim of an earlier writer.
 #
 # ## What you should now be able to do
 # - List every host-computed value that reaches a launch (pointers, sizes, loop bounds, grids,
@@ -130,3 +185,5 @@ for name in ("lazy_table", "lazy_scratch", "raw_array"):
 #   `cudaErrorStreamCaptureInvalidated` at `end_capture`) leaves the context usable, and why
 #   that is not what "sticky" means.
 # - Pre-warm lazy initialisation at start-up instead of relying on the driver to allow it.
+# - Find the kernel behind an asynchronous fault reported by a later call: rerun with launches
+#   blocking, then follow the faulting kernel's input back to its writer in the launch log.

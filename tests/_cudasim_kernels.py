@@ -154,7 +154,7 @@ FAMILIES = {
     "swiglu_up": {"swiglu_up"},
     "rope_kv_append": {"rope_kv_append", "rope_kv_append_row"},
     "attention": {"attn_partial", "attn_partial_len", "attn_merge", "attn_combine"},
-    "argmax_next": {"argmax_next"},
+    "argmax_next": {"argmax_next", "argmax_next_float"},
     "advance": {"advance", "empty", "spin"},   # the position kernel and the cost recorder's probes
 }
 # --quick: attention's code paths, one case each, in (dtype, pos, splits) per config: several
@@ -508,6 +508,11 @@ def main() -> int:
                     run_case("argmax_next", (1,), (256,),
                              [lg, np.array([p], np.int32), np.array([n_prompt], np.int32), tokens],
                              (0.0, 0), label=f"pos={p} n_prompt={n_prompt} logits={lg[:4]}")
+            # the deliberate bug's sampler (LAB_BUG_FLOAT_IDS): the same pick, stored as float32
+            lg = f32(rng, V)
+            run_case("argmax_next_float", (1,), (256,),
+                     [lg, np.array([3], np.int32), np.array([2], np.int32), np.zeros(S, np.float32)],
+                     (0.0, 0), label="float ids")
         if first:  # independent of the model dims
             timed("argmax_next", t_argmax)
 

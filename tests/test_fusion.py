@@ -205,7 +205,8 @@ def test_a_step_variant_must_match_the_fusion_toggle(model):
 # ---- deliberate bugs ----------------------------------------------------------------------------
 WORKS = {"lazy_table", "lazy_scratch", "raw_array", "step_key"}
 REFUSED = {"frozen_kv_row": "append_kv", "ctx_by_value": "attention",
-           "pos_outside_graph": "advance", "late_wait": "attn_norm_kernel"}
+           "pos_outside_graph": "advance", "late_wait": "attn_norm_kernel",
+           "float_ids": "sample_next"}
 
 
 def test_every_bug_is_either_working_or_refused_under_fusion():

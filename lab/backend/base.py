@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import DeviceFault
+
 
 @dataclass(frozen=True, eq=False)
 class Buffer:
@@ -207,8 +209,20 @@ class Backend(ABC):
         self.log = None  # an instrument.LaunchLog, attached by the engine
         self.pdl = False                 # programmatic dependent launches (set by the engine)
         self.mechanism = "prebound"      # LAB_LAUNCH: "dispatcher" or "prebound" (set by the engine)
+        self.blocking = False            # LAB_LAUNCH_BLOCKING: wait for each launch (the engine)
         self.ops: list[Op] = []          # host-side device operations, newest last
         self._issued = 0                 # launches issued in this step (or into the open capture)
+
+    def _wait_if_blocking(self, what: str) -> None:
+        """LAB_LAUNCH_BLOCKING=1: wait for the work just launched, so that a kernel's fault is
+        reported by the launch that issued it (CUDA_LAUNCH_BLOCKING=1 does so on a GPU)."""
+        if not self.blocking:
+            return
+        try:
+            self.synchronize()
+        except DeviceFault as exc:
+            raise DeviceFault(f"{exc}; LAB_LAUNCH_BLOCKING=1: reported by the launch of {what}, "
+                              f"which waited for it") from None
 
     def _op(self, kind: str, detail: str) -> None:
         self.ops.append(Op(kind, detail, self.is_capturing(), self._issued, caller_site()))
@@ -247,6 +261,10 @@ class Backend(ABC):
     @abstractmethod
     def reshape(self, buf: Buffer, shape) -> Buffer:
         """A contiguous view of the first prod(shape) elements of `buf`, with that shape."""
+
+    @abstractmethod
+    def view_as(self, buf: Buffer, dtype) -> Buffer:
+        """`buf`'s bytes read as `dtype` (of the same size): a reinterpretation, not a copy."""
 
     @abstractmethod
     def pool_bytes(self) -> int:

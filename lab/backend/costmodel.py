@@ -55,7 +55,7 @@ COSTS_FILE = Path(__file__).resolve().parents[2] / "data" / "gpu" / "kernel_cost
 MECHANISMS = ("dispatcher", "prebound")
 # a deliberate bug's kernel costs what its clean twin costs (same work, another contract)
 TWIN_OF = {"rmsnorm_late_wait": "rmsnorm", "attn_partial_len": "attn_partial",
-           "rope_kv_append_row": "rope_kv_append"}
+           "rope_kv_append_row": "rope_kv_append", "argmax_next_float": "argmax_next"}
 KV_ARGS = ("k_cache", "v_cache")
 # kernels that read `context` rows of the KV cache (the others touch one row: an append)
 CONTEXT_KERNELS = ("attn_partial", "attn_partial_len", "attn_fused")

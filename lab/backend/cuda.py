@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from ..errors import CaptureError
+from ..errors import CaptureError, DeviceFault
 from .base import Backend, Buffer
 from .cuda_graph import CudaDeviceLoop, CudaGraph, CudaGraphDef, _check, _cudart, _RawExec
 from .cuda_launch import CudaLaunches
@@ -85,7 +85,12 @@ class CudaBackend(CudaLaunches, CudaDeviceLoop, Backend):
         """Run fn; during a capture, turn a CUDA error into CaptureError naming the offence.
         `what` is the offence's description, or a function making it (only on a failure)."""
         if not self._capturing:
-            return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:   # a kernel's illegal address, reported by a later call
+                if _is_fault(exc):
+                    raise DeviceFault(f"{DeviceFault.ILLEGAL_ADDRESS} ({exc})") from exc
+                raise
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
@@ -146,6 +151,11 @@ class CudaBackend(CudaLaunches, CudaDeviceLoop, Backend):
         n = int(np.prod(shape))
         arr = buf.handle[0].ravel()[:n].reshape(shape)
         return self._wrap(arr, buf.name, buf.offset)
+
+    def view_as(self, buf, dtype) -> Buffer:
+        if np.dtype(dtype).itemsize != np.dtype(buf.dtype).itemsize:
+            raise ValueError(f"view of {buf.label} as {np.dtype(dtype)}: element sizes differ")
+        return self._wrap(buf.handle[0].view(np.dtype(dtype)), buf.name, buf.offset)
 
     def pool_bytes(self) -> int:
         return int(self.cp.get_default_memory_pool().used_bytes())
@@ -256,3 +266,10 @@ def __getattr__(name):
         from . import cuda_ranks
         return getattr(cuda_ranks, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _is_fault(exc: Exception) -> bool:
+    """A CUDA error for a kernel's illegal address, as CuPy, numba or cuda.core words it."""
+    text = str(exc)
+    return ("ILLEGAL_ADDRESS" in text or "IllegalAddress" in text
+            or "illegal memory access" in text.lower())

@@ -83,7 +83,9 @@ class CudaGraph(Graph):
         return {"default": int(n)}
 
     def launch(self, stream: str = "main") -> None:
-        self.graph.launch(self._backend.streams[stream])
+        be = self._backend
+        be._capture_guard("graph launch", self.graph.launch, be.streams[stream])
+        be._wait_if_blocking("a graph")
 
     def update(self, source: "CudaGraphDef") -> str | None:
         """cudaGraphExecUpdate: this executable graph takes `source`'s node parameters (the

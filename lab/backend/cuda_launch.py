@@ -63,6 +63,8 @@ class CudaLaunches:
         else:
             self._launch_dispatcher(launch, disp)
         self._issued += 1
+        if not self._capturing:
+            self._wait_if_blocking(launch.name)
 
     def _launch_dispatcher(self, launch: Launch, disp) -> None:
         """The dispatcher rung: numba types and flattens the arguments at every launch."""

@@ -134,7 +134,38 @@ class SimLoopGraph(LoopGraph):
         self._backend._run_loop(self, stream)
 
 
-class SimBackend(DeviceQueues, Backend):
+class _Views:
+    """Views of a simulated buffer: a new pointer (and shape, or dtype) into the same bytes."""
+
+    def row(self, buf, index) -> Buffer:
+        index = int(index)
+        if not 0 <= index < buf.shape[0]:
+            raise IndexError(f"row {index} of {buf.label} with shape {buf.shape}")
+        stride = int(np.prod(buf.shape[1:], dtype=np.int64)) * np.dtype(buf.dtype).itemsize
+        return Buffer(buf.name, buf.ptr + index * stride, buf.shape[1:], buf.dtype,
+                      buf.offset + index * stride)
+
+    def rows(self, buf, start: int, stop: int) -> Buffer:
+        if not 0 <= start < stop <= buf.shape[0]:
+            raise IndexError(f"rows [{start}, {stop}) of {buf.label} with shape {buf.shape}")
+        stride = int(np.prod(buf.shape[1:], dtype=np.int64)) * np.dtype(buf.dtype).itemsize
+        return Buffer(buf.name, buf.ptr + start * stride, (stop - start, *buf.shape[1:]),
+                      buf.dtype, buf.offset + start * stride)
+
+    def reshape(self, buf, shape) -> Buffer:
+        shape = tuple(int(s) for s in shape)
+        if int(np.prod(shape)) * np.dtype(buf.dtype).itemsize > buf.nbytes:
+            raise ValueError(f"view {shape} is larger than {buf.label} {buf.shape}")
+        return Buffer(buf.name, buf.ptr, shape, buf.dtype, buf.offset)
+
+    def view_as(self, buf, dtype) -> Buffer:
+        dtype = np.dtype(dtype)
+        if dtype.itemsize != np.dtype(buf.dtype).itemsize:
+            raise ValueError(f"view of {buf.label} as {dtype}: element sizes differ")
+        return Buffer(buf.name, buf.ptr, buf.shape, dtype, buf.offset)
+
+
+class SimBackend(DeviceQueues, _Views, Backend):
     name = "sim"
     simulated = True
 
@@ -269,27 +300,6 @@ class SimBackend(DeviceQueues, Backend):
         self._run_queued()
         return self._resolve(buf).copy()
 
-    def row(self, buf, index) -> Buffer:
-        index = int(index)
-        if not 0 <= index < buf.shape[0]:
-            raise IndexError(f"row {index} of {buf.label} with shape {buf.shape}")
-        stride = int(np.prod(buf.shape[1:], dtype=np.int64)) * np.dtype(buf.dtype).itemsize
-        return Buffer(buf.name, buf.ptr + index * stride, buf.shape[1:], buf.dtype,
-                      buf.offset + index * stride)
-
-    def rows(self, buf, start: int, stop: int) -> Buffer:
-        if not 0 <= start < stop <= buf.shape[0]:
-            raise IndexError(f"rows [{start}, {stop}) of {buf.label} with shape {buf.shape}")
-        stride = int(np.prod(buf.shape[1:], dtype=np.int64)) * np.dtype(buf.dtype).itemsize
-        return Buffer(buf.name, buf.ptr + start * stride, (stop - start, *buf.shape[1:]),
-                      buf.dtype, buf.offset + start * stride)
-
-    def reshape(self, buf, shape) -> Buffer:
-        shape = tuple(int(s) for s in shape)
-        if int(np.prod(shape)) * np.dtype(buf.dtype).itemsize > buf.nbytes:
-            raise ValueError(f"view {shape} is larger than {buf.label} {buf.shape}")
-        return Buffer(buf.name, buf.ptr, shape, buf.dtype, buf.offset)
-
     def pool_bytes(self) -> int:
         return int(sum(s.size for s in self._segments.values()))
 
@@ -331,6 +341,7 @@ class SimBackend(DeviceQueues, Backend):
         last = self._last.get(st)
         self._enqueue(launch, deps, "eager", host0, self.host_us, 0.0, 1.0, self.pdl,
                       last[1] if last else None, last if self.pdl else None)
+        self._wait_if_blocking(launch.name)
 
     def record_wait(self, src: str, dst: str) -> None:
         """Record an event on `src` and make `dst` wait for it (fork or join)."""

@@ -19,7 +19,7 @@ import numpy as np
 
 from kernels.loop import loop_continue_twin, loop_plan_twin
 
-from ..errors import LabError
+from ..errors import DeviceFault, LabError
 from ..pdl_check import pre_wait_reads
 from .base import Buffer, Collective, Launch, RawArray
 from .costmodel import launch_context
@@ -79,6 +79,7 @@ class DeviceQueues:
         self._tail: dict[str, tuple] = {}             # stream -> ids its next work waits for
         self._waits: dict[str, set] = {}              # stream -> event ids its next work waits for
         self._last: dict[str, tuple] = {}             # stream -> (id, launch) of its newest kernel
+        self._fault: DeviceFault | None = None        # set by a kernel's illegal address: sticky
 
     @property
     def timeline(self) -> list[TimelineEvent]:
@@ -99,6 +100,7 @@ class DeviceQueues:
 
     def _enqueue(self, launch, deps, kind, host0, host1, lead, noise, pdl, prev, early,
                  origin: str = "main") -> int:
+        self._raise_fault()                 # a launch after a fault fails too, as on a GPU
         i = self._shared.ids
         self._shared.ids += 1
         st = launch.stream
@@ -122,6 +124,7 @@ class DeviceQueues:
         host0 = self.host_us
         self.host_us += self.cost.graph_submit(self._rng) * self._host_speed()
         self._enqueue_graph(graph, stream, host0, self.cost.graph_launch_us)
+        self._wait_if_blocking("a graph")
 
     def _enqueue_graph(self, graph: SimGraph, stream: str, host0: float, lead0: float) -> None:
         """Queue a graph's nodes with its edges, submitted by the host in [host0, host_us];
@@ -178,6 +181,7 @@ class DeviceQueues:
         if self.group is not None:
             self.group.run_queued()
             return
+        self._raise_fault()
         if not self._work:
             return
         work, self._work = self._work, {}
@@ -234,7 +238,11 @@ class DeviceQueues:
             else:
                 arrays.append(a)
         context = launch_context(launch, arrays)
-        launch.kernel.twin(launch.grid, launch.block, *arrays)
+        try:
+            launch.kernel.twin(launch.grid, launch.block, *arrays)
+        except IndexError:   # an index outside its array: an illegal address on a GPU
+            self._fault = DeviceFault(DeviceFault.ILLEGAL_ADDRESS)
+            raise self._fault from None
         ready = max((self._end[d] for d in w.deps if d in self._end), default=0.0)
         if w.join:
             ready += self.cost.join_us
@@ -267,6 +275,11 @@ class DeviceQueues:
             self._speed = self.cost.host_speed(self._rng)
             self._speed_until = self.host_us + self.cost.drift_us
         return self._speed
+
+    def _raise_fault(self) -> None:
+        if self._fault is not None:
+            raise DeviceFault(f"{self._fault} (a sticky error: every call on this device fails "
+                              f"since; build a new backend)")
 
     def synchronize(self) -> None:
         if self._captures:
