@@ -80,7 +80,8 @@ def test_gpu_the_fault_is_reported_later_and_blocking_finds_it():
     out = {}
     for blocking in ("0", "1"):
         run = subprocess.run([sys.executable, "-c", code, blocking], cwd=ROOT, capture_output=True,
-                             text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                             text=True, timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                 [str(ROOT), os.environ.get("PYTHONPATH", "")])})
         assert run.returncode != 0 and "DeviceFault" in run.stderr, run.stderr[-2000:]
         out[blocking] = run.stderr
     assert "illegal memory access" in out["0"] and "reported by the launch of embed" not in out["0"]
