@@ -75,16 +75,22 @@ def cmd_generate(args) -> int:
 
 
 def cmd_audit(args) -> int:
-    from .audit import audit, detect_lazy_init
+    from .audit import audit, detect_lazy_init, run_checks
 
     eng = _engine(args)
     if eng.cfg.ranks > 1:
         raise LabError("audit inspects one device's step: run it with LAB_RANKS=1 (for ranks, "
                        "`DecodeEngine.collective_order` checks what every rank must agree on)")
-    print(audit(eng).summary())
+    report, lazy = audit(eng), detect_lazy_init(eng.model, eng.cfg)
+    print(report.summary())
     print()
-    print(detect_lazy_init(eng.model, eng.cfg).summary())
-    return 0
+    print(lazy.summary())
+    print()
+    found = run_checks(eng.model, eng.cfg)
+    print("a graph run and the step's kernels: " + ("nothing found" if not found else ""))
+    for line in found:
+        print(f"  {line}")
+    return 1 if report.unhandled or lazy.illegal or found else 0
 
 
 def cmd_selfcheck(args) -> int:
@@ -288,8 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--tokens", type=int, default=200)
     common(d)
     d.set_defaults(fn=cmd_demo)
-    a = sub.add_parser("audit", help="what a capture would freeze, and lazy initialisation "
-                       "inside a capture (set LAB_BUG_* to audit a deliberate bug)")
+    a = sub.add_parser("audit", help="what a capture would freeze, lazy initialisation inside "
+                       "a capture, PDL's wait-first rule, graphs never replayed, kernel faults "
+                       "(set LAB_BUG_* to audit a deliberate bug; exit 1 when it finds one)")
     common(a)
     a.set_defaults(fn=cmd_audit)
     _bench_parsers(sub, common)

@@ -245,6 +245,35 @@ def detect_lazy_init(model, cfg: LabConfig, prompt: str = AUDIT_PROMPT, backend=
     return LazyInitReport(findings, captures, be.describe())
 
 
+# ---- the run checks: what an audit of the step's launches cannot see -------------------------
+def run_checks(model, cfg: LabConfig, prompt: str = AUDIT_PROMPT) -> list[str]:
+    """Findings from a short graph run and the step's kernels, one line each (none: clean):
+    kernels of the step that read before their pdl_wait (a race once LAB_PDL=1); graph-key
+    parts that never repeat (every step captures, none replays); a kernel fault (reported by
+    whichever later call waited for the device)."""
+    from .engine import DecodeEngine
+    from .errors import DeviceFault
+    from .pdl_check import wait_first_violations
+    from .verify import never_repeating
+
+    eng = DecodeEngine(model, cfg.replace(graph=True))
+    found = []
+    late = sorted({x.name for x in eng.step_launches(eng.plan(0))} & set(wait_first_violations()))
+    if late:
+        found.append(f"[BUG] PDL: {', '.join(late)} read before their pdl_wait(): a race once "
+                     f"LAB_PDL=1 lets them start before their predecessor ends")
+    try:
+        eng.generate(prompt, 40)
+    except DeviceFault as exc:
+        found.append(f"[BUG] a kernel faulted: {exc} (LAB_LAUNCH_BLOCKING=1 moves the report to "
+                     f"the launch that faulted)")
+        return found
+    for part in sorted(never_repeating(eng.ledger)):
+        found.append(f"[BUG] graph key: its {part!r} differs at every step, so every step captured "
+                     f"a graph and none was replayed (ledger {eng.ledger_summary()})")
+    return found
+
+
 # ---- the bug table: every deliberate bug, audited, replay-checked and captured -----------------
 def bug_row(model, cfg: LabConfig, name: str | None, prompt: str = AUDIT_PROMPT) -> dict:
     """One row of the bug table for bug `name` (None: the clean engine) on cfg's backend."""

@@ -69,13 +69,25 @@ def test_audit_command_reports_clean_engine(capsys):
     assert main(["audit", "--backend", "sim"]) == 0
     out = capsys.readouterr().out
     assert "0 unhandled" in out and "lazy-init detector" in out and "(0 illegal)" in out
+    assert "[BUG]" not in out and "nothing found" in out
 
 
-def test_audit_command_flags_a_bug(monkeypatch, capsys):
-    monkeypatch.setenv("LAB_BUG_CTX_BY_VALUE", "1")
-    assert main(["audit", "--backend", "sim"]) == 0
+@pytest.mark.parametrize("bug, needles", [
+    ("CTX_BY_VALUE", ("attn_partial_len", "promote to device memory")),
+    ("LAZY_TABLE", ("illegal", "rope_cos")),
+    ("LATE_WAIT", ("PDL: rmsnorm_late_wait read before their pdl_wait()",)),
+    ("STEP_KEY", ("graph key: its 'step' differs at every step",)),
+    ("FLOAT_IDS", ("a kernel faulted", "LAB_LAUNCH_BLOCKING=1")),
+])
+def test_audit_command_flags_each_kind_of_bug_and_exits_1(monkeypatch, capsys, bug, needles):
+    """Every kind of deliberate bug is found by one of the audit's checks, and then the command
+    exits 1 (a CI job can gate on it)."""
+    monkeypatch.setenv(f"LAB_BUG_{bug}", "1")
+    assert main(["audit", "--backend", "sim"]) == 1
     out = capsys.readouterr().out
-    assert "[BUG]" in out and "attn_partial_len" in out and "promote to device memory" in out
+    assert "[BUG]" in out or "illegal" in out
+    for needle in needles:
+        assert needle in out, (needle, out[-1500:])
 
 
 def test_save_dot_writes_each_graph(tmp_path, capsys):
@@ -141,3 +153,12 @@ def test_generate_summary_separates_prompt_steps_from_tokens(capsys):
 def test_generate_zero_tokens_is_refused(capsys):
     assert main(["generate", "--prompt", "ROMEO.", "--tokens", "0", "--backend", "sim"]) == 2
     assert "--tokens 0: give at least 1 token" in capsys.readouterr().err
+
+
+def test_audit_command_exits_1_for_every_deliberate_bug(monkeypatch, capsys):
+    from lab.bugspec import BUGS
+    for name, bug in BUGS.items():
+        with monkeypatch.context() as m:
+            m.setenv(bug.env, "1")
+            assert main(["audit", "--backend", "sim"]) == 1, name
+        capsys.readouterr()
