@@ -3,6 +3,7 @@
 A side is a run spec: `reference` (the float64 oracle, lab/reference.py) or an engine given by a
 backend and/or LAB_* toggles (`sim`, `cuda,PDL=1`, `KV_DTYPE=float16,GRAPH=0`; the LAB_ prefix
 is optional, toggles are parsed like bench arms; an empty spec is the base configuration).
+lab/compare_sides.py parses a spec and runs a side; this module compares two runs and judges them.
 
   1. weights   the sha256 of each side's weights file. Different hashes FAIL the comparison:
                it would measure the weights, not the path.
@@ -15,7 +16,8 @@ is optional, toggles are parsed like bench arms; an empty spec is the base confi
                top-2 logit): a disagreement at a small margin is rounding, not a bug.
   4. paths     each engine's ledger and launch log must show the path its spec claims (graph
                replays, the KV cache's dtype in the launches that touch it, ...); a claim the run
-               does not show is a dead fast path, and FAILs the comparison.
+               does not show is a dead fast path, and FAILs the comparison (the evidence each
+               toggle's path leaves: lab/compare_evidence.py).
   5. verdict   PASS when 1 and 4 hold and the metrics are inside the thresholds (`Thresholds`).
 
 `kv_dtype_study()` runs the float64 oracle, a float32 and a float16 KV cache on one input
@@ -24,25 +26,22 @@ is optional, toggles are parsed like bench arms; an empty spec is the base confi
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import hashlib
-from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from . import reference
-from .config import TOGGLES, LabConfig
+from .compare_evidence import path_checks
+from .compare_sides import REFERENCE, Run, RunSpec, parse_spec, run_side
+from .config import LabConfig
 from .errors import LabError
 from .files import check_output
-from .model import DATA_DIR, DEFAULT_WEIGHTS, Model, check_request, load_model, sha256_of
+from .model import DEFAULT_WEIGHTS, Model, check_request, load_model
 from .report import save
 
 DEFAULT_PROMPT = "ROMEO.\n"
-REFERENCE = "reference"
-_BACKENDS = next(allowed for var, _, allowed, _, _ in TOGGLES if var == "LAB_BACKEND")
 
 
 @dataclass(frozen=True)
@@ -66,262 +65,6 @@ class Thresholds:
     def describe(self) -> str:
         return (f"mean KL (each direction) <= {self.max_kld:g}, top-1 agreement >= "
                 f"{self.min_top1:g}, max |Δlogit| <= {self.max_dlogit:g}")
-
-
-# ---- run specs ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RunSpec:
-    text: str                      # as given
-    cfg: LabConfig | None          # None: the float64 oracle
-
-    @property
-    def is_reference(self) -> bool:
-        return self.cfg is None
-
-    def describe(self) -> str:
-        if self.is_reference:
-            return "reference (float64 oracle)"
-        return " ".join(f"{k[4:]}={v}" for k, v in self.cfg.toggles().items())
-
-
-def _shown(path) -> str:
-    """A weights path as results record it: relative to the project when the file is in it (a
-    recorded result names no machine's folders), else as given."""
-    p = Path(path).resolve()
-    root = DATA_DIR.parent
-    return str(p.relative_to(root)) if p.is_relative_to(root) else str(path)
-
-
-def parse_spec(text: str, base: LabConfig) -> RunSpec:
-    """`reference`, a backend name, and/or LAB_NAME=VALUE toggles, comma-separated."""
-    items = [x.strip() for x in str(text).split(",") if x.strip()]
-    if [x.lower() for x in items] == [REFERENCE]:
-        return RunSpec(text, None)
-    if REFERENCE in (x.lower() for x in items):
-        raise LabError(f"run spec {text!r}: {REFERENCE!r} is the float64 oracle and takes no "
-                       f"backend or toggles")
-    toggles = []
-    for item in items:
-        if "=" in item:
-            toggles.append(item)
-        elif item.lower() in _BACKENDS:
-            toggles.append(f"LAB_BACKEND={item.lower()}")
-        else:
-            raise LabError(f"run spec {text!r}: unknown item {item!r}; give {REFERENCE!r} (alone), "
-                           f"a backend ({'|'.join(_BACKENDS)}) or LAB_NAME=VALUE toggles")
-    try:
-        from .bench import parse_arm   # the engine's imports, only when a run is built
-        return RunSpec(text, parse_arm(",".join(toggles), base))
-    except LabError as exc:
-        raise LabError(f"run spec {text!r}: {exc}") from None
-
-
-# ---- running a side ----------------------------------------------------------------------------
-@dataclass
-class Run:
-    """One side's decode of the common input: the logits of every generated step."""
-    label: str                 # "A", "B", or a name
-    spec: RunSpec
-    weights: str               # the weights file (relative to the project when inside it)
-    sha256: str
-    source: str                # where the numbers come from
-    ids: np.ndarray            # prompt + generated ids, the input both sides are fed
-    n_prompt: int
-    logits: np.ndarray         # [steps, vocab] float64: step s predicts ids[n_prompt + s]
-    fed: np.ndarray | None = None    # the ids the side's device buffer held (engines only)
-    engine: object = field(default=None, repr=False)
-
-
-def _bar(it, desc: str, progress):
-    if progress is False:
-        return it
-    from tqdm.auto import tqdm
-    return tqdm(it, desc=desc, unit="step", disable=None if progress is None else False,
-                delay=0.0 if progress else 1.0, leave=True)
-
-
-def _reference_logits(model: Model, ids: np.ndarray, n_prompt: int, progress=False) -> np.ndarray:
-    ref = reference.Reference(model)
-    out = []
-    for pos in _bar(range(len(ids) - 1), "reference", progress):
-        logits = ref.step(int(ids[pos]), pos)
-        if pos + 1 >= n_prompt:
-            out.append(logits)
-    return np.array(out)
-
-
-def _engine_logits(engine, ids: np.ndarray, n_new: int, n_prompt: int, desc: str,
-                   progress=False) -> np.ndarray:
-    """Reset with `ids` (as the prompt) and `n_new` tokens to generate, step through, and
-    download the logits of every step that predicts a position >= n_prompt."""
-    engine.reset(ids, n_new)
-    out = []
-    for pos in _bar(range(len(ids) - 1 + n_new), desc, progress):
-        engine.step()
-        if pos + 1 >= n_prompt:
-            out.append(engine.logits().astype(np.float64))
-    return np.array(out)
-
-
-def run_side(label: str, spec: RunSpec, model: Model, weights, prompt_ids, tokens: int = 0,
-             feed: np.ndarray | None = None, engine_factory: Callable | None = None,
-             progress=False) -> Run:
-    """Decode `tokens` tokens greedily after `prompt_ids` (feed=None), or be fed the ids `feed`
-    (teacher forcing: prompt_ids, then the generated part of `feed`)."""
-    n_prompt = len(prompt_ids)
-    sha = _sha256(Path(weights))
-    if spec.is_reference:
-        if feed is None:
-            ids, logits = reference.generate(model, prompt_ids, tokens, return_logits=True)
-        else:
-            ids, logits = feed, _reference_logits(model, feed, n_prompt, progress)
-        return Run(label, spec, _shown(weights), sha, "float64 NumPy oracle (lab/reference.py), CPU",
-                   np.asarray(ids, np.int32), n_prompt, np.asarray(logits, np.float64))
-    engine = (engine_factory or _default_engine)(model, spec.cfg)
-    if feed is None:
-        logits = _engine_logits(engine, np.asarray(prompt_ids), tokens, n_prompt, label, progress)
-        ids = engine.tokens(n_prompt + tokens)
-    else:
-        logits = _engine_logits(engine, feed, 0, n_prompt, label, progress)
-        ids = feed
-    return Run(label, spec, _shown(weights), sha, engine.backend.describe(), np.asarray(ids, np.int32),
-               n_prompt, logits, fed=engine.tokens(len(ids)), engine=engine)
-
-
-def _sha256(path: Path) -> str:
-    """sha256 of a file, computed once per (path, size, modification time)."""
-    st = path.stat()
-    return _sha256_cached(str(path.resolve()), st.st_size, st.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=16)
-def _sha256_cached(path: str, size: int, mtime_ns: int) -> str:
-    return sha256_of(Path(path))
-
-
-def _default_engine(model: Model, cfg: LabConfig):
-    from .engine import DecodeEngine
-    return DecodeEngine(model, cfg)
-
-
-# ---- did the claimed path run? -----------------------------------------------------------------
-@dataclass(frozen=True)
-class PathCheck:
-    side: str
-    claim: str                 # "LAB_GRAPH=1"
-    ok: bool | None            # None: no evidence this tool can read for that claim
-    evidence: str
-
-
-def _issued(engine):
-    """Launch-log records of launches issued one by one (eager steps and captures)."""
-    return [r for r in engine.log.records if r.kind in ("eager", "capture")]
-
-
-def _cache_name(provenance: str) -> str:
-    return provenance.split(" ")[0].split("+")[0]      # "k_cache.0+512B (raw array)" -> k_cache.0
-
-
-def _check_kv(engine, want: str) -> tuple[bool, str]:
-    dtypes = {b.name: np.dtype(b.dtype).name for b in [*engine.buf.k_cache, *engine.buf.v_cache]}
-    kernels, touched = Counter(), set()
-    for r in _issued(engine):
-        names = [_cache_name(p) for _, p in r.args if _cache_name(p) in dtypes]
-        if names:
-            kernels[r.kernel] += 1
-            touched.update(names)
-    used = sorted({dtypes[n] for n in touched})
-    ok = bool(kernels) and used == [want] and set(dtypes.values()) == {want}
-    return ok, (f"{len(dtypes)} cache buffers {'/'.join(sorted(set(dtypes.values())))}; "
-                f"{sum(kernels.values())} launches ({', '.join(sorted(kernels)) or 'none'}) took "
-                f"{len(touched)} of them: {'/'.join(used) or 'none'}")
-
-
-def _check_graph(engine, want: str) -> tuple[bool, str]:
-    seen = engine.ledger_summary()
-    fell = next((e.reason for e in engine.ledger if e.outcome == "fallback"), "")
-    if want == "1":   # every step a graph launch: replayed, newly captured, updated, or on the device
-        ok = (seen.get("replay", 0) + seen.get("device", 0) > 0
-              and not (seen.keys() - {"capture", "replay", "update", "device"}))
-    else:
-        ok = set(seen) == {"eager"}
-    return ok, f"ledger {seen}" + (f"; first fallback: {fell}" if fell else "")
-
-
-def _check_plan_switch(engine, want: str) -> tuple[bool | None, str]:
-    """update: a change of plan updates the live graph (ledger "update"); recapture: never."""
-    keys = list(dict.fromkeys(e.plan_key for e in engine.ledger))
-    updates = sum(e.outcome == "update" for e in engine.ledger)
-    if not engine.cfg.graph or len(keys) < 2:
-        return None, f"not exercised: {len(keys)} plan(s), graph {engine.cfg.graph}"
-    ok = updates > 0 if want == "update" else updates == 0
-    return ok, f"{len(keys)} plans, ledger {engine.ledger_summary()}"
-
-
-def _check_loop(engine, want: str) -> tuple[bool, str]:
-    """device: the steps ran inside the device loop (ledger "device"); host: none did. A side
-    fed ids step by step runs the host loop whatever it claims: LAB_LOOP=device is then dead."""
-    device = sum(e.outcome == "device" for e in engine.ledger)
-    ok = device > 0 if want == "device" else device == 0
-    return ok, f"{device} of {len(engine.ledger)} steps in the device loop" + (
-        f" ({engine.warnings[-1]})" if not ok and engine.warnings else "")
-
-
-def _check_kernel(engine, want: str, on: str, off: str) -> tuple[bool, str]:
-    seen = Counter(r.kernel for r in _issued(engine))
-    ok = seen[on] > 0 and seen[off] == 0 if want == "1" else seen[off] > 0 and seen[on] == 0
-    return ok, f"launch log: {on} x{seen[on]}, {off} x{seen[off]}"
-
-
-def _check_overlap(engine, want: str) -> tuple[bool, str]:
-    side = sum(r.stream == "side" for r in _issued(engine))
-    return (side > 0) == (want == "1"), f"{side} launches on the side stream"
-
-
-def _check_pdl(engine, want: str) -> tuple[bool, str]:
-    refused = [w for w in engine.warnings if "PDL" in w]
-    pdl = bool(engine.backend.pdl)
-    return pdl == (want == "1"), f"backend launches programmatically: {pdl}" + (
-        f" ({refused[0]})" if refused else "")
-
-
-def _check_launch(engine, want: str) -> tuple[bool, str]:
-    eager = sum(r.kind == "eager" for r in _issued(engine))
-    mech = engine.backend.mechanism
-    return mech == want, f"backend launch mechanism {mech}; {eager} eager launches in the log"
-
-
-def _check_backend(engine, want: str) -> tuple[bool, str]:
-    return want == "auto" or engine.backend.name == want, engine.backend.describe()
-
-
-CHECKS: dict[str, Callable] = {
-    "LAB_BACKEND": _check_backend, "LAB_GRAPH": _check_graph, "LAB_KV_DTYPE": _check_kv,
-    "LAB_PDL": _check_pdl, "LAB_OVERLAP": _check_overlap, "LAB_LAUNCH": _check_launch,
-    "LAB_SPLIT_COMBINE": lambda e, w: (
-        (None, "not exercised: the fused step has no separate combine (LAB_FUSION=1 ignores it)")
-        if e.cfg.fusion else _check_kernel(e, w, "attn_merge", "attn_combine")),
-    "LAB_FUSION": lambda e, w: _check_kernel(e, w, "attn_fused", "attn_partial"),
-    "LAB_PLAN_SWITCH": _check_plan_switch, "LAB_LOOP": _check_loop,
-}
-
-
-def path_checks(run: Run) -> list[PathCheck]:
-    """One check per toggle of the side's spec: does the engine's record show that path? ok is
-    None where this tool reads no evidence for the toggle, or the run never exercised it."""
-    if run.spec.is_reference:
-        return [PathCheck(run.label, REFERENCE, True, "float64 oracle: no engine, no toggles")]
-    out = []
-    for var, value in run.spec.cfg.toggles().items():
-        check = CHECKS.get(var)
-        if check is None:
-            what = "a deliberate bug" if var.startswith("LAB_BUG_") else "this toggle"
-            out.append(PathCheck(run.label, f"{var}={value}", None,
-                                 f"not checked: compare reads no evidence of {what}"))
-            continue
-        ok, evidence = check(run.engine, value)
-        out.append(PathCheck(run.label, f"{var}={value}", ok, evidence))
-    return out
 
 
 # ---- the comparison ----------------------------------------------------------------------------
