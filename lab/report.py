@@ -68,7 +68,10 @@ def _tw(arms) -> int:
 
 
 def _f(x, fmt=".4f") -> str:
-    return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+    """`x` formatted; "-" for a figure that was not measured (None), "nan" for one that was."""
+    if x is None:
+        return "-"
+    return "nan" if isinstance(x, float) and math.isnan(x) else format(x, fmt)
 
 
 def _replays(arm: dict) -> str:
