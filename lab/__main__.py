@@ -39,10 +39,17 @@ def _engine(args, **overrides):
     return make_engine(model, cfg)
 
 
+def _key_text(key: tuple) -> str:
+    """A graph key's (name, value) pairs as `splits=4 pdl=0 ...`."""
+    return " ".join(f"{n}={int(v) if isinstance(v, bool) else v}" for n, v in zip(key[::2], key[1::2]))
+
+
 def _print_ledger(engine) -> None:
-    print("step  pos  plan                          outcome   reason")
-    for e in engine.ledger:
-        print(f"{e.step:>4} {e.position:>4}  {str(e.plan_key):<29} {e.outcome:<9} {e.reason}")
+    keys = [_key_text(e.plan_key) for e in engine.ledger]
+    w = max([4] + [len(k) for k in keys])
+    print(f"step  pos  {'plan':<{w}} outcome   reason")
+    for e, key in zip(engine.ledger, keys):
+        print(f"{e.step:>4} {e.position:>4}  {key:<{w}} {e.outcome:<9} {e.reason}")
     print("summary:", engine.ledger_summary())
 
 

@@ -15,6 +15,8 @@ def test_generate_on_the_simulator(capsys):
     out = capsys.readouterr().out
     assert out.startswith("ROMEO.\n") and "ms/token" in out and "simulated" in out
     assert "capture" in out and "summary:" in out
+    rows = [line for line in out.splitlines() if line.endswith(("capture", "replay"))]
+    assert rows and all("splits=" in r and "pdl=0" in r and len(r) <= 100 for r in rows), rows[:2]
 
 
 def test_demo_prints_text_and_the_launch_ladder(capsys):
