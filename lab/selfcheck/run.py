@@ -27,7 +27,8 @@ from pathlib import Path
 from ..errors import LabError
 from .exercises import (CheckResult, check_launch_bill, check_merge_partials, check_paired_t,
                         check_replays_needed, check_verdict)
-from .questions import QUESTIONS, Attempts, answer
+from .bank import QUESTIONS
+from .questions import Attempts, answer
 
 # exercise -> (the functions the solutions file defines, its checker)
 EXERCISES = {
