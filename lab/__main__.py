@@ -49,7 +49,7 @@ def _print_ledger(engine) -> None:
     w = max([4] + [len(k) for k in keys])
     print(f"step  pos  {'plan':<{w}} outcome   reason")
     for e, key in zip(engine.ledger, keys):
-        print(f"{e.step:>4} {e.position:>4}  {key:<{w}} {e.outcome:<9} {e.reason}")
+        print(f"{e.step:>4} {e.position:>4}  {key:<{w}} {e.outcome:<9} {e.reason}".rstrip())
     print("summary:", engine.ledger_summary())
 
 
