@@ -22,9 +22,10 @@ shows it again, and only after an attempt. `QUESTIONS` holds q1 ... q10. `run_se
 Notebook 08_self_check walks through them. No solutions ship here: the tests write their own.
 """
 from .bank import QUESTIONS
-from .exercises import (VERDICTS, CheckResult, check_launch_bill, check_merge_partials,
-                        check_paired_t, check_replays_needed, check_verdict, launches_per_token,
-                        merge_partials, paired_t, per_launch_budget_us, replays_needed, verdict)
+from .checkers import (CheckResult, check_launch_bill, check_merge_partials, check_paired_t,
+                       check_replays_needed, check_verdict)
+from .exercises import (VERDICTS, launches_per_token, merge_partials, paired_t,
+                        per_launch_budget_us, replays_needed, verdict)
 from .grading import Question
 from .questions import (DEFAULT_ATTEMPTS, Attempts, QuestionResult, answer, ask, check_answer,
                         reveal, start)

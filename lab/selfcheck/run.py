@@ -25,8 +25,8 @@ import json
 from pathlib import Path
 
 from ..errors import LabError
-from .exercises import (CheckResult, check_launch_bill, check_merge_partials, check_paired_t,
-                        check_replays_needed, check_verdict)
+from .checkers import (CheckResult, check_launch_bill, check_merge_partials, check_paired_t,
+                       check_replays_needed, check_verdict)
 from .bank import QUESTIONS
 from .questions import Attempts, answer
 
