@@ -1,7 +1,7 @@
 """Build notebooks/NN_topic.ipynb from its jupytext source NN_topic.py, executed (on the
 simulator unless a GPU is present), so the committed notebook shows real output.
 
-  python scripts/build_notebooks.py [NAME ...]
+  python scripts/build_notebooks.py [-j N] [NAME ...]   (N notebooks at a time: one per core)
 
 Every build also writes the metadata JupyterLab expects, into both files of the pair:
 - the kernelspec exactly as JupyterLab writes it (`KERNELSPEC`), so a notebook opened in
@@ -20,8 +20,11 @@ in cells tagged `volatile` (`# %% tags=["volatile"]`: output that depends on the
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import jupytext
@@ -117,17 +120,37 @@ def execute(source: Path, timeout: int = 600):
     return nb
 
 
-def main(names) -> int:
+def build(src: Path) -> str:
+    """Execute one notebook and write its .ipynb whole (an interrupted build leaves the
+    committed notebook as it was); the line to print."""
+    t = time.perf_counter()
+    nb = execute(src)
+    atomic_write_text(src.with_suffix(".ipynb"), jupytext.writes(nb, fmt="ipynb"))
+    return f"{src.name}: executed and written in {time.perf_counter() - t:.0f} s"
+
+
+def main(argv) -> int:
+    """python scripts/build_notebooks.py [-j N] [NAME ...]: each notebook in a kernel of its
+    own, N at a time (default: one per core)."""
+    jobs = os.cpu_count() or 1
+    if argv[:1] == ["-j"]:
+        if len(argv) < 2 or not argv[1].isdigit() or int(argv[1]) < 1:
+            print("usage: build_notebooks.py [-j N] [NAME ...]  (N >= 1)", file=sys.stderr)
+            return 2
+        jobs, argv = int(argv[1]), argv[2:]
     sources = sorted(NB_DIR.glob("[0-9][0-9]_*.py"))
-    if names:
-        sources = [s for s in sources if any(n in s.stem for n in names)]
+    if argv:
+        sources = [s for s in sources if any(n in s.stem for n in argv)]
+        if not sources:
+            print(f"no notebook matches {argv}", file=sys.stderr)
+            return 2
     for src in sources:
         if sync_source_header(src):
             print(f"{src.name}: header updated (kernelspec, jupytext pairing)", flush=True)
-        print(f"executing {src.name} ...", flush=True)
-        nb = execute(src)
-        # whole or not at all: an interrupted build leaves the committed notebook as it was
-        atomic_write_text(src.with_suffix(".ipynb"), jupytext.writes(nb, fmt="ipynb"))
+    print(f"executing {len(sources)} notebook(s), {min(jobs, len(sources))} at a time ...", flush=True)
+    with ProcessPoolExecutor(max_workers=min(jobs, len(sources))) as pool:
+        for line in pool.map(build, sources):
+            print(line, flush=True)
     return 0
 
 
