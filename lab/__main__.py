@@ -9,6 +9,7 @@
   decode-lab compare --a reference --b KV_DTYPE=float16 [--tokens N] [--json PATH]   two runs, step by step
   decode-lab selfcheck [--answers answers.json] [--solutions my_solutions.py] [--explain]
                        [--student NAME] [--attempts PATH]
+  decode-lab exercise list | show NAME | check NAME --solution FILE [--backend sim|cuda]
 
 Bad input (unknown characters, too many tokens, a corrupt weight file, an unknown LAB_* value,
 --backend cuda without a GPU) prints one line `decode-lab: error: ...` and exits with status 2.
@@ -105,6 +106,29 @@ def cmd_selfcheck(args) -> int:
 
     return run_selfcheck(args.answers, args.solutions, explain=args.explain,
                          attempts_path=args.attempts, student=args.student)
+
+
+def cmd_exercise(args) -> int:
+    """`exercise list|show|check`: the hands-on exercises of lab/handson (exit 1: not passed)."""
+    from . import handson
+
+    if args.action == "list":
+        print(handson.listing())
+        return 0
+    if args.name is None:
+        raise LabError(f"exercise {args.action}: name an exercise ({', '.join(handson.EXERCISES)})")
+    if args.action == "show":
+        handson.show(args.name)
+        return 0
+    if args.solution is None:
+        raise LabError("exercise check: give --solution FILE (start from `decode-lab exercise "
+                       f"show {args.name}`)")
+    backend = args.backend if args.backend in ("sim", "cuda") else "sim"
+    if args.backend in (None, "auto"):
+        from .backend import gpu_status
+        backend = "cuda" if gpu_status()[0] else "sim"
+    res = handson.check(args.name, args.solution, backend=backend, timeout_s=args.timeout)
+    return 0 if res.passed else 1
 
 
 def _demo_ranks(eng, args) -> int:
@@ -335,6 +359,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--attempts", metavar="PATH", help="the file that keeps your attempts "
                    "(default: ~/.decode-lab/selfcheck.json)")
     s.set_defaults(fn=cmd_selfcheck)
+    x = sub.add_parser("exercise", help="hands-on exercises, one or more per checklist step: "
+                       "list them, show one (spec + stub), check your solution (exit 1 when it "
+                       "does not pass)")
+    x.add_argument("action", choices=("list", "show", "check"))
+    x.add_argument("name", nargs="?", help="the exercise (see `exercise list`)")
+    x.add_argument("--solution", metavar="FILE", help="your solution: the stub, filled in")
+    x.add_argument("--backend", choices=("auto", "cuda", "sim"), default=None,
+                   help="where the check runs (default: the GPU when there is one)")
+    x.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="the check's time limit in seconds (default: the exercise's)")
+    x.set_defaults(fn=cmd_exercise)
     return p
 
 

@@ -1,0 +1,148 @@
+"""The hands-on exercises (lab/handson): for every exercise the stub fails saying what is
+missing, the reference passes, and every known wrong solution fails with a verdict naming its
+mistake -- each run through the real check, in its child process, on the simulator (the GPU
+variants are marked `gpu`). Bad input gets a one-line verdict and leaves the lab untouched: a
+solution that does not import, raises, loops for ever, writes outside its scratch folder, or
+calls the lab's own implementation. And the command line: list, show, check."""
+import pytest
+
+import kernels
+from lab import handson
+from lab.__main__ import main
+
+EXERCISES = handson.EXERCISES
+WRONG = [(n, m) for n, e in EXERCISES.items() for m in e.wrong]
+
+
+def _check(name, solution, **kw):
+    return handson.check(name, solution, echo=False, **kw)
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_the_stub_fails_saying_what_is_missing(name):
+    ex = EXERCISES[name]
+    res = _check(name, ex.solutions()["stub"])
+    assert not res.passed
+    assert ex.stub_says and ex.stub_says in res.message, res.message
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_the_reference_passes(name):
+    res = _check(name, EXERCISES[name].solutions()["reference"])
+    assert res.passed, res.message
+    assert res.cases >= 2
+
+
+@pytest.mark.parametrize("name,mistake", WRONG, ids=[f"{n}-{m}" for n, m in WRONG])
+def test_each_known_wrong_solution_fails_naming_its_mistake(name, mistake):
+    ex = EXERCISES[name]
+    res = _check(name, ex.solutions()[mistake])
+    assert not res.passed
+    assert ex.wrong[mistake][1] in res.message, res.message
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", EXERCISES)
+def test_the_reference_passes_on_the_gpu(name):
+    res = _check(name, EXERCISES[name].solutions()["reference"], backend="cuda")
+    assert res.passed, res.message
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", EXERCISES)
+def test_the_stub_fails_on_the_gpu(name):
+    assert not _check(name, EXERCISES[name].solutions()["stub"], backend="cuda").passed
+
+
+# ---- bad input: one line, the lab untouched ------------------------------------------------------
+def _file(tmp_path, text, name="solution.py"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_file_that_does_not_import(tmp_path):
+    res = _check("prewarm", _file(tmp_path, "def pre_warm(engine):\n    return (\n"))
+    assert not res.passed and "does not import: SyntaxError" in res.message
+    assert "\n" not in res.line()
+
+
+def test_a_solution_that_raises(tmp_path):
+    res = _check("prewarm", _file(tmp_path, "def pre_warm(engine):\n    raise KeyError('oops')\n"))
+    assert not res.passed and "pre_warm raised KeyError" in res.message
+
+
+def test_a_solution_that_loops_for_ever_meets_the_time_limit(tmp_path):
+    res = _check("prewarm", _file(tmp_path, "def pre_warm(engine):\n    while True:\n        pass\n"),
+                 timeout_s=3)
+    assert not res.passed and "did not finish within 3 s" in res.message
+
+
+def test_a_write_outside_the_scratch_folder_is_refused(tmp_path):
+    target = tmp_path / "outside" / "note.txt"
+    target.parent.mkdir()
+    text = f"def pre_warm(engine):\n    open({str(target)!r}, 'w').write('x')\n"
+    res = _check("prewarm", _file(tmp_path, text))
+    assert not res.passed and f"tried writing {target}" in res.message
+    assert not target.exists()
+
+
+def test_a_process_started_by_the_solution_is_refused(tmp_path):
+    text = "import subprocess\ndef pre_warm(engine):\n    subprocess.run(['true'])\n"
+    res = _check("prewarm", _file(tmp_path, text))
+    assert not res.passed and "starting a process" in res.message
+
+
+def test_the_lab_state_is_untouched(tmp_path):
+    """A solution that defines kernels, mutates the lab's modules and exits: the parent's
+    registry and modules are as they were."""
+    import lab.plan
+    before = (dict(kernels.REGISTRY), lab.plan.MAX_SPLITS)
+    text = ("import kernels, lab.plan\nkernels.REGISTRY.clear()\nlab.plan.MAX_SPLITS = 1\n"
+            + EXERCISES["advance"].reference)
+    _check("advance", _file(tmp_path, text))      # whatever its verdict: the child's business
+    res = _check("advance", _file(tmp_path, "import os\nos._exit(3)\n", "exits.py"))
+    assert not res.passed and "exit code 3" in res.message
+    assert (dict(kernels.REGISTRY), lab.plan.MAX_SPLITS) == before
+
+
+def test_calling_the_lab_s_own_kernel_is_noticed(tmp_path):
+    text = EXERCISES["advance"].reference.replace("pos[0] += 1\n\n\n@kernel",
+                                                  "position.advance_twin(grid, block, pos)\n\n\n@kernel")
+    text = "from kernels import position\n" + text
+    res = _check("advance", _file(tmp_path, text))
+    assert not res.passed and "kernels.position.advance_twin" in res.message
+
+
+def test_a_notebook_namespace_is_a_solution():
+    ns = {}
+    exec(EXERCISES["prewarm"].reference, ns)
+    assert _check("prewarm", ns).passed
+
+
+# ---- the command line ----------------------------------------------------------------------------
+def test_cli_list_names_every_step(capsys):
+    assert main(["exercise", "list"]) == 0
+    out = capsys.readouterr().out
+    for e in EXERCISES.values():
+        assert f"step {e.step:>2}  {e.name}" in out
+
+
+def test_cli_show_and_check(tmp_path, capsys):
+    assert main(["exercise", "show", "prewarm"]) == 0
+    assert "def pre_warm(engine):" in capsys.readouterr().out
+    path = _file(tmp_path, EXERCISES["prewarm"].reference)
+    assert main(["exercise", "check", "prewarm", "--solution", path, "--backend", "sim"]) == 0
+    assert "prewarm: PASS" in capsys.readouterr().out
+    stub = _file(tmp_path, EXERCISES["prewarm"].stub, "stub.py")
+    assert main(["exercise", "check", "prewarm", "--solution", stub, "--backend", "sim"]) == 1
+    assert "prewarm: not yet" in capsys.readouterr().out
+
+
+def test_cli_bad_input_is_one_line(capsys):
+    assert main(["exercise", "show", "nope"]) == 2
+    assert "no exercise 'nope'" in capsys.readouterr().err
+    assert main(["exercise", "check", "prewarm"]) == 2
+    assert "give --solution FILE" in capsys.readouterr().err
+    assert main(["exercise", "check", "prewarm", "--solution", "/no/such.py", "--backend", "sim"]) == 1
+    assert "no such file" in capsys.readouterr().out
