@@ -1,0 +1,76 @@
+"""The house's floors (lab/__init__.py): each module imports only from its own floor or the
+floors below, so a reader can take the lab apart from the ground up. Read from the source's
+import statements (top level and inside functions alike)."""
+import ast
+from pathlib import Path
+
+LAB = Path(__file__).resolve().parents[1] / "lab"
+FLOORS = {
+    0: {"errors", "config", "bugspec", "files", "model", "reference", "plan", "pdl_check",
+        "ledger"},
+    1: {"backend", "instrument"},
+    2: {"engine", "step", "ranks", "bugs", "buffers", "graphs", "device_loop", "requests"},
+    3: {"stats", "bench", "report", "plots", "conformance", "precision", "kernel_run", "compare",
+        "compare_sides", "compare_evidence"},
+    4: {"verify", "audit", "selfcheck", "handson"},
+    5: {"__main__"},
+}
+FLOOR_OF = {name: floor for floor, names in FLOORS.items() for name in names}
+
+
+def _room(path: Path) -> str:
+    """The top-level name under lab/ that `path` belongs to (a module, or a package folder)."""
+    return path.relative_to(LAB).parts[0].removesuffix(".py")
+
+
+def _imported_rooms(path: Path) -> set[str]:
+    return _rooms_in(path.read_text(), path.relative_to(LAB).parent.parts)
+
+
+def _rooms_in(source: str, pkg: tuple) -> set[str]:
+    """The lab rooms `source` imports, for a module in package folder `pkg` under lab/ (()
+    for lab/x.py, ("backend",) for lab/backend/x.py)."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                parts = (node.module or "").split(".")
+                if parts[0] == "lab" and len(parts) > 1:
+                    out.add(parts[1])
+                elif parts[0] == "lab":
+                    out |= {a.name for a in node.names}
+                continue
+            base = pkg[:len(pkg) - (node.level - 1)] if node.level > 1 else pkg
+            parts = [*base, *((node.module or "").split(".") if node.module else [])]
+            out |= {parts[0]} if parts else {a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {a.name.split(".")[1] for a in node.names
+                    if a.name.startswith("lab.") and len(a.name.split(".")) > 1}
+    return out
+
+
+def test_every_module_of_lab_has_a_floor():
+    rooms = {_room(p) for p in LAB.rglob("*.py")} - {"__init__"}
+    assert rooms <= set(FLOOR_OF), sorted(rooms - set(FLOOR_OF))
+
+
+def test_imports_run_down_the_floors():
+    up = []
+    for path in sorted(LAB.rglob("*.py")):
+        room = _room(path)
+        if room == "__init__":
+            continue
+        for other in _imported_rooms(path) - {room}:
+            if other in FLOOR_OF and FLOOR_OF[other] > FLOOR_OF[room]:
+                up.append(f"{path.relative_to(LAB)} ({room}, floor {FLOOR_OF[room]}) imports "
+                          f"{other} (floor {FLOOR_OF[other]})")
+    assert not up, "\n".join(up)
+
+
+def test_the_check_sees_every_form_of_import():
+    """Relative (one or two dots, from a package folder too), absolute, and inside a function."""
+    src = ("from .plan import x\nfrom . import bench\nimport lab.audit\n"
+           "def f():\n    from ..engine import DecodeEngine\n")
+    assert _rooms_in(src, ()) >= {"plan", "bench", "audit"}
+    assert _rooms_in("from ..engine import E\nfrom .base import B\n", ("backend",)) == {
+        "engine", "backend"}
