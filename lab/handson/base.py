@@ -34,7 +34,7 @@ from typing import Callable
 from ..errors import LabError
 from ..selfcheck.checkers import CheckResult, _Fail as Fail, _run, _watching
 
-__all__ = ["Exercise", "Fail", "CheckResult", "Source", "kernel", "issue", "load_solution",
+__all__ = ["Exercise", "Fail", "CheckResult", "Source", "kernel", "issue", "variant", "load_solution",
            "check_in_child", "watched", "need", "DEFAULT_TIMEOUT_S"]
 
 DEFAULT_TIMEOUT_S = 120.0     # a check on the simulator takes seconds; an endless loop, for ever
@@ -51,6 +51,13 @@ def kernel(*signatures: str, twin: Callable, reads: tuple[int, ...], writes: tup
         return KernelSpec(fn.__name__, fn, tuple(signatures), twin, tuple(reads), tuple(writes),
                           (fn.__doc__ or "").strip())
     return wrap
+
+
+def variant(reference: str, old: str, new: str = "") -> str:
+    """A known wrong solution written as its difference from the reference: `old` -> `new`."""
+    if old not in reference:
+        raise ValueError(f"not in the reference: {old!r}")
+    return reference.replace(old, new)
 
 
 def issue(engine, item) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..engine import DecodeEngine
 from ..errors import CaptureError
 from ..ledger import CaptureFailure
-from .base import Exercise, Fail, need
+from .base import Exercise, Fail, need, variant
 from .fixtures import PROMPT, TOKENS, clean_tokens, engine, first_difference
 
 SPEC = """
@@ -79,14 +79,8 @@ def capture(engine, plan):
         return None, CaptureFailure(reason, shown, None)
 '''
 
-def _without(text: str, part: str) -> str:
-    """The reference with one part left out: a known mistake, as a diff from the right code."""
-    assert part in text, part
-    return text.replace(part, "")
-
-
 # caught, but the capture is left open: the eager re-issue runs into it
-LEFT_OPEN = _without(REFERENCE, """        if be.is_capturing():                 # failed at the call: end it (it is invalidated)
+LEFT_OPEN = variant(REFERENCE, """        if be.is_capturing():                 # failed at the call: end it (it is invalidated)
             try:
                 be.end_capture()
             except CaptureError as invalidated:
@@ -95,7 +89,7 @@ LEFT_OPEN = _without(REFERENCE, """        if be.is_capturing():                
             shown = "end_capture"
 """)
 # ended and discarded, but the lazy host state is kept: "uploaded" though it never ran
-NO_RESTORE = _without(REFERENCE, """        lazy.clear()
+NO_RESTORE = variant(REFERENCE, """        lazy.clear()
         lazy.update(saved)                    # the lazy work recorded inside never ran
 """)
 
