@@ -17,6 +17,7 @@ Bad input (unknown characters, too many tokens, a corrupt weight file, an unknow
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from .config import describe, from_env
@@ -220,8 +221,10 @@ def _check_bench_args(args) -> None:
         raise LabError(f"--tokens {args.tokens}: give at least 1 decoded token per rep")
     if getattr(args, "per_token", 0) < 0:
         raise LabError(f"--per-token {args.per_token}: give 0 (skip) or more")
-    if getattr(args, "aa_threshold", 1.0) <= 0:
-        raise LabError(f"--aa-threshold {args.aa_threshold}: must be > 0")
+    threshold = getattr(args, "aa_threshold", None)
+    if threshold is not None and not (math.isfinite(threshold) and threshold > 0):
+        raise LabError(f"--aa-threshold {threshold}: must be a finite number > 0 (or leave it "
+                       f"out: the t critical value for the reps at hand)")
     if args.json:
         check_output(args.json, "--json")
     if args.plot:
@@ -241,6 +244,10 @@ def cmd_bench(args) -> int:
     common = dict(progress=args.progress, kv_init=args.kv_init)   # progress None: on a terminal
     if args.bench == "ab":
         a, b = bench.parse_arm(args.a, base), bench.parse_arm(args.b, base)
+        if a == b:
+            raise LabError(f"--a {args.a!r} and --b {args.b!r} are the same configuration: an A/B "
+                           f"of an arm against itself is the A/A gate, which every A/B runs "
+                           f"first; give arms that differ")
         res = bench.run_ab(model, a, b, reps=args.reps, tokens=args.tokens, per_token=args.per_token,
                            aa_threshold=args.aa_threshold, names=("A", "B"), **common)
         print(report.format_ab(report.narrow(res)))   # the toggles that differ (the JSON: all)
@@ -287,8 +294,10 @@ def _bench_parsers(sub, common) -> None:
     ab.add_argument("--b", required=True, help="arm B, e.g. LAB_GRAPH=1")
     ab.add_argument("--per-token", type=int, default=1000,
                     help="tokens per arm for the per-token p50/p99 pass (0: skip)")
-    ab.add_argument("--aa-threshold", type=float, default=3.0,
-                    help="A/A fails when its paired |t| exceeds this")
+    ab.add_argument("--aa-threshold", type=float, default=None,
+                    help="A/A fails when its paired |t| exceeds this (default: the t "
+                    "distribution's critical value for the reps at hand, so that identical arms "
+                    "fail 1%% of the time at any rep count)")
     shared(ab, 5, 128)
     lo = bsub.add_parser("loo", help="leave-one-out: what each factor is worth given the others")
     lo.add_argument("--factors", required=True, help="boolean toggles, e.g. GRAPH,SPLIT_COMBINE")

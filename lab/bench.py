@@ -11,8 +11,10 @@ Rules every function here follows:
 - ms/token of a run = backend.clock() around its steps (model time on the simulator; wall time
   after a synchronize on a GPU). Standard errors are over reps; differences are paired by rep.
 - `run_ab` first runs A against a second copy of A -- on the shared engine, interleaved like the
-  A/B (the A/A gate: paired |t| <= 3 and byte-identical token ids + final logits); if A/A
-  fails, the A/B is marked not meaningful.
+  A/B (the A/A gate: paired |t| within the t distribution's critical value for the reps at
+  hand, at a nominal false-alarm rate of AA_ALPHA, and byte-identical token ids + final
+  logits); if A/A fails, the A/B is marked not meaningful. `aa_false_alarm_table` measures
+  how often identical arms fail it under the simulator's noise model.
 - Per-token p50/p99 come from a separate pass with a clock() around EACH step (on a GPU that
   synchronizes per token, so it would distort the throughput pass).
 - `run_sweep` reaches long contexts with `DecodeEngine.seek` (timing only: the skipped KV rows
@@ -40,8 +42,8 @@ from .config import TOGGLES, LabConfig
 from .engine import DecodeEngine
 from .errors import LabError
 from .plan import SPLIT_CHOICES, decode_plan
-from .stats import (AA_T_THRESHOLD, aa_verdict, loo_rows, mean_sem, outputs_differ,  # noqa: F401
-                    paired_t, paired_test, percentiles, welch)
+from .stats import (AA_ALPHA, AA_T_THRESHOLD, aa_verdict, loo_rows, mean_sem,  # noqa: F401
+                    outputs_differ, paired_t, paired_test, percentiles, welch)
 
 BENCH_PROMPT = "ROMEO.\n"
 PER_TOKEN_SAMPLES = 1000   # p99 then rests on the 10 slowest tokens of each arm
@@ -185,6 +187,14 @@ def default_backend(cfg: LabConfig, index: int):
     return be
 
 
+def pool_key(cfg: LabConfig, kv_init: str = "zeros") -> tuple:
+    """The key under which arms share one engine in a pool (make_arm): what decides the
+    allocations -- backend, KV dtype, deliberate bugs, KV initialisation. Arms with equal keys
+    differ by launch toggles only. Pre-fill a pool with `{pool_key(cfg): engine}` to time an
+    engine you built (a seeded SimBackend, say)."""
+    return (cfg.backend, cfg.kv_dtype, cfg.bugs, kv_init)
+
+
 def make_arm(model, name: str, cfg: LabConfig, index: int, kv_init: str = "zeros",
              backend_factory: Callable | None = None, pool: dict | None = None) -> Arm:
     """An arm with its engine. With a `pool` (a dict), arms whose allocations agree (same
@@ -193,7 +203,7 @@ def make_arm(model, name: str, cfg: LabConfig, index: int, kv_init: str = "zeros
     differed by a steady 0.4-1.8 us/token from buffer placement alone, which separate engines
     would report as an A/B effect. Without a pool (or with a backend_factory, which gives each
     arm its own backend) every arm gets its own engine."""
-    key = (cfg.backend, cfg.kv_dtype, cfg.bugs, kv_init)
+    key = pool_key(cfg, kv_init)
     if pool is not None and backend_factory is None and key in pool:
         return Arm(name, cfg, pool[key])
     be = (backend_factory or default_backend)(cfg, index)
@@ -309,16 +319,18 @@ def _meta(source: str, what: str, **kw) -> dict:
 
 # ---- A/B behind an A/A gate ---------------------------------------------------------------------
 def run_aa(model, a: LabConfig, reps: int = 5, tokens: int = 128, prompt: str = BENCH_PROMPT,
-           progress=False, aa_threshold: float = AA_T_THRESHOLD, kv_init: str = "zeros",
+           progress=False, aa_threshold: float | None = None, kv_init: str = "zeros",
            backend_factory: Callable | None = None, pool: dict | None = None,
-           name: str = "A") -> tuple[dict, Arm]:
+           name: str = "A", aa_alpha: float = AA_ALPHA) -> tuple[dict, Arm]:
     """A against a second copy of A, interleaved like an A/B (sharing one engine when the pool
-    allows): the A/A gate's verdict as a dict, and arm A (cleared, ready for the A/B)."""
+    allows): the A/A gate's verdict as a dict (stats.aa_verdict: the t critical value for
+    `aa_alpha` at these reps, or the fixed |t| `aa_threshold`), and arm A (cleared, ready for
+    the A/B)."""
     pool = {} if pool is None else pool
     arm_a = make_arm(model, name, a, 0, kv_init, backend_factory, pool)
     arm_a2 = make_arm(model, name + "'", a, 1, kv_init, backend_factory, pool)
     order = interleave([arm_a, arm_a2], reps, decode_run(prompt, tokens), progress, "A/A reps")
-    verdict = aa_verdict(arm_a.ms, arm_a2.ms, arm_a.runs, arm_a2.runs, aa_threshold)
+    verdict = aa_verdict(arm_a.ms, arm_a2.ms, arm_a.runs, arm_a2.runs, aa_threshold, aa_alpha)
     out = {**verdict.to_dict(), "arms": [arm_a.summary(), arm_a2.summary()], "run_order": order}
     arm_a.clear()
     return out, arm_a
@@ -326,9 +338,9 @@ def run_aa(model, a: LabConfig, reps: int = 5, tokens: int = 128, prompt: str = 
 
 def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
            prompt: str = BENCH_PROMPT, progress=False, names=("A", "B"), aa: bool = True,
-           aa_threshold: float = AA_T_THRESHOLD, per_token: int = PER_TOKEN_SAMPLES,
+           aa_threshold: float | None = None, per_token: int = PER_TOKEN_SAMPLES,
            kv_init: str = "zeros", backend_factory: Callable | None = None,
-           pool: dict | None = None) -> dict:
+           pool: dict | None = None, aa_alpha: float = AA_ALPHA) -> dict:
     """A/A (A vs a second copy of A), then the interleaved paired A/B, then per-token p50/p99.
     Arms share one engine when only launch toggles differ (see make_arm); the A/A then runs A
     twice on it, interleaved like the A/B. Returns a JSON-ready dict; `meaningful` is False
@@ -340,7 +352,7 @@ def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
     out = {}
     if aa:
         out["aa"], arm_a = run_aa(model, a, reps, tokens, prompt, progress, aa_threshold, kv_init,
-                                  backend_factory, pool, names[0])
+                                  backend_factory, pool, names[0], aa_alpha)
     else:
         arm_a = make_arm(model, names[0], a, 0, kv_init, backend_factory, pool)
     arm_b = make_arm(model, names[1], b, 2, kv_init, backend_factory, pool)
@@ -558,3 +570,133 @@ def run_loo(model, factors, base: LabConfig | None = None, reps: int = 5, tokens
             "baseline": {**baseline, "gap_ms": gap["diff"], "gap_sem_ms": gap["sem"],
                          "z": gap["z"], "ok": not flags, "reason": "; ".join(flags)},
             "meaningful": not fell_back, "reason": fell_back}
+
+
+# ---- the A/A gate's false-alarm rate, drawn straight from the simulator's noise ---------------
+class _LognormalArgs:
+    """Stands in for a SimBackend's random generator to read what one cost-model draw asks for:
+    `args` = (mean, sigma) of its lognormal (sigma 0: no draw); the factor it returns is 1, so
+    the call returns the cost the noise spreads. The shortcut below then draws those very
+    lognormals for many A/As at once: the cost model stays the one place the noise is defined."""
+
+    def __init__(self):
+        self.args = (0.0, 0.0)
+
+    def read(self, draw: Callable) -> tuple[float, tuple[float, float]]:
+        self.args = (0.0, 0.0)
+        return draw(self), self.args
+
+    def lognormal(self, mean: float, sigma: float) -> float:
+        self.args = (float(mean), float(sigma))
+        return 1.0
+
+
+def _eager_costs(model, cfg: LabConfig, cost, prompt: str, tokens: int) -> list:
+    """Per step of one decode_run(prompt, tokens) on SimBackend: (engine host us, [(host us,
+    its lognormal, device us)] per launch), every figure from the cost model's own functions
+    (host_launch, eager_us, engine_step) for the step's launches at that position."""
+    from .backend.costmodel import launch_context
+    from .backend.sim import SimBackend
+
+    eng = DecodeEngine(model, cfg, backend=SimBackend(cost, seed=0))
+    rng = _LognormalArgs()
+    n = eng.encode(prompt).size - 1 + tokens
+    steps = []
+    for pos in range(n):
+        prev, launches = None, []
+        for ln in eng.step_launches(eng.plan(pos)):
+            host, jitter = rng.read(lambda r: cost.host_launch(ln, eng.backend.mechanism, r))
+            args = [np.array([pos]) if name == "pos" else a
+                    for name, a in zip(ln.kernel.arg_names, ln.args)]
+            launches.append((host, jitter, cost.eager_us(ln, launch_context(ln, args), prev)))
+            prev = ln
+        steps.append((cost.engine_step("eager"), launches))
+    return steps
+
+
+def aa_noise_times(model, reps: int, tokens: int = 24, draws: int = 2000, seed=0,
+                   cfg: LabConfig | None = None, cost=None,
+                   prompt: str = BENCH_PROMPT) -> tuple[np.ndarray, np.ndarray]:
+    """ms/token of A and of A' ([draws, reps] each) for `draws` independent eager A/As as
+    `run_aa` times them on a SimBackend -- one shared engine, a warm-up run per arm, then
+    `reps` rounds A A', A' A, ... of decode_run(prompt, tokens) -- drawn straight from the
+    simulator's noise model instead of running the engine: per launch the host pays
+    `CostModel.host_launch` (its mean-1 lognormal jitter) times the host speed, per step
+    `CostModel.engine_step`; the host speed is `CostModel.host_speed`'s lognormal, redrawn once
+    `drift_us` of model time has passed (as SimBackend's `_host_speed` does); the device runs
+    each kernel for `CostModel.eager_us` once the host has submitted it and the kernel before it
+    is done; a run's time is clock() to clock(), each of which waits for the device.
+    Thousands of A/As take seconds, where the engine takes about half a second per A/A;
+    tests/test_bench.py checks that both give the same false-alarm rates."""
+    from .backend.costmodel import CostModel
+
+    cfg = (cfg or LabConfig(graph=False)).replace(backend="sim")
+    if cfg.graph or cfg.overlap or cfg.ranks != 1 or cfg.loop != "host" or cfg.pdl:
+        raise LabError("aa_noise_times draws the eager one-stream step's noise: give a config "
+                       "with LAB_GRAPH=0, LAB_OVERLAP=0, LAB_PDL=0, LAB_RANKS=1, LAB_LOOP=host")
+    if reps < 2 or draws < 1:
+        raise LabError(f"reps must be >= 2 and draws >= 1, got reps={reps}, draws={draws}")
+    cost = cost or CostModel.load()
+    steps = _eager_costs(model, cfg, cost, prompt, tokens)
+    speed_mean, speed_sigma = _LognormalArgs().read(cost.host_speed)[1]
+    rng = np.random.default_rng(seed)
+    host, dev = np.zeros(draws), np.zeros(draws)
+    speed, until = np.ones(draws), np.zeros(draws)
+
+    def host_speed():          # redrawn where drift_us of model time has passed
+        due = host >= until
+        if due.any():
+            speed[due] = rng.lognormal(speed_mean, speed_sigma, int(due.sum()))
+            until[due] = host[due] + cost.drift_us
+        return speed
+
+    def run() -> np.ndarray:   # one decode run: ms per step
+        nonlocal host, dev
+        t0 = host = np.maximum(host, dev)
+        for step_us, launches in steps:
+            host = host + step_us * host_speed()
+            for us, (mean, sigma), dev_us in launches:
+                jitter = rng.lognormal(mean, sigma, draws)
+                host = host + us * jitter * host_speed()
+                dev = np.maximum(dev, host) + dev_us
+        host = np.maximum(host, dev)
+        return (host - t0) / 1000.0 / len(steps)
+
+    run(), run()               # the warm-up run of each arm
+    a, a2 = np.empty((draws, reps)), np.empty((draws, reps))
+    for r in range(reps):      # A A', A' A, ... (interleave's order)
+        if r % 2 == 0:
+            a[:, r], a2[:, r] = run(), run()
+        else:
+            a2[:, r] = run()
+            a[:, r] = run()
+    return a, a2
+
+
+def aa_false_alarm_table(model=None, reps=(2, 3, 5, 8), tokens: int = 24, draws: int = 4000,
+                         seed: int = 0, alpha: float = AA_ALPHA, cfg: LabConfig | None = None,
+                         cost=None) -> list[dict]:
+    """How often the A/A gate fails identical arms, per rep count, under the simulator's noise
+    model (the H200's recorded spreads in data/gpu/kernel_costs.json): `draws` eager A/As of
+    `tokens` tokens per rep drawn by aa_noise_times (default model: the shipped one; its
+    launches decide the costs, its widths nothing), each judged by stats.aa_verdict. One row
+    per rep count: {"reps", "tokens", "draws", "alarms", "rate", "sem" (binomial standard
+    error of the rate), "nominal" (the gate's alpha), "gate"}.
+
+    To print it: `for r in rows: print(f"{r['reps']:>4} {r['rate']:.2%} ± {r['sem']:.2%}
+    (nominal {r['nominal']:.0%})")`; to plot it: `ax.errorbar([r["reps"] for r in rows],
+    [r["rate"] for r in rows], yerr=[r["sem"] for r in rows], fmt="o")` against
+    `ax.axhline(alpha)`. Each rep count has its own draws (seeded by `seed` and the count)."""
+    if model is None:
+        from .model import DEFAULT_WEIGHTS, load_model
+        model = load_model(DEFAULT_WEIGHTS)
+    rows = []
+    for r in reps:
+        a, a2 = aa_noise_times(model, r, tokens, draws, seed=(seed, r), cfg=cfg, cost=cost)
+        verdicts = [aa_verdict(x, y, alpha=alpha) for x, y in zip(a, a2)]
+        alarms = sum(not v.ok for v in verdicts)
+        rate = alarms / draws
+        rows.append({"reps": r, "tokens": tokens, "draws": draws, "alarms": alarms, "rate": rate,
+                     "sem": float(np.sqrt(rate * (1 - rate) / draws)), "nominal": alpha,
+                     "gate": verdicts[0].method})
+    return rows

@@ -152,9 +152,11 @@ def versions(backend) -> dict:
 
 
 def pool_key(cfg, kv_init: str = "zeros") -> tuple:
-    """Arms whose configs give the same key allocate alike, so lab/bench.py's make_arm lets them
-    share one engine (same buffers, same addresses) and they differ by launch toggles only."""
-    return (cfg.backend, cfg.kv_dtype, cfg.bugs, kv_init)
+    """lab/bench.py's pool_key: arms whose configs give the same key allocate alike, so make_arm
+    lets them share one engine and they differ by launch toggles only. Imported when called:
+    importing this module loads no numba."""
+    from lab.bench import pool_key as bench_pool_key
+    return bench_pool_key(cfg, kv_init)
 
 
 def engine_pool(engine, cfg, kv_init: str = "zeros") -> dict:
