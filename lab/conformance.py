@@ -87,14 +87,63 @@ class Row:
         return f"PASS ({NOISE_SEMS:g} sem)" if self.within_noise else "FAIL"
 
 
+class _Recorded(dict):
+    """A recorded file's JSON object: a missing field is a LabError naming the file and the
+    field's path (a file of the wrong shape, `{}` say), not a KeyError from deep in a reader.
+    Objects and lists inside it are wrapped as they are read."""
+
+    def __init__(self, data: dict, file: str, path: str = ""):
+        super().__init__(data)
+        self.file, self.path = file, path
+
+    def __getitem__(self, key):
+        where = f"{self.path}.{key}" if self.path else str(key)
+        if key not in self:
+            raise LabError(f"{self.file}: no field {where!r} (recorded by another version of the "
+                           f"lab, or not this lesson's recording?)")
+        return _recorded(super().__getitem__(key), self.file, where)
+
+
+class _RecordedList(list):
+    """A list inside a recorded file, its objects wrapped as _Recorded when read."""
+
+    def __init__(self, data: list, file: str, path: str):
+        super().__init__(data)
+        self.file, self.path = file, path
+
+    def __getitem__(self, i):
+        where = f"{self.path}.{i}"
+        try:
+            return _recorded(super().__getitem__(i), self.file, where)
+        except IndexError:
+            raise LabError(f"{self.file}: no field {where!r} ({self.path} has {len(self)} "
+                           f"entries)") from None
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def _recorded(value, file: str, path: str):
+    if isinstance(value, dict):
+        return _Recorded(value, file, path)
+    if isinstance(value, list):
+        return _RecordedList(value, file, path)
+    return value
+
+
 def _load(data_dir: Path, name: str) -> dict:
     path = data_dir / name
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except FileNotFoundError:
         raise LabError(f"{path} is missing: record it on a GPU with scripts/gpu_run.sh") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LabError(f"{path} is unreadable: {exc}") from None
     except ValueError as exc:
         raise LabError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise LabError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return _Recorded(data, name)
 
 
 def _field(rec: dict, path: str, name: str):
@@ -111,7 +160,8 @@ def _arm(result: dict, name: str) -> dict:
     for a in result["arms"]:
         if a["name"] == name:
             return a
-    raise LabError(f"no arm {name!r} in {result.get('what', 'the result')}")
+    where = getattr(result, "file", None) or result.get("what", "the result")
+    raise LabError(f"no arm {name!r} in {where}")
 
 
 def _ab_us(result: dict) -> float:
@@ -189,8 +239,7 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
         a = sim.replace(**a_kw)
 
         def simulate():
-            pool = {(a.backend, a.kv_dtype, a.bugs, "zeros"):
-                    DecodeEngine(model, a, backend=SimBackend(cost, seed=1000))}
+            pool = {bench.pool_key(a): DecodeEngine(model, a, backend=SimBackend(cost, seed=1000))}
             return bench.run_ab(model, a, sim.replace(**b_kw), reps=max(reps, 3),
                                 tokens=rec_ab["tokens"], prompt=rec_ab["prompt"], aa=False,
                                 per_token=0, progress=progress, pool=pool)

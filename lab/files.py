@@ -3,7 +3,7 @@
 `atomic_write(path, write)` calls `write(tmp_path)` on a temporary file in the same folder and
 renames it over `path` only when `write` returned: a kill or an error mid-write leaves the old
 file (or none), never a truncated one. `check_output(path, kinds)` says, before any work, why a
-path cannot be written (missing or unwritable folder, unknown extension).
+path cannot be written (missing folder, one where a file cannot be created, unknown extension).
 """
 from __future__ import annotations
 
@@ -57,8 +57,15 @@ def check_output(path, flag: str, kinds: set[str] | None = None) -> None:
         raise LabError(f"{flag} {path}: is a folder, give a file name")
     if not folder.is_dir():
         raise LabError(f"{flag} {path}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise LabError(f"{flag} {path}: folder {folder} is not writable")
+    # try the write (a temporary file, removed at once) rather than ask os.access: for root it
+    # says yes to folders no one can write, such as /proc
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".check", dir=folder)
+    except OSError as exc:
+        raise LabError(f"{flag} {path}: cannot create a file in folder {folder} "
+                       f"({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(tmp)
     if kinds is not None and p.suffix.lstrip(".").lower() not in kinds:
         raise LabError(f"{flag} {path}: unknown file type {p.suffix or '(none)'}; use one of "
                        f"{', '.join(sorted(kinds))}")

@@ -93,15 +93,45 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
+# each field of a model description: its JSON type(s) and the least value it may take
+_FIELD_RULES = {"d_model": (int, 2), "n_layer": (int, 1), "n_head": (int, 1), "d_ff": (int, 1),
+                "max_seq": (int, 2), "rope_theta": ((int, float), 0.0), "norm_eps": ((int, float), 0.0)}
+
+
+def _check_fields(meta: dict, name: str) -> None:
+    """Types and ranges of a description's fields, each refusal naming the field: a string where
+    a number belongs would otherwise surface as a TypeError deep in the engine, and max_seq 0
+    as a failure at the first step."""
+    if not isinstance(meta.get("vocab"), str):
+        raise LabError(f"{name}: vocab must be a string of distinct characters, "
+                       f"got {meta.get('vocab')!r}")
+    for field, (kinds, least) in _FIELD_RULES.items():
+        v = meta[field]
+        if isinstance(v, bool) or not isinstance(v, kinds):
+            kind = "an integer" if kinds is int else "a number"
+            raise LabError(f"{name}: {field} must be {kind}, got {v!r} ({type(v).__name__})")
+        if kinds is int and v < least:
+            raise LabError(f"{name}: {field} = {v} must be at least {least}"
+                           + (" (a prompt token and the token after it)" if field == "max_seq" else ""))
+        if kinds is not int and not (np.isfinite(v) and v > least):
+            raise LabError(f"{name}: {field} = {v!r} must be a finite number > 0")
+
+
 def _read_config(meta_path: Path) -> tuple[ModelConfig, str | None]:
     if not meta_path.is_file():
         raise LabError(f"model description {meta_path.name} not found next to the weights")
     try:
         meta = json.loads(meta_path.read_text())
-        fields = {k: meta[k] for k in ModelConfig.__dataclass_fields__}
-        cfg = ModelConfig(**fields)
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise LabError(f"model description {meta_path.name} is unreadable: {exc}") from None
+    if not isinstance(meta, dict):
+        raise LabError(f"model description {meta_path.name}: expected a JSON object, "
+                       f"got {type(meta).__name__}")
+    missing = [k for k in ModelConfig.__dataclass_fields__ if k not in meta]
+    if missing:
+        raise LabError(f"model description {meta_path.name} lacks {', '.join(missing)}")
+    _check_fields(meta, meta_path.name)
+    cfg = ModelConfig(**{k: meta[k] for k in ModelConfig.__dataclass_fields__})
     if len(set(cfg.vocab)) != len(cfg.vocab) or not cfg.vocab:
         raise LabError(f"{meta_path.name}: vocab must be a non-empty string of distinct characters")
     if cfg.d_model % cfg.n_head or cfg.head_dim % 2:
@@ -112,19 +142,28 @@ def _read_config(meta_path: Path) -> tuple[ModelConfig, str | None]:
 def load_model(path: str | Path = DEFAULT_WEIGHTS, verify_checksum: bool = True) -> Model:
     """Load and validate the weights at `path` (an .npz) and the .json beside it."""
     path = Path(path)
+    if path.is_dir():
+        raise LabError(f"weights {path} is a folder; give the .npz file (the repository ships "
+                       f"data/tiny_model.npz)")
     if not path.is_file():
         raise LabError(f"weights file {path} not found (the repository ships data/tiny_model.npz)")
     cfg, expected = _read_config(path.with_suffix(".json"))
     if verify_checksum:
+        if expected is None:
+            raise LabError(f"model description {path.with_suffix('.json').name} records no "
+                           f"sha256 of {path.name}; add \"sha256\": the file's checksum "
+                           f"(lab.model.sha256_of)")
         actual = sha256_of(path)
-        if expected is None or actual != expected:
+        if actual != expected:
             raise LabError(f"weights file {path.name} is corrupt: sha256 {actual[:16]}... does not "
                            f"match the recorded {str(expected)[:16]}...")
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except Exception as exc:  # a truncated or non-npz file: numpy raises several types
-        raise LabError(f"weights file {path.name} is unreadable: {exc}") from None
+        why = ("not an .npz archive (numpy read it as a pickle)" if "allow_pickle" in str(exc)
+               else str(exc))
+        raise LabError(f"weights file {path.name} is unreadable: {why}") from None
     return Model(cfg, validate_weights(cfg, arrays), Tokenizer(cfg.vocab), str(path.name))
 
 

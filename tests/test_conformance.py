@@ -89,3 +89,21 @@ def test_a_subset_of_lessons_gives_the_same_rows_as_the_whole_table(model, repor
     assert [(r.lesson, r.sim, r.gpu) for r in part["rows"]] == [(r.lesson, r.sim, r.gpu) for r in want]
     with pytest.raises(LabError, match="unknown conformance lesson"):
         conformance.run(model, only=("fision",))
+
+
+@pytest.mark.parametrize("name, content, needle", [
+    ("ladder.json", {}, "ladder.json: no field 'tokens'"),
+    ("ladder.json", [], "ladder.json: expected a JSON object, got list"),
+    ("overlap.json", {}, "overlap.json: no field 'tokens'"),
+    ("bench_sweep.json", {"rows": [{"arm": "x"}]}, "bench_sweep.json: no field 'rows.0.toggles'"),
+])
+def test_a_recording_of_the_wrong_shape_is_a_clear_error(tmp_path, capsys, name, content, needle):
+    """Valid JSON of the wrong shape (`{}` for ladder.json): one line naming the file and the
+    field it lacks, exit 2, no KeyError."""
+    data = tmp_path / "gpu"
+    shutil.copytree(conformance.DATA_GPU, data)
+    (data / name).write_text(json.dumps(content))
+    assert main(["conformance", "--data", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("decode-lab: error:") and needle in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

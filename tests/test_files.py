@@ -1,5 +1,6 @@
 """Output files are written whole or not at all, and output paths are checked before a run."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +36,16 @@ def test_bad_output_paths(tmp_path, monkeypatch, name, flag, kinds, needle):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(LabError, match=needle):
         check_output(name, flag, plot_formats() if kinds else None)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux's /proc")
+def test_a_folder_that_takes_no_files_is_refused_even_for_root(tmp_path):
+    """/proc: os.access says root may write there; creating a file says otherwise. The check
+    tries it, and leaves nothing behind where it can write."""
+    with pytest.raises(LabError, match=r"--json /proc/x.json: cannot create a file in folder /proc"):
+        check_output("/proc/x.json", "--json")
+    check_output(tmp_path / "x.json", "--json")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_png_is_a_plot_format():

@@ -109,3 +109,62 @@ def test_reference_greedy_text_is_fluent(model):
     common = {"the", "and", "to", "of", "i", "my", "you", "that", "a", "is", "in", "not", "me",
               "it", "with", "be", "your", "his", "this", "for", "will", "what", "he", "so", "have"}
     assert sum(w.lower() in common for w in words) >= 5, text
+
+
+def _described(tmp_path, **changes):
+    """The shipped weights beside a description with `changes` (None: the key removed)."""
+    npz = _copy(tmp_path)
+    meta = npz.with_suffix(".json")
+    info = json.loads(meta.read_text())
+    for k, v in changes.items():
+        if v is None:
+            info.pop(k)
+        else:
+            info[k] = v
+    meta.write_text(json.dumps(info))
+    return npz
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"d_model": "256"}, "d_model must be an integer, got '256' (str)"),
+    ({"n_layer": 4.0}, "n_layer must be an integer, got 4.0 (float)"),
+    ({"n_head": True}, "n_head must be an integer"),
+    ({"max_seq": 0}, "max_seq = 0 must be at least 2"),
+    ({"d_ff": -1}, "d_ff = -1 must be at least 1"),
+    ({"norm_eps": "1e-5"}, "norm_eps must be a number"),
+    ({"rope_theta": 0}, "rope_theta = 0 must be a finite number > 0"),
+    ({"vocab": 7}, "vocab must be a string"),
+    ({"d_ff": None}, "m.json lacks d_ff"),
+])
+def test_description_types_and_ranges_are_refused_at_load(tmp_path, changes, needle):
+    """A wrong type or an impossible size is refused when the model loads, naming the field,
+    not as a TypeError in the engine or a failure at the first step."""
+    with pytest.raises(LabError) as exc:
+        load_model(_described(tmp_path, **changes))
+    assert needle in str(exc.value) and "m.json" in str(exc.value)
+
+
+def test_description_that_is_not_an_object(tmp_path):
+    npz = _copy(tmp_path)
+    npz.with_suffix(".json").write_text("[1, 2]")
+    with pytest.raises(LabError, match="m.json: expected a JSON object, got list"):
+        load_model(npz)
+
+
+def test_messages_that_say_what_is_wrong(tmp_path):
+    """A folder as weights, a description without a checksum, a text file named .npz: each
+    refusal says what the file is, not "not found", "the recorded None" or numpy's advice
+    about allow_pickle (which the lab must never set for a weights file)."""
+    with pytest.raises(LabError, match="is a folder; give the .npz file"):
+        load_model(tmp_path)
+    with pytest.raises(LabError, match="records no sha256 of m.npz") as exc:
+        load_model(_described(tmp_path, sha256=None))
+    assert "None" not in str(exc.value)
+    text = tmp_path / "t.npz"
+    text.write_text("not weights\n")
+    info = json.loads(DEFAULT_WEIGHTS.with_suffix(".json").read_text())
+    info["sha256"] = sha256_of(text)
+    (tmp_path / "t.json").write_text(json.dumps(info))
+    with pytest.raises(LabError, match="t.npz is unreadable: not an .npz archive") as exc:
+        load_model(text)
+    assert "allow_pickle" not in str(exc.value)
