@@ -18,6 +18,10 @@ def _check(name, solution, **kw):
     return handson.check(name, solution, echo=False, **kw)
 
 
+def test_every_checklist_step_has_an_exercise():
+    assert {e.step for e in EXERCISES.values()} == set(range(1, 11))
+
+
 @pytest.mark.parametrize("name", EXERCISES)
 def test_the_stub_fails_saying_what_is_missing(name):
     ex = EXERCISES[name]

@@ -22,12 +22,13 @@ list|show|check` is the command line; notebook 13_hands_on walks through them.
 from __future__ import annotations
 
 from ..errors import LabError
-from . import (aa_control, advance, audit_values, count, fallback, prewarm, replay_test,
-               variance)
+from . import (aa_control, advance, audit_values, count, fallback, fission, loo, prewarm,
+               replay_test, variance)
 from .base import CheckResult, Exercise, Source, check_in_child, issue, kernel
 
 EXERCISES: dict[str, Exercise] = {e.name: e for e in sorted(
-    (count.EXERCISE, audit_values.EXERCISE, advance.EXERCISE, prewarm.EXERCISE, fallback.EXERCISE, replay_test.EXERCISE, aa_control.EXERCISE, variance.EXERCISE), key=lambda e: e.step)}
+    (m.EXERCISE for m in (count, audit_values, advance, prewarm, fallback, replay_test,
+                          aa_control, variance, fission, loo)), key=lambda e: e.step)}
 
 __all__ = ["EXERCISES", "Exercise", "CheckResult", "Source", "kernel", "issue", "exercise", "show",
            "check", "listing"]
