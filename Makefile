@@ -34,8 +34,9 @@ gpu-test: $(VENV)/.installed
 gpu-record: $(VENV)/.installed
 	PATH=$(abspath $(VENV))/bin:$$PATH bash scripts/gpu_run.sh out
 
+# JupyterLab refuses to run as root unless told: containers and course servers often are root
 lab: $(VENV)/.installed
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root )notebooks/
 
 # regenerate the .ipynb files from their jupytext sources and execute them on the simulator
 notebooks: $(VENV)/.installed

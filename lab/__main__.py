@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import warnings
 
 from .config import describe, from_env
 from .errors import LabError
@@ -58,11 +59,15 @@ def _print_ledger(engine) -> None:
 def cmd_generate(args) -> int:
     if args.tokens < 1:
         raise LabError(f"--tokens {args.tokens}: give at least 1 token to generate")
+    if args.save_dot:                          # before the run, not after it
+        from .files import check_output
+        check_output(args.save_dot, "--save-dot")
     eng = _engine(args, **({"graph": False} if args.eager else {}))
     gen = eng.generate(args.prompt, args.tokens, progress=args.progress)
     print(gen.prompt + gen.text)
+    # a step decodes one position (a prompt token's or a new one's): per step is per token
     print(f"\n[{gen.steps - args.tokens} prompt steps + {args.tokens} tokens, "
-          f"{gen.ms_per_token:.3f} ms per step ({gen.ms_per_token:.3f} ms/token), "
+          f"{gen.ms_per_token:.3f} ms/token (per step, prompt steps included), "
           f"{'graph' if eng.cfg.graph else 'eager'}; {gen.source}]")
     if args.ledger:
         _print_ledger(eng)
@@ -79,7 +84,8 @@ def cmd_generate(args) -> int:
         for i, (key, graph) in enumerate(graphs.items()):
             path = base if len(graphs) == 1 else base.with_name(f"{base.stem}.{i}{base.suffix}")
             atomic_write_text(path, graph.dot())
-            print(f"graph for plan {key}: {graph.node_count} nodes -> {path}")
+            n = graph.node_count
+            print(f"graph for plan {key}: {n} node{'' if n == 1 else 's'} -> {path}")
     return 0
 
 
@@ -382,13 +388,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning (LAB_LOOP=device refused, say: the lab falls back on purpose) as one line."""
+    print(f"decode-lab: warning: {message}", file=sys.stderr)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.fn(args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            warnings.showwarning = _warning_line
+            return args.fn(args)
     except LabError as exc:
         print(f"decode-lab: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("decode-lab: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
