@@ -626,14 +626,15 @@ def aa_noise_times(model, reps: int, tokens: int = 24, draws: int = 2000, seed=0
     `drift_us` of model time has passed (as SimBackend's `_host_speed` does); the device runs
     each kernel for `CostModel.eager_us` once the host has submitted it and the kernel before it
     is done; a run's time is clock() to clock(), each of which waits for the device.
-    Thousands of A/As take seconds, where the engine takes about half a second per A/A;
-    tests/test_bench.py checks that both give the same false-alarm rates."""
+    Thousands of A/As take seconds, where the engine would run every kernel's NumPy twin for
+    each; tests/test_bench.py checks that both give the same false-alarm rates."""
     from .backend.costmodel import CostModel
 
     cfg = (cfg or LabConfig(graph=False)).replace(backend="sim")
-    if cfg.graph or cfg.overlap or cfg.ranks != 1 or cfg.loop != "host" or cfg.pdl:
-        raise LabError("aa_noise_times draws the eager one-stream step's noise: give a config "
-                       "with LAB_GRAPH=0, LAB_OVERLAP=0, LAB_PDL=0, LAB_RANKS=1, LAB_LOOP=host")
+    if cfg.graph or cfg.overlap or cfg.ranks != 1 or cfg.loop != "host" or cfg.pdl or cfg.bugs:
+        raise LabError("aa_noise_times draws the clean eager one-stream step's noise: give a "
+                       "config with LAB_GRAPH=0, LAB_OVERLAP=0, LAB_PDL=0, LAB_RANKS=1, "
+                       "LAB_LOOP=host and no LAB_BUG_*")
     if reps < 2 or draws < 1:
         raise LabError(f"reps must be >= 2 and draws >= 1, got reps={reps}, draws={draws}")
     cost = cost or CostModel.load()

@@ -95,7 +95,8 @@ def sha256_of(path: Path) -> str:
 
 # each field of a model description: its JSON type(s) and the least value it may take
 _FIELD_RULES = {"d_model": (int, 2), "n_layer": (int, 1), "n_head": (int, 1), "d_ff": (int, 1),
-                "max_seq": (int, 2), "rope_theta": ((int, float), 0.0), "norm_eps": ((int, float), 0.0)}
+                "max_seq": (int, 2),       # a prompt token and the token after it
+                "rope_theta": ((int, float), 0.0), "norm_eps": ((int, float), 0.0)}
 
 
 def _check_fields(meta: dict, name: str) -> None:
@@ -111,8 +112,7 @@ def _check_fields(meta: dict, name: str) -> None:
             kind = "an integer" if kinds is int else "a number"
             raise LabError(f"{name}: {field} must be {kind}, got {v!r} ({type(v).__name__})")
         if kinds is int and v < least:
-            raise LabError(f"{name}: {field} = {v} must be at least {least}"
-                           + (" (a prompt token and the token after it)" if field == "max_seq" else ""))
+            raise LabError(f"{name}: {field} = {v} must be at least {least}")
         if kinds is not int and not (np.isfinite(v) and v > least):
             raise LabError(f"{name}: {field} = {v!r} must be a finite number > 0")
 

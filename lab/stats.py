@@ -23,10 +23,11 @@ import numpy as np
 # with the H200's recorded noise): the host's slow drift, redrawn every ~18 ms, spans adjacent
 # reps, and the interleave's A A', A' A order then puts the same level into both reps'
 # differences with the same sign, so they are positively correlated and the t-test's sem is too
-# small. At 5% nominal that measured 6-7.4% with 24-token reps (4.6-5.8% with 64 or more); at 1%
-# it stays within half a point at every rep count and run length measured. No per-rep test can
-# undo that correlation at 2-8 reps (a sign-flip test assumes it away too, and has only 2^reps
-# patterns: none below 6% at 5 reps). A failed gate means "re-run, then look", never "B is faster".
+# small. At 5% nominal that measured 6-7.4% with 24-token reps (4.6-5.8% with 64 or more);
+# at 1%, 0.9-1.8% at 2, 3, 5 and 8 reps of 24 or 128 tokens: within a point everywhere. No
+# per-rep test can undo that correlation at 2-8 reps (a sign-flip test assumes it away too, and
+# has only 2^reps patterns: its smallest p-value at 5 reps is 6.25%). A failed gate means
+# "re-run, then look", never "B is faster".
 AA_ALPHA = 0.01
 # The leave-one-out baseline check's |z| flag (an unpaired comparison; not the A/A gate).
 AA_T_THRESHOLD = 3.0

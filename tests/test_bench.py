@@ -440,6 +440,8 @@ def test_aa_noise_times_match_the_simulated_engine():
 def test_aa_noise_times_refuses_what_it_does_not_model(small):
     with pytest.raises(LabError, match="LAB_GRAPH=0"):
         bench.aa_noise_times(small, 3, cfg=SIM)                      # a graph step
+    with pytest.raises(LabError, match="no LAB_BUG_"):                 # a bug's own host work
+        bench.aa_noise_times(small, 3, cfg=SIM.replace(graph=False, bugs={"lazy_table"}))
     with pytest.raises(LabError, match="reps must be >= 2"):
         bench.aa_noise_times(small, 1, cfg=SIM.replace(graph=False))
 

@@ -234,7 +234,8 @@ def test_device_loop_refused_without_graphs_is_one_warning_line(capsys, monkeypa
     monkeypatch.setenv("LAB_GRAPH", "0")
     assert main(["generate", "--prompt", "ROMEO.", "--tokens", "2", "--backend", "sim"]) == 0
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert err and all(line.startswith("decode-lab: warning: LAB_LOOP=device refused") for line in err), err
+    warning = "decode-lab: warning: LAB_LOOP=device refused"
+    assert err and all(line.startswith(warning) for line in err), err
     assert "UserWarning" not in "\n".join(err)
 
 
