@@ -150,3 +150,11 @@ def test_cli_bad_input_is_one_line(capsys):
     assert "give --solution FILE" in capsys.readouterr().err
     assert main(["exercise", "check", "prewarm", "--solution", "/no/such.py", "--backend", "sim"]) == 1
     assert "no such file" in capsys.readouterr().out
+
+
+def test_the_notebook_holds_every_stub_and_check():
+    """notebooks/13_hands_on.py: a stub cell per exercise, verbatim, and its check."""
+    from scripts.build_notebooks import NB_DIR
+    text = (NB_DIR / "13_hands_on.py").read_text()
+    for name, ex in EXERCISES.items():
+        assert f'# %%\n{ex.stub.strip()}\n\n# %%\nresult = check("{name}", globals())' in text, name

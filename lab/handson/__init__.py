@@ -47,13 +47,14 @@ def listing() -> str:
     return "\n".join(rows)
 
 
-def show(name: str) -> None:
-    """Print the exercise's spec and its stub."""
-    print(exercise(name).show())
+def show(name: str, stub: bool = True) -> None:
+    """Print the exercise's spec and (stub=True) its stub."""
+    print(exercise(name).show(stub))
 
 
 def check(name: str, solution, backend: str = "sim", timeout_s: float | None = None,
-          echo: bool = True) -> CheckResult:
+          echo: bool = True, width: int | None = None) -> CheckResult:
     """Check `solution` (a .py file, a namespace such as a notebook's globals(), or a Source)
-    against exercise `name` in a child process; prints and returns the one-line verdict."""
-    return check_in_child(exercise(name), solution, backend, timeout_s, echo)
+    against exercise `name` in a child process; prints (wrapped at `width` columns when given)
+    and returns the one-line verdict."""
+    return check_in_child(exercise(name), solution, backend, timeout_s, echo, width)

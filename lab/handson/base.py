@@ -26,6 +26,7 @@ import os
 import shutil
 import sys
 import tempfile
+import textwrap
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,10 +108,14 @@ class Exercise:
         out.update({m: Source(src, f"{self.name} wrong: {m}") for m, (src, _) in self.wrong.items()})
         return out
 
-    def show(self) -> str:
-        return (f"{self.name} -- checklist step {self.step}: {self.title} (lecture {self.section})"
-                f"\n\n{self.spec.strip()}\n\n# ---- the stub: edit it, then `decode-lab exercise "
-                f"check {self.name} --solution FILE`\n{self.stub.strip()}\n")
+    def show(self, stub: bool = True) -> str:
+        """The spec, and (stub=True) the stub to start from."""
+        text = (f"{self.name} -- checklist step {self.step}: {self.title}\n(lecture {self.section})"
+                f"\n\n{self.spec.strip()}\n")
+        if stub:
+            text += (f"\n# ---- the stub: edit it, then `decode-lab exercise check {self.name} "
+                     f"--solution FILE`\n{self.stub.strip()}\n")
+        return text
 
 
 # ---- where a solution comes from ---------------------------------------------------------------
@@ -266,9 +271,11 @@ def _context(backend: str):
 
 
 def check_in_child(exercise: Exercise, solution, backend: str = "sim",
-                   timeout_s: float | None = None, echo: bool = True) -> CheckResult:
+                   timeout_s: float | None = None, echo: bool = True,
+                   width: int | None = None) -> CheckResult:
     """Run `exercise`'s check on `solution` in a child process with a time limit and a scratch
-    folder of its own; the one-line verdict (printed when `echo`) as a CheckResult."""
+    folder of its own; the one-line verdict (printed when `echo`, wrapped at `width` columns
+    when given: a notebook page) as a CheckResult."""
     if backend == "cuda" and not isinstance(solution, (str, Path, Source)):
         raise LabError("on the GPU a check runs in a fresh process: give the solution as a .py "
                        "file (or module:ATTRIBUTE)")
@@ -300,7 +307,7 @@ def check_in_child(exercise: Exercise, solution, backend: str = "sim",
         parent.close()
         shutil.rmtree(scratch, ignore_errors=True)
     if echo:
-        if printed.strip():
-            print(printed.rstrip())
-        print(res.line())
+        shown = [printed.rstrip(), res.line()] if printed.strip() else [res.line()]
+        for text in shown:
+            print(textwrap.fill(text, width, subsequent_indent="    ") if width else text)
     return res
