@@ -158,3 +158,11 @@ def test_the_notebook_holds_every_stub_and_check():
     text = (NB_DIR / "13_hands_on.py").read_text()
     for name, ex in EXERCISES.items():
         assert f'# %%\n{ex.stub.strip()}\n\n# %%\nresult = check("{name}", globals())' in text, name
+
+
+def test_a_thread_left_running_does_not_hold_the_check(tmp_path):
+    text = ("import threading, time\n"
+            "def pre_warm(engine):\n"
+            "    threading.Thread(target=lambda: time.sleep(3600)).start()\n")
+    res = _check("prewarm", _file(tmp_path, text), timeout_s=30)
+    assert not res.passed and "fell back to eager" in res.message

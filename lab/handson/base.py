@@ -261,6 +261,7 @@ def _child(conn, exercise: Exercise, solution, backend: str, scratch: str) -> No
     printed = printed[:-len(res.line()) - 1] if printed.endswith(res.line() + "\n") else printed
     conn.send((res.passed, res.message, res.cases, printed[-_OUTPUT_KEPT:]))
     conn.close()
+    os._exit(0)       # now: no wait for threads the solution left running, no exit handlers
 
 
 def _context(backend: str):
@@ -303,6 +304,9 @@ def check_in_child(exercise: Exercise, solution, backend: str = "sim",
             res = CheckResult(exercise.name, False, f"the check did not finish within {limit:g} s "
                               f"(an endless loop in the solution?); its process was stopped", 0)
         proc.join(5)
+        if proc.is_alive():                           # a verdict came, the process lingers
+            proc.kill()
+            proc.join()
     finally:
         parent.close()
         shutil.rmtree(scratch, ignore_errors=True)
