@@ -203,6 +203,27 @@ def ab_verdict(run_a, run_b):
 result = check("aa_control", globals())
 
 # %% [markdown]
+# ## Step 7, continued. The A/A gate in front of every A/B (§5)
+# Exercise `aa_gate`: the A/A gate in front of every A/B: the same control for timings.
+
+# %%
+show("aa_gate", stub=False)
+
+# %%
+import math
+
+import numpy as np
+
+
+def aa_gate(run_a, run_a2, reps, critical):
+    """True when A and its copy A' agree within their noise and byte for byte."""
+    # FILL ME IN
+    return None
+
+# %%
+result = check("aa_gate", globals())
+
+# %% [markdown]
 # ## Step 8. Measure the variance, not just the mean (§1)
 # Exercise `variance`: interleaved reps and the standard error of both arms.
 
