@@ -77,8 +77,8 @@ def test_a_solution_that_raises(tmp_path):
 
 
 def test_a_solution_that_loops_for_ever_meets_the_time_limit(tmp_path):
-    res = _check("prewarm", _file(tmp_path, "def pre_warm(engine):\n    while True:\n        pass\n"),
-                 timeout_s=3)
+    text = "def pre_warm(engine):\n    while True:\n        pass\n"
+    res = _check("prewarm", _file(tmp_path, text), timeout_s=3)
     assert not res.passed and "did not finish within 3 s" in res.message
 
 
@@ -111,8 +111,8 @@ def test_the_lab_state_is_untouched(tmp_path):
 
 
 def test_calling_the_lab_s_own_kernel_is_noticed(tmp_path):
-    text = EXERCISES["advance"].reference.replace("pos[0] += 1\n\n\n@kernel",
-                                                  "position.advance_twin(grid, block, pos)\n\n\n@kernel")
+    text = EXERCISES["advance"].reference.replace(
+        "pos[0] += 1\n\n\n@kernel", "position.advance_twin(grid, block, pos)\n\n\n@kernel")
     text = "from kernels import position\n" + text
     res = _check("advance", _file(tmp_path, text))
     assert not res.passed and "kernels.position.advance_twin" in res.message
@@ -148,7 +148,8 @@ def test_cli_bad_input_is_one_line(capsys):
     assert "no exercise 'nope'" in capsys.readouterr().err
     assert main(["exercise", "check", "prewarm"]) == 2
     assert "give --solution FILE" in capsys.readouterr().err
-    assert main(["exercise", "check", "prewarm", "--solution", "/no/such.py", "--backend", "sim"]) == 1
+    missing = ["exercise", "check", "prewarm", "--solution", "/no/such.py", "--backend", "sim"]
+    assert main(missing) == 1
     assert "no such file" in capsys.readouterr().out
 
 

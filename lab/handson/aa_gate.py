@@ -93,8 +93,9 @@ def _setups(backend):
     yield ("a copy reading an uninitialised cache after a seek", empty,
            bench.context_run(PROMPT, CONTEXT, TOKENS))
     pool = {}
+    split = cfg(backend, graph=False, split_combine=True)
     other = [bench.make_arm(model, "A", cfg(backend, graph=False), 0, pool=pool),
-             bench.make_arm(model, "A'", cfg(backend, graph=False, split_combine=True), 1, pool=pool)]
+             bench.make_arm(model, "A'", split, 1, pool=pool)]
     yield "a 'copy' that is not one (A' splits its combine)", other, run
 
 

@@ -83,7 +83,7 @@ class AdvanceStep(Step):
         return [launch(advance_kernel, ((1,), (1,)), (self.dev.buf.pos,))]
 '''
 
-# the host writes the position before each step, and no kernel advances it (as LAB_BUG_POS_OUTSIDE_GRAPH)
+# the host writes the position before each step, no kernel advances it (LAB_BUG_POS_OUTSIDE_GRAPH)
 HOST_WRITE = '''
 import numpy as np
 from lab.step import Step
@@ -185,7 +185,8 @@ def cases(sol, backend):
     n_ops = len(eng.backend.ops)
     for k in range(1, 6):
         watched(_REFS, eng.step, what="an eager step of AdvanceStep")
-        writes = [o for o in eng.backend.ops[n_ops:] if o.kind == "upload" and o.detail.startswith("pos")]
+        writes = [o for o in eng.backend.ops[n_ops:]
+                  if o.kind == "upload" and o.detail.startswith("pos")]
         if writes:
             raise Fail(f"the host writes the position during the step (an upload into pos in "
                        f"eager step {k}): a graph replay never re-runs a host write; advance "
@@ -196,7 +197,8 @@ def cases(sol, backend):
                     "in advance()" if dev == k - 1 else
                     f"pos moved by {dev - k + 1} in one step: exactly one thread of the launch "
                     f"may add 1" if dev > k else "pos[0] must end each step one further")
-            raise Fail(f"after {k} eager step(s) the device position is {dev}, expected {k}: {hint}")
+            raise Fail(f"after {k} eager step(s) the device position is {dev}, expected {k}: "
+                       f"{hint}")
     yield "5 eager steps advance pos[0] to 5"
     varying = _per_step_values(eng)
     if varying:

@@ -89,7 +89,8 @@ ALL_PROMOTED = variant(REFERENCE, '''            values = [("kernel", "key", x.k
                         '''            values = [("kernel", "promote", x.kernel.name), ("grid", "promote", x.grid),
                       ("block", "promote", x.block)]''')
 # a capture key is taken as handled without grouping by plan key
-NEVER_UNHANDLED = variant(REFERENCE, 'findings[where] = "capture key" if handled else "unhandled capture key"',
+NEVER_UNHANDLED = variant(REFERENCE,
+                          'findings[where] = "capture key" if handled else "unhandled capture key"',
                            'findings[where] = "capture key"')
 
 

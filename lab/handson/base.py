@@ -35,8 +35,8 @@ from typing import Callable
 from ..errors import LabError
 from ..selfcheck.checkers import CheckResult, _Fail as Fail, _run, _watching
 
-__all__ = ["Exercise", "Fail", "CheckResult", "Source", "kernel", "issue", "variant", "load_solution",
-           "check_in_child", "watched", "need", "DEFAULT_TIMEOUT_S"]
+__all__ = ["Exercise", "Fail", "CheckResult", "Source", "kernel", "issue", "variant",
+           "load_solution", "check_in_child", "watched", "need", "DEFAULT_TIMEOUT_S"]
 
 DEFAULT_TIMEOUT_S = 120.0     # a check on the simulator takes seconds; an endless loop, for ever
 _OUTPUT_KEPT = 4000           # characters of what the solution printed, sent back with the verdict
@@ -105,7 +105,8 @@ class Exercise:
         """{"stub": ..., "reference": ..., each mistake: ...}: every solution the lab ships."""
         out = {"stub": Source(self.stub, f"{self.name} stub"),
                "reference": Source(self.reference, f"{self.name} reference")}
-        out.update({m: Source(src, f"{self.name} wrong: {m}") for m, (src, _) in self.wrong.items()})
+        out.update({m: Source(src, f"{self.name} wrong: {m}")
+                    for m, (src, _) in self.wrong.items()})
         return out
 
     def show(self, stub: bool = True) -> str:
@@ -132,7 +133,8 @@ def load_solution(solution):
         if not p.is_file():
             raise LabError(f"solution {solution}: no such file")
         loader = importlib.machinery.SourceFileLoader("handson_solution", str(p))
-        module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+        spec = importlib.util.spec_from_loader(loader.name, loader)
+        module = importlib.util.module_from_spec(spec)
         try:
             loader.exec_module(module)
         except (Exception, SystemExit) as exc:     # whatever the student's file raises

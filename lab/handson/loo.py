@@ -66,7 +66,8 @@ LADDER = variant(LADDER, '''    table = {f: float(np.mean(np.asarray(ms[frozense
                               - np.asarray(ms[frozenset(factors[i + 1:])])))
              for i, f in enumerate(factors)}''')
 # all on minus all on-but-F: the sign flipped
-SIGN = variant(REFERENCE, "np.asarray(ms[frozenset({f})]) - on", "on - np.asarray(ms[frozenset({f})])")
+SIGN = variant(REFERENCE, "np.asarray(ms[frozenset({f})]) - on",
+               "on - np.asarray(ms[frozenset({f})])")
 
 FACTORS, REPS, TOKENS = ("GRAPH", "SPLIT_COMBINE"), 3, 16
 _REFS = (("lab.stats.loo_rows", loo_rows), ("lab.stats.paired_test", paired_test),

@@ -102,7 +102,8 @@ def cases(sol, backend):
                    f"eager: {e.reason}. Plans with splits {missed} were not pre-warmed: run "
                    f"every first-use job of every plan the engine will meet, before the first "
                    f"capture")
-    inside = [o for o in eng.backend.ops[n_ops:] if o.capturing and o.kind in ("upload", "allocation")]
+    inside = [o for o in eng.backend.ops[n_ops:]
+              if o.capturing and o.kind in ("upload", "allocation")]
     if inside:
         raise Fail(f"{inside[0].kind} of {inside[0].detail} ran inside a capture")
     yield "every plan captured, no fallback"

@@ -129,8 +129,9 @@ def cases(sol, backend):
         if not math.isclose(g_mean, mean, rel_tol=1e-9):
             raise Fail(f"{n}: mean {g_mean:.6g} ms, the timed reps average {mean:.6g}")
         if not math.isclose(g_sem, sem, rel_tol=1e-9):
+            ddof0 = sem * math.sqrt((REPS - 1) / REPS)
             extra = (" -- that is the population sd (ddof=0): use the sample sd (ddof=1)"
-                     if math.isclose(g_sem, sem * math.sqrt((REPS - 1) / REPS), rel_tol=1e-6) else "")
+                     if math.isclose(g_sem, ddof0, rel_tol=1e-6) else "")
             raise Fail(f"{n}: sem {g_sem:.6g} ms, the timed reps give {sem:.6g}{extra}")
     yield (f"means and standard errors of both arms (sem eager / graph = "
            f"{got['eager'][1] / got['graph'][1]:.1f})")
