@@ -76,6 +76,11 @@ TIMES_ONLY = variant(REFERENCE, """        if not same:
             return False
 """)
 
+# all of A's reps, then all of A''s: drift between them reads as a difference
+BACK_TO_BACK = variant(REFERENCE, """    for rep in range(reps):
+        for name in (("A", "A'") if rep % 2 == 0 else ("A'", "A")):""", """    for name in ("A", "A'"):
+        for rep in range(reps):""")
+
 REPS, TOKENS, CONTEXT = 4, 16, 100
 _REFS = (("lab.stats.aa_verdict", aa_verdict), ("lab.stats.paired_t", paired_t),
          ("lab.stats.mean_sem", mean_sem))
@@ -99,10 +104,11 @@ def _setups(backend):
     yield "a 'copy' that is not one (A' splits its combine)", other, run
 
 
-def _recorded(arm, run, calls):
+def _recorded(arm, run, calls, order):
     def one():
         ms, out = run(arm.use())
         calls[arm.name].append((ms, out))
+        order.append(arm.name)
         return ms, out
     return one
 
@@ -113,14 +119,20 @@ def cases(sol, backend):
     for label, arms, run in _setups(backend):
         for arm in arms:
             run(arm.use())                                   # warm-up, untimed
-        calls = {"A": [], "A'": []}
-        got = watched(_REFS, fn, _recorded(arms[0], run, calls), _recorded(arms[1], run, calls),
-                      REPS, critical, what=f"aa_gate ({label})")
+        calls, order = {"A": [], "A'": []}, []
+        got = watched(_REFS, fn, _recorded(arms[0], run, calls, order),
+                      _recorded(arms[1], run, calls, order), REPS, critical,
+                      what=f"aa_gate ({label})")
         if got is None:
             raise Fail("aa_gate returned None: fill in the stub (# FILL ME IN)")
         if any(len(v) != REPS for v in calls.values()):
             raise Fail(f"{label}: the arms ran {({k: len(v) for k, v in calls.items()})} reps, "
                        f"expected {REPS} each")
+        pairs = [tuple(order[i:i + 2]) for i in range(0, len(order), 2)]
+        if any(set(p) != {"A", "A'"} or (k and p == pairs[k - 1]) for k, p in enumerate(pairs)):
+            raise Fail(f"{label}: the reps ran in the order {' '.join(order)}: interleave A and "
+                       f"A' as the A/B will run, the order reversed every other rep (A A', A' A, "
+                       f"...), not one arm's reps back to back")
         ms = {k: [c[0] for c in v] for k, v in calls.items()}
         outs = {k: [c[1] for c in v] for k, v in calls.items()}
         want = aa_verdict(ms["A"], ms["A'"], outs["A"], outs["A'"])
@@ -135,5 +147,6 @@ def cases(sol, backend):
 
 EXERCISE = Exercise(
     "aa_gate", 7, "the A/A gate in front of every A/B", "§5", SPEC, STUB, ("aa_gate",), cases,
-    REFERENCE, {"times only": (TIMES_ONLY, "the gate checks outputs too")},
+    REFERENCE, {"times only": (TIMES_ONLY, "the gate checks outputs too"),
+                "back to back": (BACK_TO_BACK, "not one arm's reps back to back")},
     stub_says="returned None: fill in the stub")
