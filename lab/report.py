@@ -105,7 +105,8 @@ def format_ab(result: dict) -> str:
     if aa:
         lines.append(f"A/A gate ({aa['arms'][0]['name']} vs {aa['arms'][1]['name']}): "
                      f"{'PASS' if aa['ok'] else 'FAIL'}  paired t = {aa['t']:.2f} "
-                     f"(threshold {aa['threshold']:g}), outputs "
+                     f"(threshold {aa['threshold']:.2f}"
+                     + (f", {aa['alpha']:.0%} false alarms" if aa.get("alpha") else "") + "), outputs "
                      f"{'byte-identical' if aa['outputs_identical'] else 'DIFFER'}")
     tw = _tw([a for _, a in _ab_rows(result)])
     nw = max([13] + [len(label) for label, _ in _ab_rows(result)])   # long arm names: A/A rows

@@ -27,8 +27,9 @@
 # 3. **warm-up excluded** (compilation, capture);
 # 4. **A/A first**: A against a second copy of A, interleaved exactly like the A/B. If A already
 #    differs from A beyond its noise
-#    (paired |t| > 3), or the outputs (token ids, final logits) are not byte-identical, an A/B
-#    is not meaningful — whatever its t says;
+#    (paired |t| above the t distribution's critical value at 1% for the reps at hand), or the
+#    outputs (token ids, final logits) are not byte-identical, an A/B is not meaningful —
+#    whatever its t says;
 # 5. every number comes with its **standard error** and its **source** (measured on which GPU,
 #    or simulated).
 #
@@ -126,28 +127,45 @@ show(report.format_ab(narrow(bad)))
 
 # %% [markdown]
 # ### How often does a correct A/A fail?
-# The gate is a test, so it has a false-alarm rate: with 5 reps (4 degrees of freedom) a paired
-# |t| above 3 happens by chance with probability 2·P(T₄ > 3), about 4%. The gate is only useful
-# if the noise it sees is the noise the t-test assumes. `tests/test_bench.py::
-# test_aa_false_alarm_rate_is_nominal_over_seeds` runs the first example's A/A (eager, 5 reps ×
-# 24 tokens) over 50 simulator seeds and checks that the gate fails no more often than the nominal
-# 4% allows (at most the 95th percentile of Binomial(50, 4%)). Here, 20 of those seeds (about a
-# second each):
+# The gate is a test, so it has a false-alarm rate. It compares the paired |t| with the t
+# distribution's two-sided critical value at α = 1% for reps − 1 degrees of freedom (63.7 at 2
+# reps, 4.60 at 5), so identical arms should fail it 1% of the time at any rep count — if the
+# noise is what the t-test assumes. Here it is measured: `bench.aa_false_alarm_table` draws
+# thousands of eager A/As from the simulator's noise model (the H200's recorded per-launch
+# jitter and host drift, `kernel_costs.json`; the engine's own launches and costs, without
+# running the kernels) and counts the alarms at 2, 3, 5 and 8 reps of this notebook's 24 tokens.
+# (`tests/test_bench.py` holds the shortcut against the real simulated engine over 40 seeds, and
+# the table within 1 point of nominal at the CLI's 128 tokens.)
 
 # %%
-key = (EAGER.backend, EAGER.kv_dtype, EAGER.bugs, "zeros")
-nominal = 2 * st.t.sf(bench.AA_T_THRESHOLD, df=4)
-ts = []
-for seed in range(20):
-    pool = {key: DecodeEngine(model, EAGER, backend=SimBackend(measured, seed=seed))}
-    res, _ = bench.run_aa(model, EAGER, reps=5, tokens=24, pool=pool)
-    ts.append(res["t"])
-alarms = sum(abs(t) > bench.AA_T_THRESHOLD for t in ts)
-show("paired t per seed: " + " ".join(f"{t:+.2f}" for t in ts))
-show(f"false alarms: {alarms} of {len(ts)} seeds ({alarms / len(ts):.0%}); nominal rate "
-     f"{nominal:.1%} -> expected {nominal * len(ts):.1f} of {len(ts)}; at most "
-     f"{st.binom.ppf(0.95, len(ts), nominal):.0f} is within the nominal rate's 95th percentile "
-     f"(simulated)")
+rows = bench.aa_false_alarm_table(model, tokens=24, draws=4000)
+print(f"{'reps':>4} {'critical |t|':>12} {'alarms':>7} {'rate':>7} {'± sem':>7} {'nominal':>8}")
+for r in rows:
+    crit = st.t.ppf(1 - r["nominal"] / 2, r["reps"] - 1)
+    print(f"{r['reps']:>4} {crit:>12.2f} {r['alarms']:>7} {r['rate']:>7.2%} {r['sem']:>7.2%} "
+          f"{r['nominal']:>8.0%}")
+show(f"{rows[0]['draws']} simulated A/As per rep count, {rows[0]['tokens']} tokens per rep; gate: "
+     f"{rows[0]['gate']}")
+
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.errorbar([r["reps"] for r in rows], [100 * r["rate"] for r in rows],
+            yerr=[100 * r["sem"] for r in rows], fmt="o", capsize=3, label="measured (simulated)")
+ax.axhline(100 * rows[0]["nominal"], color="k", lw=1, label="nominal 1%")
+ax.axhspan(0, 100 * rows[0]["nominal"] + 1, color="0.9", zorder=0, label="within 1 point")
+ax.set(xlabel="paired reps per arm", ylabel="false alarms (%)", xticks=[r["reps"] for r in rows],
+       ylim=(0, 4), title="A/A gate: false-alarm rate against its nominal rate")
+ax.legend(loc="upper left", fontsize=8)
+plt.show()
+
+# %% [markdown]
+# Every rep count stays within a point of the nominal 1%, so the CLI refuses no rep count.
+# The rates sit a little above 1%, most at 8 reps. That is not heavy tails: the host's drift is
+# redrawn about every 18 ms of model time, which spans adjacent reps, and the alternating order
+# (A A', A' A, ...) then puts the same drift into neighbouring reps' differences, which become
+# correlated, so the paired standard error is slightly too small. At a 5% nominal rate the same
+# effect put the gate at 6-7% on 24-token reps, more than a point off: that is why the gate runs
+# at 1%. The price is power: at 2 reps the critical |t| is 63.7, so a 2-rep A/A is in practice a
+# byte check of the outputs, not a check of the timing.
 
 # %% [markdown]
 # ## Standard errors of both arms
