@@ -61,7 +61,10 @@ NO_CONTROL = variant(REFERENCE, '''    a1, a2 = run_a(), run_a()                
         return "broken"
 ''', "    a1 = run_a()\n")
 
-CONTEXT, TOKENS = 100, 4
+# two tokens: a frozen pointer changes the second step's logits, not yet a token id# the token ids compared, not the logits
+TOKENS_ONLY = variant(REFERENCE, "for a, b in zip(x, y))", "for a, b in zip(x[:1], y[:1]))")
+
+CONTEXT, TOKENS = 100, 2
 
 
 def _run(backend, kv_init, graph, bugs=frozenset(), calls=None):
@@ -111,7 +114,8 @@ def cases(sol, backend):
         elif want == "broken":
             why = "two runs of A differed and still you trusted the comparison"
         else:
-            why = "compare token ids and logits byte for byte"
+            why = ("compare the logits too, byte for byte: a frozen value shows in them before "
+                   "it changes a token id")
         aa = ("differs here: the KV rows the seek skipped hold whatever memory held"
               if want == "broken" else "matches here")
         raise Fail(f"{label}: you said {got!r}, it is {want!r} (A against itself {aa}): {why}")
@@ -120,5 +124,6 @@ def cases(sol, backend):
 EXERCISE = Exercise(
     "aa_control", 7, "the A/A control before believing a mismatch", "§5", SPEC, STUB,
     ("ab_verdict",), cases, REFERENCE,
-    {"no control": (NO_CONTROL, "you ran A 1 time(s)")},
+    {"no control": (NO_CONTROL, "you ran A 1 time(s)"),
+     "token ids only": (TOKENS_ONLY, "compare the logits too")},
     stub_says="returned None: fill in the stub")

@@ -76,7 +76,7 @@ TIMES_ONLY = variant(REFERENCE, """        if not same:
             return False
 """)
 
-# all of A's reps, then all of A''s: drift between them reads as a difference
+# all of A's reps, then all of the copy's: drift between them reads as a difference
 BACK_TO_BACK = variant(REFERENCE, """    for rep in range(reps):
         for name in (("A", "A'") if rep % 2 == 0 else ("A'", "A")):""", """    for name in ("A", "A'"):
         for rep in range(reps):""")
