@@ -37,9 +37,10 @@ from lab import handson
 from lab.handson import EXERCISES, show
 
 
-def check(name, solution):
-    """The exercise's check, its verdict wrapped to this page (the command line prints one line)."""
-    return handson.check(name, solution, width=100)
+def check(name, solution, backend="sim"):
+    """The exercise's check, its verdict wrapped to this page (the command line prints one line).
+    backend="cuda" runs it on the GPU, in a fresh process: give the solution as a .py file."""
+    return handson.check(name, solution, backend=backend, width=100)
 
 # %% [markdown]
 # ## Step 1. Count your launches (lecture: Overview)
