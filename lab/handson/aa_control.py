@@ -37,7 +37,7 @@ import numpy as np
 def ab_verdict(run_a, run_b):
     """"same", "different", or "broken" (A against itself already differs)."""
     # FILL ME IN
-    return None
+    return "same"
 '''
 
 REFERENCE = '''
@@ -126,4 +126,4 @@ EXERCISE = Exercise(
     ("ab_verdict",), cases, REFERENCE,
     {"no control": (NO_CONTROL, "you ran A 1 time(s)"),
      "token ids only": (TOKENS_ONLY, "compare the logits too")},
-    stub_says="returned None: fill in the stub")
+    stub_says="you never ran A")

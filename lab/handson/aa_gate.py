@@ -41,7 +41,7 @@ import numpy as np
 def aa_gate(run_a, run_a2, reps, critical):
     """True when A and its copy A' agree within their noise and byte for byte."""
     # FILL ME IN
-    return None
+    return True
 '''
 
 REFERENCE = '''
@@ -125,6 +125,9 @@ def cases(sol, backend):
                       what=f"aa_gate ({label})")
         if got is None:
             raise Fail("aa_gate returned None: fill in the stub (# FILL ME IN)")
+        if not order:
+            raise Fail(f"{label}: no rep ran: run A and its copy A', {REPS} interleaved reps "
+                       f"each, and judge their paired difference and their outputs")
         if any(len(v) != REPS for v in calls.values()):
             raise Fail(f"{label}: the arms ran {({k: len(v) for k, v in calls.items()})} reps, "
                        f"expected {REPS} each")
@@ -149,4 +152,4 @@ EXERCISE = Exercise(
     "aa_gate", 7, "the A/A gate in front of every A/B", "§5", SPEC, STUB, ("aa_gate",), cases,
     REFERENCE, {"times only": (TIMES_ONLY, "the gate checks outputs too"),
                 "back to back": (BACK_TO_BACK, "not one arm's reps back to back")},
-    stub_says="returned None: fill in the stub")
+    stub_says="no rep ran")

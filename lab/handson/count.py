@@ -102,7 +102,8 @@ def cases(sol, backend):
         want, inside, outside = _eager_count(backend, kw)
         got = watched(_REFS, count, _engine(backend, kw), what=f"launches_per_token ({label})")
         if got is None:
-            raise Fail("launches_per_token returned None: fill in the stub (# FILL ME IN)")
+            raise Fail("launches_per_token returned None: count the kernel launches one eager "
+                       "step logs (engine.log.for_step), and return that number")
         if got != want:
             hint = ("the step you counted was a graph replay, which logs one graph launch and "
                     "not its kernels: count an eager step" if got in (0, 1) else
@@ -115,7 +116,8 @@ def cases(sol, backend):
         got = watched(_REFS, pays, ms, n, what=f"capture_pays ({label})")
         want = 1000.0 * ms / n < 10.0
         if got is None:
-            raise Fail("capture_pays returned None: fill in the stub (# FILL ME IN)")
+            raise Fail("capture_pays returned None: compare each launch's budget, in "
+                       "microseconds, with 10")
         if not isinstance(got, bool) and type(got).__name__ != "bool_":
             raise Fail(f"capture_pays ({label}) returned {got!r}: return True or False")
         if bool(got) != want:
@@ -131,4 +133,4 @@ EXERCISE = Exercise(
     {"counted a replay": (REPLAYED, "graph replay"),
      "layers only": (LAYERS_ONLY, "outside the layer stack"),
      "milliseconds": (MILLISECONDS, "1 ms is 1000 us")},
-    stub_says="returned None: fill in the stub")
+    stub_says="count the kernel launches one eager step logs")

@@ -38,8 +38,9 @@ import numpy as np
 
 def leave_one_out(run, factors, reps):
     """{factor: ms/token saved by it with the others on, ..., "all": all off - all on}."""
+    table = {}
     # FILL ME IN
-    return None
+    return table
 '''
 
 REFERENCE = '''
@@ -109,6 +110,9 @@ def cases(sol, backend):
     need_arms = {"all-on": frozenset(), "all-off": frozenset(FACTORS),
                  **{f"-{f}": frozenset({f}) for f in FACTORS}}
     missing = [name for name, off in need_arms.items() if len(ms.get(off, [])) != REPS]
+    if not calls:
+        raise Fail(f"no arm ran: run all on, each factor left out ({', '.join(FACTORS)}) and all "
+                   f"off, {REPS} interleaved reps each, then tabulate")
     if missing:
         hint = ("a cumulative ladder (factors switched on one after another) credits the first "
                 "with the benefit they share: leave each factor out of ALL-ON"
@@ -137,4 +141,4 @@ EXERCISE = Exercise(
     REFERENCE,
     {"cumulative ladder": (LADDER, "cumulative ladder"),
      "sign flipped": (SIGN, "the sign is flipped")},
-    stub_says="returned None: fill in the stub")
+    stub_says="no arm ran")

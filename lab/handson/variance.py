@@ -38,8 +38,9 @@ import numpy as np
 
 def measure(arms, reps):
     """{name: (mean ms/token, standard error)} over `reps` interleaved reps per arm."""
+    out = {}
     # FILL ME IN
-    return None
+    return out
 '''
 
 REFERENCE = '''
@@ -105,7 +106,7 @@ def cases(sol, backend):
     if any(counts[n] != REPS + 1 for n in names):
         hint = ("no untimed warm-up: an arm's first run compiles and captures; call each arm once "
                 "before the timed reps" if all(counts[n] == REPS for n in names) else
-                f"each arm runs once to warm up, then {REPS} timed reps")
+                f"each arm runs once to warm up, then {REPS} timed reps, interleaved")
         raise Fail(f"the arms ran {counts} times for reps={REPS}: {hint}")
     timed = calls[len(names):]
     order = [c[0] for c in timed]
@@ -143,4 +144,4 @@ EXERCISE = Exercise(
     {"back to back": (BACK_TO_BACK, "back to back"),
      "population sd": (POPULATION_SD, "population sd"),
      "no warm-up": (NO_WARM_UP, "no untimed warm-up")},
-    stub_says="returned None: fill in the stub")
+    stub_says="each arm runs once to warm up, then 5 timed reps")
