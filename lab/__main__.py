@@ -9,7 +9,7 @@
   decode-lab compare --a reference --b KV_DTYPE=float16 [--tokens N] [--json PATH]   two runs, step by step
   decode-lab selfcheck [--answers answers.json] [--solutions my_solutions.py] [--explain]
                        [--student NAME] [--attempts PATH]
-  decode-lab exercise list | show NAME | check NAME --solution FILE [--backend sim|cuda]
+  decode-lab exercise list | show NAME [--stub] | check NAME --solution FILE [--backend sim|cuda]
 
 Bad input (unknown characters, too many tokens, a corrupt weight file, an unknown LAB_* value,
 --backend cuda without a GPU) prints one line `decode-lab: error: ...` and exits with status 2.
@@ -125,7 +125,10 @@ def cmd_exercise(args) -> int:
     if args.name is None:
         raise LabError(f"exercise {args.action}: name an exercise ({', '.join(handson.EXERCISES)})")
     if args.action == "show":
-        handson.show(args.name)
+        if args.stub:               # the stub alone: `... show NAME --stub > mine.py`
+            print(handson.exercise(args.name).stub.strip())
+        else:
+            handson.show(args.name)
         return 0
     if args.solution is None:
         raise LabError("exercise check: give --solution FILE (start from `decode-lab exercise "
@@ -380,6 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("action", choices=("list", "show", "check"))
     x.add_argument("name", nargs="?", help="the exercise (see `exercise list`)")
     x.add_argument("--solution", metavar="FILE", help="your solution: the stub, filled in")
+    x.add_argument("--stub", action="store_true",
+                   help="show: print the stub alone (redirect it into your solution file)")
     x.add_argument("--backend", choices=("auto", "cuda", "sim"), default=None,
                    help="where the check runs (default: the GPU when there is one)")
     x.add_argument("--timeout", type=float, default=None, metavar="S",

@@ -135,6 +135,8 @@ def test_cli_list_names_every_step(capsys):
 def test_cli_show_and_check(tmp_path, capsys):
     assert main(["exercise", "show", "prewarm"]) == 0
     assert "def pre_warm(engine):" in capsys.readouterr().out
+    assert main(["exercise", "show", "prewarm", "--stub"]) == 0
+    assert capsys.readouterr().out.strip() == EXERCISES["prewarm"].stub.strip()
     path = _file(tmp_path, EXERCISES["prewarm"].reference)
     assert main(["exercise", "check", "prewarm", "--solution", path, "--backend", "sim"]) == 0
     assert "prewarm: PASS" in capsys.readouterr().out
