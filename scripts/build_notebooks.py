@@ -89,11 +89,29 @@ def stable_ids(nb):
     return nb
 
 
+def merge_streams(nb):
+    """One output per run of consecutive stream outputs of the same stream in each cell: how a
+    print reaches the kernel's client in chunks depends on timing, what it printed does not."""
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        merged = []
+        for o in cell.get("outputs", []):
+            if (o.get("output_type") == "stream" and merged
+                    and merged[-1].get("output_type") == "stream"
+                    and merged[-1].get("name") == o.get("name")):
+                merged[-1]["text"] = "".join(merged[-1]["text"]) + "".join(o.get("text", ""))
+            else:
+                merged.append(o)
+        cell["outputs"] = merged
+    return nb
+
+
 def stable_outputs(nb) -> list[tuple[int, str]]:
     """(cell index, text) of every text output of every code cell not tagged `volatile`, lines
     of progress bars left out."""
     out = []
-    for i, cell in enumerate(nb.cells):
+    for i, cell in enumerate(merge_streams(nb).cells):
         if cell.cell_type != "code" or VOLATILE in cell.get("metadata", {}).get("tags", []):
             continue
         for o in cell.get("outputs", []):
@@ -117,7 +135,7 @@ def execute(source: Path, timeout: int = 600):
     nb = stable_ids(with_metadata(jupytext.read(source)))
     NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                    resources={"metadata": {"path": str(source.parent)}}).execute()
-    return nb
+    return merge_streams(nb)
 
 
 def build(src: Path) -> str:

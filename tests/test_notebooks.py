@@ -2,6 +2,7 @@
 same cells as its jupytext source, and it opens in JupyterLab clean: the kernelspec JupyterLab
 writes, the jupytext pairing, outputs that fit a page, no stray matplotlib reprs, and every
 plot followed by text that reads it."""
+import difflib
 import json
 import re
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from jupytext.config import load_jupytext_configuration_file
 
 from scripts.build_notebooks import (FORMATS, KERNELSPEC, NB_DIR, execute, split_header,
-                                     sync_source_header)
+                                     stable_ids, stable_outputs, sync_source_header)
 
 SOURCES = sorted(NB_DIR.glob("[0-9][0-9]_*.py"))
 WIDTH = 100   # the widest output line a notebook may print (the notebooks' show() wraps at it)
@@ -43,10 +44,24 @@ def test_there_are_notebooks():
 @pytest.mark.slow
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
 def test_notebook_executes(source):
+    """Executed on the simulator (its own kernel; the notebooks spread over pytest-xdist's
+    workers), no cell raises, and every text output is what the committed .ipynb shows: the
+    simulator's clock and noise are seeded, so a committed output that differs is stale (cells
+    tagged `volatile` and progress-bar lines excepted, scripts/build_notebooks.py)."""
     nb = execute(source)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
-    assert not errors
+    assert not errors, f"{source.stem}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+    have, want = stable_outputs(nb), stable_outputs(jupytext.read(source.with_suffix(".ipynb")))
+    for (i, now), (j, then) in zip(have, want):
+        if (i, now) != (j, then):
+            diff = "\n".join(list(difflib.unified_diff(then.splitlines(), now.splitlines(),
+                                                        "committed", "now", lineterm=""))[:30])
+            pytest.fail(f"{source.stem}.ipynb cell {i}: the committed output is stale (rebuild: "
+                        f"python scripts/build_notebooks.py {source.stem}):\n{diff}")
+    assert len(have) == len(want), (f"{source.stem}.ipynb: {len(want)} committed text outputs, "
+                                    f"{len(have)} now (rebuild: python scripts/build_notebooks.py "
+                                    f"{source.stem})")
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
@@ -58,6 +73,22 @@ def test_ipynb_matches_its_source(source):
     want = [(c.cell_type, c.source) for c in jupytext.read(source).cells]
     have = [(c.cell_type, c.source) for c in jupytext.read(ipynb).cells]
     assert have == want, f"{ipynb.name} is stale: python scripts/build_notebooks.py {source.stem}"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_a_rebuild_rewrites_nothing_volatile(source):
+    """Cell ids derived from the cells (a rebuild keeps them), no execution timestamps, one
+    output per run of a stream: a rebuild of unchanged code leaves the committed .ipynb as it is."""
+    raw = json.loads(source.with_suffix(".ipynb").read_text())
+    nb = jupytext.read(source.with_suffix(".ipynb"))
+    assert [c.id for c in nb.cells] == [c.id for c in stable_ids(jupytext.read(source)).cells], \
+        f"{source.stem}.ipynb: cell ids are not the stable ones (python scripts/build_notebooks.py)"
+    timed = [i for i, c in enumerate(raw["cells"]) if "execution" in c.get("metadata", {})]
+    assert not timed, f"{source.stem}.ipynb: execution timestamps in cells {timed[:5]}"
+    split = [i for i, c in enumerate(raw["cells"]) for a, b in zip(c.get("outputs", []),
+             c.get("outputs", [])[1:]) if a.get("output_type") == b.get("output_type") == "stream"
+             and a.get("name") == b.get("name")]
+    assert not split, f"{source.stem}.ipynb: a stream split over outputs in cells {split[:5]}"
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
@@ -126,3 +157,26 @@ def test_every_plot_is_read_in_the_text_after_it(source):
         if not text or text.startswith("#"):
             unread.append(i)
     assert not unread, f"{source.stem}: figures in cells {unread} have no text reading them"
+
+
+def test_stable_outputs_see_a_stale_output_and_ignore_chunking_and_progress():
+    """What the staleness check compares: a changed printed text differs; the same text split
+    over two stream outputs (timing) or a progress bar's line (the wall clock) does not."""
+    import copy
+    nb = jupytext.read(SOURCES[0].with_suffix(".ipynb"))
+    base = stable_outputs(copy.deepcopy(nb))
+    cell = next(c for c in nb.cells if c.cell_type == "code" and any(
+        o.get("output_type") == "stream" for o in c.get("outputs", [])))
+    out = next(o for o in cell.outputs if o.get("output_type") == "stream")
+    text = "".join(out["text"])
+    stale = copy.deepcopy(nb)
+    next(o for c in stale.cells if c.id == cell.id for o in c.outputs
+         if o.get("output_type") == "stream")["text"] = text + "one more line\n"
+    assert stable_outputs(stale) != base
+    chunked = copy.deepcopy(nb)
+    c = next(c for c in chunked.cells if c.id == cell.id)
+    i = c.outputs.index(next(o for o in c.outputs if o.get("output_type") == "stream"))
+    half = len(text) // 2
+    c.outputs[i:i + 1] = [{**out, "text": text[:half]}, {**out, "text": text[half:]},
+                          {**out, "text": " 40%|####  | 4/10 [00:01<00:02, 3.1it/s]\n"}]
+    assert stable_outputs(chunked) == base
