@@ -216,21 +216,33 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
     # the model's EXPECTATION: means are compared, so the simulated runs carry no noise (the
     # noise model is checked on its own: the A/A false-alarm test in tests/test_bench.py)
     cost = cost.replace(launch_jitter=0.0, drift=0.0, node_jitter=0.0)
+    rec = {n: _load(data_dir, f"{n}.json") for n in
+           ("ladder", "overlap", "fission", "bench_sweep", "kernel_costs")}
+    loop_file = data_dir / "device_loop.json"    # recorded since LAB_LOOP: older sets lack it
+    # first a dry pass that judges each recording against itself, so that a recording of the
+    # wrong shape is reported before any simulation runs; then the real one
+    for dry in (True, False):
+        table = _table(model, data_dir, rec, loop_file, only, cost, base, reps, progress, dry)
+    return table
+
+
+def _table(model, data_dir, rec, loop_file, only, cost, base, reps, progress, dry) -> dict:
+    """The table of run(); `dry`: each simulated result replaced by its recording (no run)."""
     from .backend.sim import SimBackend
     from .engine import DecodeEngine
     factory = lambda cfg, index: SimBackend(cost, seed=1000 + index)  # noqa: E731
     sim = LabConfig(backend="sim")
-    rec = {n: _load(data_dir, f"{n}.json") for n in
-           ("ladder", "overlap", "fission", "bench_sweep", "kernel_costs")}
-    loop_file = data_dir / "device_loop.json"    # recorded since LAB_LOOP: older sets lack it
     rows: list[Row] = []
+
+    def result(key, simulate, recorded):
+        return recorded if dry else _once(key, simulate)
 
     # the ladder: ms/token per rung, launches and nodes
     lad = rec["ladder"]
     if "ladder" in only:
-        s_lad = _once(base and (*base, "ladder", lad["tokens"], lad["prompt"]), lambda: bench.run_ladder(
+        s_lad = result(base and (*base, "ladder", lad["tokens"], lad["prompt"]), lambda: bench.run_ladder(
             model, sim, reps=reps, tokens=lad["tokens"], prompt=lad["prompt"], progress=progress,
-            backend_factory=factory))
+            backend_factory=factory), lad)
         ladder_rows(lad, s_lad, rows)
 
     def ab(name, a_kw, b_kw, rec_ab, lesson):
@@ -243,7 +255,8 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
             return bench.run_ab(model, a, sim.replace(**b_kw), reps=max(reps, 3),
                                 tokens=rec_ab["tokens"], prompt=rec_ab["prompt"], aa=False,
                                 per_token=0, progress=progress, pool=pool)
-        s_ab = _once(base and (*base, "ab", lesson, rec_ab["tokens"], rec_ab["prompt"]), simulate)
+        s_ab = result(base and (*base, "ab", lesson, rec_ab["tokens"], rec_ab["prompt"]), simulate,
+                      rec_ab)
         note = name if rec_ab.get("meaningful", True) is not False else f"{name}; its A/A gate failed"
         rows.append(Row(lesson, "us/token", _ab_us(s_ab), _ab_us(rec_ab), note=note,
                         gpu_sem=1000.0 * rec_ab["diff_sem_ms"]))
@@ -265,9 +278,9 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
         if arm is None:
             raise LabError("bench_sweep.json has no graph arm (LAB_GRAPH=1)")
         g_slope, lo, hi = _sweep_slope_us(sw, arm)
-        s_sw = _once(base and (*base, "sweep", arm, lo, hi, sw["tokens"]), lambda: bench.run_sweep(
+        s_sw = result(base and (*base, "sweep", arm, lo, hi, sw["tokens"]), lambda: bench.run_sweep(
             model, {arm: sim}, [lo, hi], reps=reps, tokens=sw["tokens"], progress=progress,
-            backend_factory=factory))
+            backend_factory=factory), sw)
         rows.append(Row(f"graph: context {lo} -> {hi}", "us/token", _sweep_slope_us(s_sw, arm)[0],
                         g_slope, note="bench_sweep.json"))
 
