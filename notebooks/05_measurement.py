@@ -533,8 +533,9 @@ show(f"source: {be.describe()}")
 # would produce. The same flag reaches the harness: `decode-lab bench sweep --kv-init empty`
 # times every step over uninitialised memory (garbage that may hold NaN, inf or denormals), so
 # its figures measure nobody-knows-what; keep `zeros` (the default) for any timing you report.
+# (This cell's output differs from run to run on purpose: what the `empty` runs read is random.)
 
-# %%
+# %% tags=["volatile"]
 def sought(kv_init, position=900, steps=6):
     eng = DecodeEngine(model, EAGER, kv_init=kv_init)
     eng.reset(eng.encode("ROMEO.\n"), 0)

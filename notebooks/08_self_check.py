@@ -304,7 +304,7 @@ a6 = answer("q6", None)   # FILL ME IN: one letter
 # An A/A at a sought context: two fresh eager engines of one configuration jump to position 200
 # with `seek` (the rows before it never written) and decode two tokens; their outputs compared.
 
-# %%
+# %% tags=["volatile"]
 def aa_after_seek(kv_init, position=200):
     """Why two identical engines' outputs differ after a seek ("" when they are identical)."""
     runs = []

@@ -15,7 +15,8 @@ A rebuild of unchanged code rewrites nothing: each cell's id is derived from its
 changed cell changes its own id only), no execution timestamps are recorded, and the Python
 version JupyterLab would write is the only volatile metadata kept. `stable_outputs` is what
 a check of committed outputs holds against a fresh execution: every text a cell prints, except
-in cells tagged `volatile` (`# %% tags=["volatile"]`: output that depends on the wall clock).
+in cells tagged `volatile` (`# %% tags=["volatile"]`: output that depends on the wall clock or
+on uninitialised memory, which is random on purpose).
 """
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def sync_source_header(source: Path) -> bool:
     return True
 
 
-VOLATILE = "volatile"   # the cell tag for output that depends on the wall clock
+VOLATILE = "volatile"   # the cell tag for output that depends on the wall clock or random memory
 # a line the simulator does not decide: a progress bar's rate and elapsed time (tqdm)
 VOLATILE_LINE = re.compile(r"\d+(\.\d+)?(it|s)/(s|it)\b|\[\d+:\d+<")
 

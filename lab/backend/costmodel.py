@@ -403,11 +403,14 @@ class CostModel:
     # ---- host --------------------------------------------------------------------------------
     def host_launch(self, launch: Launch, mechanism: str, rng: np.random.Generator) -> float:
         """Host us of one eager launch through `mechanism`, with its jitter."""
-        per = self.host_launch_us[mechanism]
-        us = per.get(cost_key(launch))
-        if us is None:
-            us = float(np.mean(list(per.values())))
+        us = self.host_launch_us[mechanism].get(cost_key(launch))
+        if us is None:                  # a launch the recording lacks: the mechanism's mean
+            us = self._host_launch_means[mechanism]
         return us * self.host_scale * _unit_lognormal(rng, self.launch_jitter)
+
+    @functools.cached_property
+    def _host_launch_means(self) -> dict[str, float]:
+        return {m: float(np.mean(list(per.values()))) for m, per in self.host_launch_us.items()}
 
     def graph_submit(self, rng: np.random.Generator) -> float:
         return self.graph_submit_us * self.host_scale * _unit_lognormal(rng, self.launch_jitter)

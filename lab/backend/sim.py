@@ -183,6 +183,7 @@ class SimBackend(DeviceQueues, _Views, Backend):
         self._order_rng = np.random.default_rng([seed, 1])   # execution order (order="random")
         self._bases: list[int] = []
         self._segments: dict[int, np.ndarray] = {}
+        self._views: dict[tuple, np.ndarray] = {}     # (ptr, shape, dtype) -> its NumPy view
         self._next = _BASE_ADDR
         self._captures: dict[str, _Capture] = {}
         self._timeline: list[TimelineEvent] = []
@@ -273,7 +274,15 @@ class SimBackend(DeviceQueues, _Views, Backend):
         return Buffer(name, base, shape, dtype)
 
     def _resolve(self, buf: Buffer) -> np.ndarray:
-        """The NumPy view at a buffer's address: resolution by pointer, as a GPU would do."""
+        """The NumPy view at a buffer's address: resolution by pointer, as a GPU would do (each
+        view made once: allocations are never freed or moved, so a view stays valid)."""
+        key = (buf.ptr, buf.shape, buf.dtype)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = self._resolve_new(buf)
+        return view
+
+    def _resolve_new(self, buf: Buffer) -> np.ndarray:
         i = bisect.bisect_right(self._bases, buf.ptr) - 1
         if i < 0:
             raise RuntimeError(f"address {buf.ptr:#x} is not device memory")
