@@ -160,10 +160,14 @@ FAMILIES = {
 # --quick: attention's code paths, one case each, in (dtype, pos, splits) per config: several
 # slices, a float16 cache (and attn_partial_len, the last case of each dtype), empty slices
 # (splits > L); merges over more slices than MERGE_GROUP; the extra shapes' first cases (more
-# than one pass, lanes past head_dim, every dim of every lane). attn_partial_len runs on the last
-# case of each dtype, so each list ends its dtypes as the full lists do.
+# than one pass, lanes past head_dim, every dim of every lane), the second config's one case (an
+# odd head count, D not a multiple of the rows per block: the merge and combine's row tail).
 QUICK_ATTENTION = ([(np.float32, 15, 3), (np.float16, 6, 2), (np.float32, 1, 5)],
-                   [(np.float32, 11, 1), (np.float32, 1, 5)])
+                   [(np.float32, 11, 1)])
+# --quick leaves out attn_partial_len: the same device function as attn_partial (partial_slice)
+# with the context length by value, so its shuffle path is attn_partial's; the full tree run
+# holds it bit for bit against attn_partial on every case
+QUICK_SKIPS = {"attn_partial_len"}
 
 
 def family_rng(family: str, config: int) -> np.random.Generator:
@@ -347,7 +351,7 @@ def check_partials(H, hd, S, cases, tag, Wo=None):
             "attn_partial", g, b,
             [q, kc, vc, pos, np.zeros((H, splits, hd), np.float32),
              np.zeros((H, splits, 2), np.float32), scale], (1e-5, 64), dt, label=label)[4:6]
-        if by_value[np.dtype(dt)] == i:  # the bug variant: the context length by value, L = p + 1
+        if by_value[np.dtype(dt)] == i and "--quick" not in sys.argv:  # the bug variant: L by value
             part_o2, part_ml2 = run_case(
                 "attn_partial_len", g, b,
                 [q, kc, vc, np.int32(p + 1), np.zeros((H, splits, hd), np.float32),
@@ -527,7 +531,9 @@ def main() -> int:
         timed("advance", t_advance)
 
     mine = {n: spec for n, spec in REGISTRY.items() if n in set().union(*(FAMILIES[f] for f in families))}
-    missing = sorted({(n, s) for n, spec in mine.items() for s in spec.signatures} - _exercised)
+    skipped = QUICK_SKIPS if "--quick" in sys.argv else set()
+    missing = sorted({(n, s) for n, spec in mine.items() if n not in skipped
+                      for s in spec.signatures} - _exercised)
     if missing:
         raise Mismatch(f"registered kernels/signatures never exercised: {missing}")
     save_dump()
