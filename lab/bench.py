@@ -219,8 +219,7 @@ def _timed_steps(engine: DecodeEngine, steps: int) -> float:
     device the garbage collector is held off while they run, as timeit does: a full collection
     of a large heap takes tens of milliseconds and would land in whichever rep it happens to
     hit. The simulator's clock is simulated, so a collection costs it nothing: it skips both."""
-    driver = getattr(engine, "backend", None) or getattr(engine, "group", None)  # one rank or many
-    if getattr(driver, "simulated", False):
+    if engine.backend.simulated:
         return 1000.0 * engine.decode(steps) / steps
     gc.collect()
     gc.disable()

@@ -6,7 +6,7 @@ measurement.
   out_dir      the output folder, created and test-written BEFORE the run (a bad --out is one
                line at once, not a traceback after minutes of measuring)
   load         the model named by --weights (the default weights when the recorder has no flag)
-  write_text   a result file written whole or not at all (lab/files.atomic_write), with the
+  write_text   a result file written whole or not at all (lab/files.atomic_write_text), with the
                mode a plain write gives it
   write_json   write_text of the result as JSON
   record       write_json, the plot beside it if asked, and the table printed
@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import stat
 import sys
 import tempfile
 import time
@@ -33,7 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from lab.errors import LabError
-from lab.files import atomic_write
+from lab.files import atomic_write_text
 from lab.model import DEFAULT_WEIGHTS, load_model
 from lab.report import jsonable
 
@@ -89,19 +87,8 @@ def load(args):
 def write_text(path, text: str) -> Path:
     """`text` to `path` whole or not at all (a failure mid-write leaves the old file, or none,
     and no temporary file), with the mode a plain write gives: the old file's, else 0666 less
-    the umask (the temporary file's own is 0600: a recording must stay readable to others)."""
-    path = Path(path)
-    try:
-        mode = stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-
-    def write(tmp: Path) -> None:
-        tmp.write_text(text)
-        os.chmod(tmp, mode)
-    return atomic_write(path, write)
+    the umask (lab.files.atomic_write_text keeps it)."""
+    return atomic_write_text(path, text)
 
 
 def write_json(path, result: dict, indent: int = 2) -> Path:
