@@ -269,7 +269,7 @@ def attn_partial(q, k_cache, v_cache, pos, part_o, part_ml, scale):
     partial_slice(q, k_cache, v_cache, pos[0] + 1, part_o, part_ml, scale, red, o_sh, ml_sh)
 
 
-# ---- deliberate-bug variant (lab/bugs.py, LAB_BUG_CTX_BY_VALUE) --------------------------------
+# ---- deliberate-bug variant (lab/engine/bugs.py, LAB_BUG_CTX_BY_VALUE) ---------------------------
 # The context length arrives BY VALUE from the host: a captured graph freezes it, so every
 # replay attends over the capture-time context and ignores the newest keys.
 

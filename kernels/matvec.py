@@ -7,7 +7,7 @@ kernel shares (`swiglu_up`, `attn_combine`): same order, same bits.
 Layout: MATVEC_THREADS = 128 threads per block = 4 warps, warp w of block b owns row 4*b + w.
 The order of a row's dot product: lane l sums k = l, l+32, l+64, ... with fma in increasing k
 (from +0.0), then the warp's 32 partial sums are added by the tree of kernels/reduce.py's
-`warp_sum` (lane l += lane l + s, s = 16, 8, 4, 2, 1). lab/precision.py's `row_dot_order`
+`warp_sum` (lane l += lane l + s, s = 16, 8, 4, 2, 1). lab/measure/precision.py's `row_dot_order`
 mirrors it bit for bit. Each lane issues the loads of ROW_UNROLL consecutive k of its own
 (k, k+32, ..., k+480) before their fmas, which then run in increasing k: more loads in flight,
 the same order. On a GPU the warp's tree is a shuffle butterfly, no block barrier; under numba's

@@ -9,7 +9,7 @@ Owns the device functions
 - `block_argmax(v, i, tid, red_v, red_i)`: the index of the largest value over such a block,
   ties to the lowest index (argmax_next);
 and NumPy twins of both dataflows (`*_tree_twin`, `*_shuffle_twin`), which tests/test_kernels.py
-holds bit for bit against each other and against lab/precision.py's order mirrors.
+holds bit for bit against each other and against lab/measure/precision.py's order mirrors.
 
 The orders. A warp's sum is the tree "lane l += lane l + s for s = 16, 8, 4, 2, 1", read from
 lane 0. A block's sum is the same tree over 256 threads, s = 128, 64, ..., 1: the strides 128,

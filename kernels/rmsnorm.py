@@ -3,7 +3,8 @@
 Owns `rmsnorm`: out = x / sqrt(mean(x*x) + eps) * w. One block of RMSNORM_THREADS = 256
 threads: thread t sums x[i]^2 for i = t, t + 256, ... with fma in increasing i (from +0.0), then
 the 256 partial sums are added by kernels/reduce.py's `block_sum`, the fixed tree t += t + s for
-s = 128, 64, ..., 1 (lab/precision.py's `rmsnorm_order` mirrors the whole kernel bit for bit).
+s = 128, 64, ..., 1 (lab/measure/precision.py's `rmsnorm_order` mirrors the whole kernel bit
+for bit).
 No atomics, so the result is bit-reproducible run to run. On a GPU the tree costs ONE block
 barrier (each warp folds the strides 128, 64, 32 from shared memory itself, then a shuffle
 butterfly: every thread gets the total); under numba's CUDA simulator it is the shared-memory
@@ -69,7 +70,7 @@ def rmsnorm(x, w, out, eps):
     normalise(x, w, out, eps, sum_squares(x, tid), red)
 
 
-# ---- deliberate-bug variant (lab/bugs.py, LAB_BUG_LATE_WAIT) ------------------------------------
+# ---- deliberate-bug variant (lab/engine/bugs.py, LAB_BUG_LATE_WAIT) ------------------------------
 # The wait is misplaced: x -- written by the previous kernel -- is read BEFORE pdl_wait. Under
 # programmatic dependent launch this kernel may start while its predecessor still writes x.
 

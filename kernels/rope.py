@@ -70,7 +70,7 @@ def rope_kv_append(qkv, pos, cos, sin, q, k_cache, v_cache):
     v_cache[p, i] = qkv[2 * D + i]
 
 
-# ---- deliberate-bug variant (lab/bugs.py, LAB_BUG_FROZEN_KV_ROW) -------------------------------
+# ---- deliberate-bug variant (lab/engine/bugs.py, LAB_BUG_FROZEN_KV_ROW) --------------------------
 # The host computes the destination row itself and passes a row VIEW of the cache: a pointer
 # that a captured graph freezes, so every replay writes the row of the capture's position.
 

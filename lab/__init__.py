@@ -1,6 +1,7 @@
 """decode-lab: an instrumented engine for graph-resident LLM decode, and the tools around it.
 
-The modules by floor; each imports only from the floors below it.
+The modules by floor (a folder per floor above the ground); each imports only from its own
+floor or the floors below it.
 
 ground: what everything reads
   errors      LabError (bad input, clear message, exit 2), CaptureError, DeviceFault
@@ -16,26 +17,19 @@ ground: what everything reads
 the devices: backend/ (one interface)
   base        Backend, Buffer, Launch, Graph; sim (+ sim_queue, sim_ranks): the CPU simulator;
   costmodel   cuda (+ cuda_launch, cuda_graph, cuda_ranks): numba.cuda + CuPy; costmodel: the
-              simulator's costs from recorded GPU components
-  instrument  the launch log and the launch bill
+  instrument  simulator's costs from recorded GPU components; instrument: the launch log and bill
 
-the engine: one DecodeEngine for any LAB_RANKS, read top to bottom as a model runner
-  engine      allocate, warm up, reset, step, capture (DecodeEngine, make_engine)
-  step        the path of one token in named pieces (Step; FusedStep for LAB_FUSION=1)
-  ranks       the rank step (RankStep) and lockstep issue over ranks (LAB_RANKS=2)
-  bugs        each deliberate bug as an override of step pieces
-  buffers, graphs, device_loop, requests: allocation; the graph cache and plan switch; the
-              whole generation in one launch (LAB_LOOP=device); prompts, generate, decode
+the engine: engine/ -- one DecodeEngine for any LAB_RANKS, read top to bottom as a model runner
+  runner (DecodeEngine, make_engine), step (Step, FusedStep), ranks, bugs, buffers, graphs,
+  device_loop, requests
 
-measurement: what a run costs, and whether a prediction holds
-  stats, bench, report, plots, conformance, precision, kernel_run,
-  compare (+ compare_sides, compare_evidence): two runs of one prompt, step by step
+measurement: measure/ -- what a run costs, and whether a prediction holds
+  stats, bench, report, plots, conformance, precision, kernel_run, compare (+ sides, evidence)
 
-teaching: finding a bug, and the student's own code checked against the engine
-  verify      replay_check (graph replays byte-compared with eager), never_repeating
-  audit       capture audit, lazy-initialisation detector, run checks, the bug table
-  selfcheck/  the lecture's questions (answers after an attempt) and formula exercises
-  handson/    the checklist's steps as exercises the student writes, run in the real engine
+teaching: teach/ -- finding a bug, and the student's own code checked against the engine
+  verify, audit, selfcheck/, handson/
+
+Each folder's __init__ says what it owns.
 
 __main__: the command line (decode-lab)
 """

@@ -21,17 +21,17 @@ import math
 import sys
 import warnings
 
-from .config import describe, from_env
-from .errors import LabError
-from .files import atomic_write_text
+from lab.config import describe, from_env
+from lab.errors import LabError
+from lab.files import atomic_write_text
 
 DEMO_PROMPT = "ROMEO.\n"
 
 
 def _engine(args, **overrides):
     """The engine the environment asks for (a DecodeEngine, for any LAB_RANKS)."""
-    from .model import DEFAULT_WEIGHTS, load_model
-    from .ranks import make_engine
+    from lab.engine.ranks import make_engine
+    from lab.model import DEFAULT_WEIGHTS, load_model
 
     cfg = from_env()
     if getattr(args, "backend", None):
@@ -60,7 +60,7 @@ def cmd_generate(args) -> int:
     if args.tokens < 1:
         raise LabError(f"--tokens {args.tokens}: give at least 1 token to generate")
     if args.save_dot:                          # before the run, not after it
-        from .files import check_output
+        from lab.files import check_output
         check_output(args.save_dot, "--save-dot")
     eng = _engine(args, **({"graph": False} if args.eager else {}))
     gen = eng.generate(args.prompt, args.tokens, progress=args.progress)
@@ -90,7 +90,7 @@ def cmd_generate(args) -> int:
 
 
 def cmd_audit(args) -> int:
-    from .audit import audit, detect_lazy_init, run_checks
+    from lab.teach.audit import audit, detect_lazy_init, run_checks
 
     eng = _engine(args)
     if eng.cfg.ranks > 1:
@@ -109,7 +109,7 @@ def cmd_audit(args) -> int:
 
 
 def cmd_selfcheck(args) -> int:
-    from .selfcheck.run import run_selfcheck
+    from lab.teach.selfcheck.run import run_selfcheck
 
     return run_selfcheck(args.answers, args.solutions, explain=args.explain,
                          attempts_path=args.attempts, student=args.student)
@@ -117,7 +117,7 @@ def cmd_selfcheck(args) -> int:
 
 def cmd_exercise(args) -> int:
     """`exercise list|show|check`: the hands-on exercises of lab/handson (exit 1: not passed)."""
-    from . import handson
+    from lab.teach import handson
 
     if args.action == "list":
         print(handson.listing())
@@ -135,7 +135,7 @@ def cmd_exercise(args) -> int:
                        f"show {args.name}`)")
     backend = args.backend if args.backend in ("sim", "cuda") else "sim"
     if args.backend in (None, "auto"):
-        from .backend import gpu_status
+        from lab.backend import gpu_status
         backend = "cuda" if gpu_status()[0] else "sim"
     res = handson.check(args.name, args.solution, backend=backend, timeout_s=args.timeout)
     return 0 if res.passed else 1
@@ -167,7 +167,7 @@ def _demo_ranks(eng, args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from .instrument import launch_bill
+    from lab.backend.instrument import launch_bill
 
     if args.tokens < 1:
         raise LabError("--tokens must be at least 1")
@@ -211,8 +211,8 @@ def cmd_demo(args) -> int:
 
 
 def cmd_conformance(args) -> int:
-    from .conformance import format_report, run
-    from .model import DEFAULT_WEIGHTS, load_model
+    from lab.measure.conformance import format_report, run
+    from lab.model import DEFAULT_WEIGHTS, load_model
 
     report = run(load_model(args.weights or DEFAULT_WEIGHTS), data_dir=args.data,
                  progress=args.progress)
@@ -222,7 +222,7 @@ def cmd_conformance(args) -> int:
 
 def _check_bench_args(args) -> None:
     """Every `bench` argument checked before any work: a bad one is a LabError (exit 2)."""
-    from .files import check_output, plot_formats
+    from lab.files import check_output, plot_formats
 
     if args.reps < 2:
         raise LabError(f"--reps {args.reps}: a standard error needs at least 2 reps")
@@ -242,8 +242,8 @@ def _check_bench_args(args) -> None:
 
 def cmd_bench(args) -> int:
     """Run one `decode-lab bench` subcommand; print its table; save --json / --plot."""
-    from . import bench, report
-    from .model import DEFAULT_WEIGHTS, load_model
+    from lab.measure import bench, report
+    from lab.model import DEFAULT_WEIGHTS, load_model
 
     _check_bench_args(args)
     base = from_env()
@@ -274,7 +274,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .compare import main_compare
+    from lab.measure.compare import main_compare
 
     cfg = from_env()
     if args.backend:
@@ -283,7 +283,7 @@ def cmd_compare(args) -> int:
 
 
 def _bench_parsers(sub, common) -> None:
-    """`bench ab|loo|sweep`: paired, interleaved measurement (see lab/bench.py)."""
+    """`bench ab|loo|sweep`: paired, interleaved measurement (see lab/measure/bench.py)."""
     bp = sub.add_parser("bench", help="paired interleaved A/B (behind an A/A gate), "
                         "leave-one-out, context sweep")
     bsub = bp.add_subparsers(dest="bench", required=True)
@@ -357,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bars (default: on a terminal only)")
     c.set_defaults(fn=cmd_conformance)
-    from .compare import add_parser as compare_parser
+    from lab.measure.compare import add_parser as compare_parser
     compare_parser(sub, common).set_defaults(fn=cmd_compare)
     exits = ("exit 0 when all fifteen pass, 1 when any does not; with neither file it prints "
              "the questions and exits 0")

@@ -1,7 +1,7 @@
 """The deliberate bugs as data: what each one freezes or breaks, how it is caught, its fix, and
-the pieces of the step (lab/step.py) it overrides -- and the refusals that follow from those
+the pieces of the step (lab/engine/step.py) it overrides -- and the refusals that follow from those
 pieces. Light on purpose (no numba, no step, no backend): `lab.config` validates a toggle set
-with it, so `import lab.config` stays cheap. The overrides themselves live in lab/bugs.py.
+with it, so `import lab.config` stays cheap. The overrides themselves live in lab/engine/bugs.py.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ class Bug:
     caught_by: str     # "audit", "lazy-init detector", "PDL check", "ledger and replay gate"
                        # or "collective order check"
     fix: str
-    overrides: tuple[str, ...] = ()   # the step's pieces its override replaces (lab/bugs.py)
+    overrides: tuple[str, ...] = ()   # the step's pieces its override replaces (lab/engine/bugs.py)
 
     @property
     def env(self) -> str:
@@ -64,8 +64,8 @@ BUGS: dict[str, Bug] = {b.name: b for b in (
         ("graph_key",)),
 )}
 
-# Bugs of the tensor-parallel step (LAB_RANKS=2, lab/ranks.py): an override of the rank step, not
-# of the one-GPU step, so they live apart from BUGS (whose rows every one-GPU notebook walks).
+# Bugs of the tensor-parallel step (LAB_RANKS=2, lab/engine/ranks.py): an override of the rank step,
+# not of the one-GPU step, so they live apart from BUGS (whose rows every one-GPU notebook walks).
 RANK_BUGS: dict[str, Bug] = {b.name: b for b in (
     Bug("rank_skew", "rank",
         "each rank's own plan decision: rank 1 picks the all-reduce algorithm from ITS measured "

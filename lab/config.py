@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from .bugspec import BUGS, RANK_BUGS, fusion_refusal, loop_refusal, ranks_refusal
-from .errors import LabError
+from lab.bugspec import BUGS, RANK_BUGS, fusion_refusal, loop_refusal, ranks_refusal
+from lab.errors import LabError
 
 # (environment variable, LabConfig field, allowed values, default, meaning)
 TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
@@ -46,7 +46,8 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
     ("LAB_RANKS", "ranks", ("1", "2"), "1",
      "tensor-parallel ranks, one GPU each (one simulated device each on the simulator): heads "
      "and MLP split across ranks, two all-reduces per layer and an all-gather of the logits, "
-     "inside each rank's graph (one DecodeEngine for any rank count; the rank step: lab/ranks.py)"),
+     "inside each rank's graph (one DecodeEngine for any rank count; the rank step: "
+     "lab/engine/ranks.py)"),
     ("LAB_LOOP", "loop", ("host", "device"), "host",
      "generate: the host launches one graph per token, or ONE graph runs every step on the "
      "device (a WHILE node over a SWITCH of every plan's step; needs conditional nodes)"),
@@ -64,13 +65,13 @@ class LabConfig:
     split_combine: bool = False
     pdl: bool = False
     overlap: bool = False
-    fusion: bool = False            # LAB_FUSION: the fused step (lab/step.py FusedStep)
+    fusion: bool = False            # LAB_FUSION: the fused step (lab/engine/step.py FusedStep)
     launch: str = "prebound"        # LAB_LAUNCH: how the cuda backend issues each kernel
     launch_blocking: bool = False   # LAB_LAUNCH_BLOCKING: wait for each launch (finding a fault)
     kv_dtype: str = "float32"
     plan_switch: str = "recapture"  # LAB_PLAN_SWITCH: a new graph per plan, or one graph updated
     loop: str = "host"              # LAB_LOOP: who runs generate's loop of steps
-    ranks: int = 1                  # LAB_RANKS: tensor-parallel ranks (lab/ranks.py)
+    ranks: int = 1                  # LAB_RANKS: tensor-parallel ranks (lab/engine/ranks.py)
     bugs: frozenset = frozenset()   # deliberate bugs switched on (names from lab/bugspec.py)
 
     def __post_init__(self):

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .errors import LabError
+from lab.errors import LabError
 
 
 def atomic_write(path, write: Callable[[Path], None]) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import LabError
+from lab.errors import LabError
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DEFAULT_WEIGHTS = DATA_DIR / "tiny_model.npz"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import Model, check_request
+from lab.model import Model, check_request
 
 
 def rope_tables(head_dim: int, max_seq: int, theta: float, dtype=np.float64):

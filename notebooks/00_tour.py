@@ -29,12 +29,12 @@
 import numpy as np
 import matplotlib.pyplot as plt
 
-from lab.config import LabConfig
-from lab.engine import DecodeEngine
-from lab.model import load_model
 from lab.backend.sim import SimBackend
-from lab import plots
-from lab.report import wrapped
+from lab.config import LabConfig
+from lab.engine.runner import DecodeEngine
+from lab.measure import plots
+from lab.measure.report import wrapped
+from lab.model import load_model
 
 model = load_model()
 cfg = LabConfig(graph=False)          # backend "auto": the GPU if one is usable, else the simulator

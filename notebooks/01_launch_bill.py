@@ -37,12 +37,12 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lab import bench, plots, report
+from lab.backend.instrument import LaunchBill, launch_bill
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
-from lab.instrument import LaunchBill, launch_bill
+from lab.engine.runner import DecodeEngine
+from lab.measure import bench, plots, report
+from lab.measure.report import show
 from lab.model import load_model
-from lab.report import show
 
 model = load_model()
 RANKS = 1   # this lab runs on one GPU; tensor parallelism would multiply the bill per rank

@@ -41,13 +41,13 @@ from pathlib import Path
 import numpy as np
 import matplotlib.pyplot as plt
 
+from lab.backend.sim import SimBackend
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
+from lab.measure import plots, report
 from lab.model import load_model
 from lab.plan import decode_plan, plan_boundaries
-from lab.verify import replay_check
-from lab.backend.sim import SimBackend
-from lab import plots, report
+from lab.teach.verify import replay_check
 from kernels import attention
 
 model = load_model()

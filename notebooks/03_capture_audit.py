@@ -37,12 +37,12 @@
 #   are the other ways to follow them (notebook 11).
 
 # %%
-from lab.audit import KIND_NOTES, audit, detect_lazy_init
-from lab.bugs import BUGS
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.bugs import BUGS
+from lab.engine.runner import DecodeEngine
+from lab.measure.report import wrapped
 from lab.model import load_model
-from lab.report import wrapped
+from lab.teach.audit import KIND_NOTES, audit, detect_lazy_init
 
 model = load_model()
 cfg = LabConfig()
@@ -60,7 +60,7 @@ show(report.summary())
 # they change exactly at plan boundaries — the capture key handles them.
 #
 # ## Three frozen-value bugs, and what the audit says
-# Each deliberate bug (`lab/bugs.py`, one `LAB_BUG_*` switch each) smuggles a per-token host
+# Each deliberate bug (`lab/engine/bugs.py`, one `LAB_BUG_*` switch each) smuggles a per-token host
 # value into a launch.
 
 # %%

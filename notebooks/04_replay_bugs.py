@@ -26,13 +26,13 @@
 # the output stays right, and the ledger says why the graph is not being used.
 
 # %%
-from lab.audit import bug_table
-from lab.bugs import BUGS
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.bugs import BUGS
+from lab.engine.runner import DecodeEngine
+from lab.measure.report import wrapped
 from lab.model import load_model
-from lab.report import wrapped
-from lab.verify import replay_check
+from lab.teach.audit import bug_table
+from lab.teach.verify import replay_check
 
 model = load_model()
 cfg = LabConfig()
@@ -217,7 +217,7 @@ print(f"replays: {replays} of {len(buggy.ledger)} steps ({replays / len(buggy.le
 # MEANINGFUL, naming the arm, its share and the fallback reasons. The healthy graph arm passes.
 
 # %%
-from lab import bench, report
+from lab.measure import bench, report
 
 naive = bench.run_ab(model, runs["eager"], runs["graph (LAB_BUG_LAZY_TABLE)"], reps=4,
                      tokens=TOKENS, per_token=0, names=("eager", "graph?"))
@@ -260,8 +260,8 @@ def never_repeating(ledger):
 
 def check_never_repeating(fn):
     """PASS, or what is wrong, for a student's never_repeating (the lab's own tool:
-    lab.verify.never_repeating)."""
-    from lab.verify import never_repeating as lab_tool
+    lab.teach.verify.never_repeating)."""
+    from lab.teach.verify import never_repeating as lab_tool
     got, clean = fn(mystery.ledger), fn(engines["graph"].ledger)
     want = lab_tool(mystery.ledger)
     if got == want and not clean:

@@ -53,11 +53,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 from scipy import stats as st   # a dev extra, like the notebook build itself
 
-from lab import bench, conformance, report, stats
 from lab.backend.costmodel import CostModel
 from lab.backend.sim import SimBackend
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
+from lab.measure import bench, conformance, report, stats
 from lab.model import load_model
 
 model = load_model()
@@ -645,7 +645,7 @@ else:
 #
 # ## Does the simulator predict the GPU?
 # Every lesson with a recorded GPU figure, re-run on the simulator with the recording's own
-# settings (`decode-lab conformance`, `lab.conformance`): the ladder's rungs, the launch and
+# settings (`decode-lab conformance`, `lab.measure.conformance`): the ladder's rungs, the launch and
 # node counts, the PDL gain, the overlap cost, fission eager and captured, how much the graph
 # step grows from the shortest to the longest context, and each kernel's node time against the
 # fit the simulator uses. Since the simulator is built from component costs only, every

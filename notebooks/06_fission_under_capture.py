@@ -36,12 +36,12 @@
 import json
 from pathlib import Path
 
-from lab import bench, conformance, report
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
+from lab.measure import bench, conformance, report
+from lab.measure.report import show
 from lab.model import load_model
-from lab.report import show
-from lab.verify import decode_after_prompt
+from lab.teach.verify import decode_after_prompt
 
 model = load_model()
 cfg = LabConfig()
@@ -144,7 +144,7 @@ else:
 
 # %% [markdown]
 # ## The simulator's prediction beside the H200
-# The conformance check (`lab.conformance`, notebook 05) re-runs each recorded lesson on the
+# The conformance check (`lab.measure.conformance`, notebook 05) re-runs each recorded lesson on the
 # simulator with the recording's settings; its two fission rows:
 
 # %%

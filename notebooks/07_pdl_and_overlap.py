@@ -36,13 +36,13 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lab import bench, conformance, plots, report
 from lab.backend import StreamWait
 from lab.backend.sim import SimBackend
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
+from lab.engine.step import Step
+from lab.measure import bench, conformance, plots, report
 from lab.model import load_model
-from lab.step import Step
 from lab.pdl_check import wait_first_violations
 
 model = load_model()
@@ -272,7 +272,7 @@ for name in ("overlap_loo", "pdl", "overlap"):
 
 # %% [markdown]
 # ## The simulator's prediction beside the H200
-# The conformance check (`lab.conformance`, notebook 05) re-runs each recorded lesson on the
+# The conformance check (`lab.measure.conformance`, notebook 05) re-runs each recorded lesson on the
 # simulator with the recording's settings, from component costs only (each kernel's node time
 # with and without PDL, the measured fork/join cost). Its PDL and overlap rows. PDL is judged as
 # the share of the graph step it saves, on the ladder (`ladder.json`, recorded in the same

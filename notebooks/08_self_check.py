@@ -18,11 +18,11 @@
 #
 # Each exercise is a spec, a stub to fill in (`# FILL ME IN`) and a checker. The checker runs
 # your function against the project's own code — the NumPy twin of a kernel, the engine's launch
-# log, `lab.stats`, the capture audit, the replay check — on the CPU simulator, on several cases
-# including the edge cases, and prints one line: `PASS`, or `not yet` with the failing case, what
-# came back, what was expected and a hint. A wrong or unfinished answer never raises. Calling the
-# project's own implementation from your function (`lab.stats.paired_t`, `attn_merge_twin`, ...)
-# is noticed, and fails the check.
+# log, `lab.measure.stats`, the capture audit, the replay check — on the CPU simulator, on several
+# cases including the edge cases, and prints one line: `PASS`, or `not yet` with the failing case,
+# what came back, what was expected and a hint. A wrong or unfinished answer never raises. Calling
+# the project's own implementation from your function (`lab.measure.stats.paired_t`,
+# `attn_merge_twin`, ...) is noticed, and fails the check.
 #
 # Executed as shipped, the stubs are empty and every verdict below is `not yet`. Fill in a stub,
 # re-run its two cells. Notebooks 01 (launch bill), 03 (capture audit), 04 (replay bugs) and
@@ -39,15 +39,17 @@ import operator
 
 import numpy as np    # for your solutions
 
-from lab import reference, stats
-from lab.audit import audit, detect_lazy_init
-from lab.bugs import BUGS
+from lab import reference
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.bugs import BUGS
+from lab.engine.runner import DecodeEngine
+from lab.measure import stats
 from lab.model import load_model
-from lab.selfcheck import (answer, ask, check_launch_bill, check_merge_partials, check_paired_t,
-                           check_replays_needed, check_verdict, reveal, score, start)
-from lab.verify import replay_check
+from lab.teach.audit import audit, detect_lazy_init
+from lab.teach.selfcheck import (answer, ask, check_launch_bill, check_merge_partials,
+                                 check_paired_t, check_replays_needed, check_verdict, reveal,
+                                 score, start)
+from lab.teach.verify import replay_check
 
 # %% [markdown]
 # ## 1. The split-K merge
@@ -79,8 +81,8 @@ r1 = check_merge_partials(merge_partials)
 # counts every rank's launches. The per-launch budget is the token time divided by that count —
 # in **microseconds** when the token time is in milliseconds.
 #
-# Checked against `lab.instrument.launch_bill` over the launch log of simulator engines (eager
-# and graph, `split_combine` off and on), then against a two-rank engine's own bill
+# Checked against `lab.backend.instrument.launch_bill` over the launch log of simulator engines
+# (eager and graph, `split_combine` off and on), then against a two-rank engine's own bill
 # (`RankedEngine.bill`) with `ranks=2`, and with `ranks=8`.
 
 # %%
@@ -104,7 +106,7 @@ r2 = check_launch_bill(launches_per_token, per_launch_budget_us)
 # `sem = sd(d, ddof=1) / sqrt(n)` (the **sample** sd), `t = mean_diff / sem`. When every
 # difference is identical (`sem = 0`): `t = 0.0` if `mean_diff == 0`, else `±inf` with its sign.
 #
-# Checked against `lab.stats.paired_t`.
+# Checked against `lab.measure.stats.paired_t`.
 
 # %%
 def paired_t(a, b):
@@ -128,8 +130,9 @@ r3 = check_paired_t(paired_t)
 # - `"capture key"`: a grid, block or kernel that changes, but is constant within every plan key;
 # - `"unhandled capture key"`: a grid, block or kernel that changes within one plan key.
 #
-# Checked against `lab.audit.audit` reports of the clean engine and of `LAB_BUG_FROZEN_KV_ROW`,
-# `LAB_BUG_CTX_BY_VALUE`, `LAB_BUG_POS_OUTSIDE_GRAPH`, plus a few synthetic cases.
+# Checked against `lab.teach.audit.audit` reports of the clean engine and of
+# `LAB_BUG_FROZEN_KV_ROW`, `LAB_BUG_CTX_BY_VALUE`, `LAB_BUG_POS_OUTSIDE_GRAPH`, plus a few synthetic
+# cases.
 
 # %%
 def verdict(kind, values_by_step, plan_keys_by_step):
@@ -142,12 +145,13 @@ r4 = check_verdict(verdict)
 
 # %% [markdown]
 # ## 5. How many replays?
-# `lab.verify.replay_check(engine, prompts, replays=n)` byte-compares n graph replays with n
+# `lab.teach.verify.replay_check(engine, prompts, replays=n)` byte-compares n graph replays with n
 # eager steps. How many consecutive replays should such a test run, at the least, to expose a
 # host value frozen at capture? Replay 1 is the captured step itself, and a plan change can
 # re-capture along the way. The checker runs the replay check with your `n` on every frozen-value
-# bug of `lab/bugs.py`, from a prompt that ends mid-plan and from one that ends one token before
-# a plan boundary: it must expose every one. A floor, not a proof: a real test runs many more.
+# bug of `lab/engine/bugs.py`, from a prompt that ends mid-plan and from one that ends one token
+# before a plan boundary: it must expose every one. A floor, not a proof: a real test runs many
+# more.
 
 # %%
 def replays_needed():
@@ -203,7 +207,7 @@ ask("q1")
 a1 = answer("q1", None)   # FILL ME IN: a list of letters
 
 # %% [markdown]
-# The replay check with one replay and with three, on each frozen-value bug of `lab/bugs.py`:
+# The replay check with one replay and with three, on each frozen-value bug of `lab/engine/bugs.py`:
 
 # %%
 for name, bug in BUGS.items():

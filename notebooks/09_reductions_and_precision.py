@@ -39,11 +39,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from kernels.rmsnorm import rmsnorm_twin
-from lab import compare, precision
 from lab.backend import gpu_status
 from lab.config import LabConfig
+from lab.measure import compare, precision
+from lab.measure.report import show, source_label
 from lab.model import DATA_DIR, DEFAULT_WEIGHTS, load_model
-from lab.report import show, source_label
 
 model = load_model()
 cfg = LabConfig()                  # backend "auto": the GPU if one is usable, else the simulator
@@ -59,13 +59,13 @@ show(f"GPU usable: {GPU} ({why}); kernels run by themselves on: {DEVICE}")
 # `kernels/matvec.py` gives each output row to one warp: lane `l` accumulates
 # `k = l, l+32, l+64, ...` with `cuda.fma`, then the 32 partial sums meet in a fixed tree
 # (stride 16, 8, 4, 2, 1; lane `l` takes lane `l + stride`). `kernels/rmsnorm.py` does the same
-# with 256 threads (strided sums of squares, then a tree from stride 128). `lab/precision.py`
-# mirrors both orders in NumPy (`row_dot_order`, `rmsnorm_order`), with one detail that matters
-# for bits: a GPU's fma rounds once, numba's CUDA simulator computes `a * b + c` in float32 and
-# rounds twice. The mirror takes `fused=` for that.
+# with 256 threads (strided sums of squares, then a tree from stride 128).
+# `lab/measure/precision.py` mirrors both orders in NumPy (`row_dot_order`, `rmsnorm_order`), with
+# one detail that matters for bits: a GPU's fma rounds once, numba's CUDA simulator computes
+# `a * b + c` in float32 and rounds twice. The mirror takes `fused=` for that.
 #
-# Below, `matvec` and `rmsnorm` run **by themselves** (`lab/kernel_run.py`, a child process: the
-# simulator must be switched on before numba is imported) and their outputs are held against the
+# Below, `matvec` and `rmsnorm` run **by themselves** (`lab/measure/kernel_run.py`, a child process:
+# the simulator must be switched on before numba is imported) and their outputs are held against the
 # mirror with this device's fma, the mirror with the other fma, and the kernels' NumPy twins —
 # which are what the `sim` backend runs. A twin keeps the kernel's semantics; `W @ x` (BLAS) and
 # `np.sum` choose their own order.
@@ -373,7 +373,7 @@ plt.show()
 
 # %% [markdown]
 # ## 7. A tool's FAIL is not the gate
-# `decode-lab compare` (`lab.compare.compare`) runs two sides on one prompt and judges them
+# `decode-lab compare` (`lab.measure.compare.compare`) runs two sides on one prompt and judges them
 # against stated thresholds. Its defaults are a *float32* bar (see `compare.Thresholds`): right
 # for "same precision, different order", wrong for a float16 cache. Run with the defaults, the
 # float16 cache FAILs:

@@ -42,13 +42,13 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lab import bench, report
 from lab.backend.costmodel import CostModel, launch_bytes
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
+from lab.measure import bench, report
+from lab.measure.report import show
 from lab.model import load_model
 from lab.reference import generate as oracle_generate
-from lab.report import show
 
 model = load_model()
 SIM = LabConfig(backend="sim")

@@ -40,14 +40,14 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lab import report
-from lab.audit import loop_report
 from lab.backend.costmodel import CostModel
 from lab.backend.sim import SimBackend
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
+from lab.measure import report
+from lab.measure.report import show
 from lab.model import load_model
-from lab.report import show
+from lab.teach.audit import loop_report
 
 model = load_model()
 SIM = LabConfig(backend="sim")

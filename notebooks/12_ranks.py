@@ -17,7 +17,7 @@
 # # 12 — Two ranks: tensor-parallel decode, with the collectives inside the graph
 #
 # Until now the whole model lived on one GPU. Here it is split over **two ranks**, one GPU each
-# (`LAB_RANKS=2`, `lab/ranks.py`), the way Megatron-LM splits a transformer:
+# (`LAB_RANKS=2`, `lab/engine/ranks.py`), the way Megatron-LM splits a transformer:
 #
 # - **attention**: rank r owns half the heads — its rows of wq, wk, wv (*column-parallel*: no
 #   communication), its half of the KV cache, its heads' attention. The output projection is
@@ -49,19 +49,19 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lab import report
 from lab.backend.costmodel import CollectiveCosts, CostModel, launch_bytes
 from lab.backend.cuda import CudaRanks
 from lab.backend.sim import SimRanks
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.ranks import RankedEngine, check_divisible, make_engine
+from lab.engine.runner import DecodeEngine
 from lab.errors import CollectiveError, LabError
+from lab.measure import report
+from lab.measure.report import show
+from lab.measure.stats import mean_sem
 from lab.model import load_model
 from lab.plan import plan_boundaries
-from lab.ranks import RankedEngine, check_divisible, make_engine
 from lab.reference import generate as oracle_generate
-from lab.report import show
-from lab.stats import mean_sem
 
 model = load_model()
 SIM = LabConfig(backend="sim")
@@ -642,10 +642,10 @@ show(f"the split this model gets: a rank's layer of kernels minus one GPU's = {l
 # ## 6. A rank skew
 # NCCL matches collectives **by order alone**: the k-th collective a rank issues meets the k-th
 # of every other rank, whatever they are. The deliberate bug `LAB_BUG_RANK_SKEW`
-# (`lab/ranks.py`, `RankSkewStep`) lets rank 1 choose its all-reduce algorithm by itself: from
-# the 4-split plans on (context 65 and longer, position 64) it issues reduce-scatter + all-gather
-# (the same sum, another pair of collectives) where rank 0 issues one all-reduce. Fine at short
-# context. The engine can find it without running anything, by comparing the ranks'
+# (`lab/engine/ranks.py`, `RankSkewStep`) lets rank 1 choose its all-reduce algorithm by itself:
+# from the 4-split plans on (context 65 and longer, position 64) it issues reduce-scatter +
+# all-gather (the same sum, another pair of collectives) where rank 0 issues one all-reduce. Fine at
+# short context. The engine can find it without running anything, by comparing the ranks'
 # collective sequences for a plan:
 
 # %%

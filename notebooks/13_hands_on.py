@@ -33,8 +33,8 @@
 # `decode-lab exercise check NAME --solution my_file.py`.
 
 # %%
-from lab import handson
-from lab.handson import EXERCISES, show
+from lab.teach import handson
+from lab.teach.handson import EXERCISES, show
 
 
 def check(name, solution, backend="sim"):
@@ -95,8 +95,8 @@ show("advance", stub=False)
 import numpy as np
 from numba import cuda
 
-from lab.handson import kernel
-from lab.step import Step, launch
+from lab.engine.step import Step, launch
+from lab.teach.handson import kernel
 
 
 def advance_twin(grid, block, pos):
@@ -128,8 +128,8 @@ result = check("advance", globals())
 show("prewarm", stub=False)
 
 # %%
+from lab.engine.step import HostWork
 from lab.plan import plan_boundaries
-from lab.step import HostWork
 
 
 def pre_warm(engine):
@@ -149,8 +149,8 @@ show("fallback", stub=False)
 
 # %%
 from lab.errors import CaptureError
-from lab.handson import issue
 from lab.ledger import CaptureFailure
+from lab.teach.handson import issue
 
 
 def capture(engine, plan):
@@ -255,7 +255,7 @@ show("fission", stub=False)
 
 # %%
 from kernels import attention, matvec
-from lab.step import Step, launch
+from lab.engine.step import Step, launch
 
 
 class SplitCombine(Step):

@@ -9,8 +9,8 @@ import platform
 import time
 from pathlib import Path
 
+from lab.measure.stats import mean_sem
 from lab.model import sha256_of
-from lab.stats import mean_sem
 from scripts import recorder
 from scripts.peer_torch import COMPILE_ARM, MIN_BUCKET, TORCH_WHAT, window_lengths
 
@@ -112,8 +112,8 @@ def summarize(contexts, arm_names, data: dict, oracle: dict | None = None,
 def record(args, model, contexts, prompts, arms, data, oracle, failed, torch_names, torch_info,
            run_order, t_start) -> dict:
     """peer.json's content: provenance, the method, and summarize()'s statistics and checks,
-    with the lab arms' replay gate (lab/bench.py) and the compile arm's CUDA-graph skips."""
-    from lab.bench import arm_mode, replay_fraction
+    with the lab arms' replay gate (lab/measure/bench.py) and the compile arm's CUDA-graph skips."""
+    from lab.measure.bench import arm_mode, replay_fraction
     lab_names = list(dict.fromkeys(name for name, _ in arms))
     problems = []
     for (name, c), arm in arms.items():

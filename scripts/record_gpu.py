@@ -13,10 +13,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab.bench import run_ab  # noqa: E402
-from lab.report import format_ab  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
-from lab.engine import DecodeEngine  # noqa: E402
+from lab.engine.runner import DecodeEngine  # noqa: E402
+from lab.measure.bench import run_ab  # noqa: E402
+from lab.measure.report import format_ab  # noqa: E402
 from scripts import recorder  # noqa: E402
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab.audit import bug_table  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
+from lab.teach.audit import bug_table  # noqa: E402
 from scripts import recorder  # noqa: E402
 
 KEYS = ("audit_flags", "lazy_init_flags", "replay_1", "replay_3")

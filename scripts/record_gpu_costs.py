@@ -38,12 +38,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kernels import REGISTRY, position, probe  # noqa: E402
-from lab import bench, report  # noqa: E402
 from lab.backend import Launch, StreamWait  # noqa: E402
 from lab.backend.costmodel import cost_key, launch_bytes  # noqa: E402
+from lab.backend.instrument import LaunchLog  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
-from lab.engine import DecodeEngine  # noqa: E402
-from lab.instrument import LaunchLog  # noqa: E402
+from lab.engine.runner import DecodeEngine  # noqa: E402
+from lab.measure import bench, report  # noqa: E402
 from scripts import recorder  # noqa: E402
 from scripts.costs_chains import (N1, N2, as_in_step, capture_chain, chain_fit,  # noqa: E402
                                   distinct_launches, for_chains, host_per_call, main_stream,

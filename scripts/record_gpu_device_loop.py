@@ -7,7 +7,7 @@ graph for the whole generation; without and with PDL, unfused and fused (LAB_FUS
 
 Three measurements, all at the notebooks' prompt:
 - "plain" / "pdl" / "fused" / "fused+pdl": paired, interleaved A/B behind an A/A gate on one
-  shared engine (lab/bench.py) at --tokens generated tokens;
+  shared engine (lab/measure/bench.py) at --tokens generated tokens;
 - "lengths": ms/token of both loops (with and without PDL) at each generation length, the four
   arms interleaved on one engine per rep (the order reversed every other rep), so the loops'
   difference can be read against the length (the device loop's one launch is amortised over
@@ -29,11 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab import bench, report  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
-from lab.engine import DecodeEngine  # noqa: E402
+from lab.engine.runner import DecodeEngine  # noqa: E402
 from lab.errors import LabError  # noqa: E402
-from lab.stats import mean_sem  # noqa: E402
+from lab.measure import bench, report  # noqa: E402
+from lab.measure.stats import mean_sem  # noqa: E402
 from scripts import recorder  # noqa: E402
 
 LOOPS = (("host loop", dict(loop="host")), ("device loop", dict(loop="device")))

@@ -5,7 +5,7 @@ engine run twice in a row. Written to DIR/engine_instances.json.
   python scripts/record_gpu_instances.py --out DIR [--engines 4] [--reps 10] [--tokens 64]
 
 Why: an A/B between two engines mixes the toggle's effect with whatever separates the two
-instances (their buffers sit at different addresses). lab/bench.py therefore runs arms that
+instances (their buffers sit at different addresses). lab/measure/bench.py therefore runs arms that
 differ only in launch toggles on ONE shared engine; this file is the measurement behind that.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lab.config import LabConfig  # noqa: E402
-from lab.engine import DecodeEngine  # noqa: E402
-from lab.stats import mean_sem  # noqa: E402
+from lab.engine.runner import DecodeEngine  # noqa: E402
+from lab.measure.stats import mean_sem  # noqa: E402
 from scripts import recorder  # noqa: E402
 
 PROMPT = "ROMEO.\n"

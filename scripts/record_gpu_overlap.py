@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab import bench, report  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
-from lab.engine import DecodeEngine  # noqa: E402
+from lab.engine.runner import DecodeEngine  # noqa: E402
+from lab.measure import bench, report  # noqa: E402
 from scripts import recorder  # noqa: E402
 
 

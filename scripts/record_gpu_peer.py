@@ -9,7 +9,7 @@ one line and exits 2. Writes DIR/peer.json and prints a table.
 Arms (float32 everywhere, greedy argmax on the device inside the step):
   decode-lab (this process)   lab graph (LAB_GRAPH=1), lab graph+pdl (LAB_PDL=1) and, when
                               lab/config.py has a `fusion` toggle, lab graph+pdl+fusion; the
-                              arms share ONE engine, switched per run (as lab/bench.py does)
+                              arms share ONE engine, switched per run (as lab/measure/bench.py does)
   PyTorch (a worker process)  torch eager: the step as eager torch ops on a static,
                               preallocated KV cache (index_copy_, no torch.cat);
                               torch cudagraph: that step captured with torch.cuda.CUDAGraph,
@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # numpy only: the worker imports no numba or CuPy
 from lab.errors import LabError  # noqa: E402
-from lab import report  # noqa: E402
+from lab.measure import report  # noqa: E402
 from lab.model import load_model  # noqa: E402
 from scripts import recorder  # noqa: E402
 from scripts.peer_result import record  # noqa: E402
@@ -254,8 +254,8 @@ def _run(args, model, contexts, prompts, arm_keys, worker, out_dir, t_start) -> 
 
 def lab_arms(model, backend: str, contexts, prompts, tokens: int) -> dict:
     """{(arm name, context): bench.Arm}, all on ONE engine where the toggles allow (as
-    lab/bench.py's arms share one), each warmed up once at each context."""
-    from lab import bench
+    lab/measure/bench.py's arms share one), each warmed up once at each context."""
+    from lab.measure import bench
     cfgs = lab_configs(backend)
     pool: dict = {}
     arms = {}

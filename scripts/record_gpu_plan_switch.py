@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lab.config import LabConfig  # noqa: E402
-from lab.engine import DecodeEngine  # noqa: E402
+from lab.engine.runner import DecodeEngine  # noqa: E402
 from lab.plan import plan_boundaries  # noqa: E402
 from scripts import recorder  # noqa: E402
 

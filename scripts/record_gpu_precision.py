@@ -11,7 +11,7 @@ Writes DIR/precision.json:
   text          the same three sides fed a corpus passage (data/corpus.txt from --text-offset,
                 --text-chars characters): where float16 flips a greedy pick, and at what margin
   kernel_order  matvec, rmsnorm and argmax_next run by themselves (on the GPU: fused fma), their
-                bits against the NumPy order mirrors and the twins (lab/precision.py)
+                bits against the NumPy order mirrors and the twins (lab/measure/precision.py)
 `--backend sim` is a quick local smoke run (kernels on numba's CUDA simulator); its output is
 labelled simulated and is not a GPU recording.
 """
@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab.compare import DEFAULT_PROMPT, kv_dtype_study, slim  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
+from lab.measure.compare import DEFAULT_PROMPT, kv_dtype_study, slim  # noqa: E402
+from lab.measure.precision import kernel_order_check  # noqa: E402
 from lab.model import DATA_DIR  # noqa: E402
-from lab.precision import kernel_order_check  # noqa: E402
 from scripts import recorder  # noqa: E402
 
 

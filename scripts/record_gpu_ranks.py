@@ -31,13 +31,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab import bench  # noqa: E402
 from lab.backend import Collective, make_ranks  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
+from lab.engine.ranks import make_engine  # noqa: E402
 from lab.errors import LabError  # noqa: E402
-from lab.ranks import make_engine  # noqa: E402
+from lab.measure import bench  # noqa: E402
+from lab.measure.stats import mean_sem  # noqa: E402
 from lab.reference import generate as oracle_generate  # noqa: E402
-from lab.stats import mean_sem  # noqa: E402
 from scripts import recorder  # noqa: E402
 
 PROMPT = "ROMEO.\n"
@@ -94,8 +94,8 @@ def collective_costs(group, ops, rounds: int = 3, replays: int = 200) -> dict:
 
 
 def timed_arms(engines: dict, reps: int, tokens: int, oracle) -> tuple[dict, bool]:
-    """The arms interleaved by lab/bench.py (one warm-up generate over the timed length each,
-    then the order reversed every other rep): ({name: ms/token, sem, captures in the timed
+    """The arms interleaved by lab/measure/bench.py (one warm-up generate over the timed length
+    each, then the order reversed every other rep): ({name: ms/token, sem, captures in the timed
     reps}, whether every timed rep of every arm generated the oracle's tokens)."""
     arms = [bench.Arm(name, eng.cfg, eng) for name, eng in engines.items()]
 

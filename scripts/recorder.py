@@ -12,7 +12,7 @@ measurement.
   record       write_json, the plot beside it if asked, and the table printed
   today, now   the `date` stamps the recordings carry (a day, or a time to the second)
   versions     the software stamp: backend.describe() and numba / CuPy / driver versions
-  pool_key     the key under which arms share one engine (lab/bench.py's make_arm pool)
+  pool_key     the key under which arms share one engine (lab/measure/bench.py's make_arm pool)
   rotated      the rotating arm order of an interleaved rep
   stopwatch    a progress printer stamped with the seconds since it was made
   refuse, run  one line on stderr and an exit status, for bad input and Ctrl-C
@@ -32,8 +32,8 @@ from typing import Callable
 
 from lab.errors import LabError
 from lab.files import atomic_write_text
+from lab.measure.report import jsonable
 from lab.model import DEFAULT_WEIGHTS, load_model
-from lab.report import jsonable
 
 REPO = Path(__file__).resolve().parent.parent
 BACKENDS = ("cuda", "sim", "auto")
@@ -101,7 +101,7 @@ def record(out: Path, name: str, result: dict, table: str, plot: bool = False) -
     under `== name ==`."""
     path = write_json(out / f"{name}.json", result)
     if plot:
-        from lab.report import save
+        from lab.measure.report import save
         save(result, plot_path=out / f"{name}.png")
     print(f"\n== {name} ==\n{table}", flush=True)
     return path
@@ -139,10 +139,10 @@ def versions(backend) -> dict:
 
 
 def pool_key(cfg, kv_init: str = "zeros") -> tuple:
-    """lab/bench.py's pool_key: arms whose configs give the same key allocate alike, so make_arm
-    lets them share one engine and they differ by launch toggles only. Imported when called:
-    importing this module loads no numba."""
-    from lab.bench import pool_key as bench_pool_key
+    """lab/measure/bench.py's pool_key: arms whose configs give the same key allocate alike, so
+    make_arm lets them share one engine and they differ by launch toggles only. Imported when
+    called: importing this module loads no numba."""
+    from lab.measure.bench import pool_key as bench_pool_key
     return bench_pool_key(cfg, kv_init)
 
 

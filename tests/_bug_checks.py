@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from lab.audit import audit, detect_lazy_init
-from lab.engine import DecodeEngine
-from lab.verify import replay_check
+from lab.engine.runner import DecodeEngine
+from lab.teach.audit import audit, detect_lazy_init
+from lab.teach.verify import replay_check
 
 PROMPT = "ROMEO.\n"
 

@@ -4,10 +4,10 @@ Started by tests/test_kernels.py in a subprocess with NUMBA_ENABLE_CUDASIM=1 (th
 before numba is imported). For each kernel in REGISTRY and each of its signatures it compiles
 `cuda.jit(sig)(spec.py_func)`, launches it at tiny shapes and compares the written arguments with
 the twin's (`atol + k * eps(dtype) * |ref|`), checks that arguments it does not declare as written
-are untouched, checks matvec and rmsnorm bit for bit against lab/precision.py's order mirrors,
-attn_combine bitwise against attn_merge + matvec_residual, and merge_elem (the per-element merge
-kernels/fused.py uses) bitwise against attn_merge. Exits non-zero naming the kernel on the first
-mismatch, or if a registered kernel/signature was never exercised.
+are untouched, checks matvec and rmsnorm bit for bit against lab/measure/precision.py's order
+mirrors, attn_combine bitwise against attn_merge + matvec_residual, and merge_elem (the per-element
+merge kernels/fused.py uses) bitwise against attn_merge. Exits non-zero naming the kernel on the
+first mismatch, or if a registered kernel/signature was never exercised.
 
   --shuffles    give the simulator lane-exact warp shuffles (`install_warp_shuffles`) BEFORE the
                 kernels are imported, so kernels/reduce.py takes its GPU path (SHUFFLES): the GPU
@@ -122,7 +122,7 @@ from kernels import reduce  # noqa: E402
 from kernels.attention import (combine_grid, merge_elem, merge_grid, partial_grid)  # noqa: E402
 from kernels.matvec import MATVEC_THREADS, row_dot2  # noqa: E402
 from kernels.matvec import grid_for as rows_grid  # noqa: E402
-from lab.precision import rmsnorm_order, row_dot_order  # noqa: E402
+from lab.measure.precision import rmsnorm_order, row_dot_order  # noqa: E402
 
 if "--shuffles" in sys.argv:
     assert reduce.SHUFFLES, "kernels/reduce.py did not take the shuffle path"
@@ -401,7 +401,7 @@ def main() -> int:
 
         # ---- rmsnorm: sum of D squares in a different order than NumPy's pairwise sum, then
         # rsqrt and two products: relative error ~ (log2(D) + 4) eps; k = 16 covers D <= 4096.
-        # Its own order is lab/precision.py's rmsnorm_order, bit for bit.
+        # Its own order is lab/measure/precision.py's rmsnorm_order, bit for bit.
         def t_rmsnorm(rng):
             for n in (D, 300):  # 300 > 256 threads: exercises the strided partial sums
                 for name in ("rmsnorm", "rmsnorm_late_wait"):  # same math; the bug is only timing
@@ -409,14 +409,14 @@ def main() -> int:
                     out = run_case(name, (1,), (256,), [x, w, np.zeros(n, np.float32), np.float32(1e-5)],
                                    (1e-6, 16), label=f"n={n}")[2]
                     same_bits(out, rmsnorm_order(x, w, np.float32(1e-5), FUSED),
-                              f"kernel {name} n={n}: lab/precision.py's rmsnorm_order")
+                              f"kernel {name} n={n}: lab/measure/precision.py's rmsnorm_order")
         timed("rmsnorm", t_rmsnorm)
 
         # ---- matvec / matvec_residual: K-term dot products summed in another order (fma, lane
         # strides, tree); the error is relative to sum|W x| rather than |ref|. Weights are scaled
         # by 1/sqrt(K) (as in a trained model) so outputs are O(1) and that sum is ~sqrt(K):
         # atol 1e-5 (> 2 * sqrt(512) * eps) guards cancellation, k = 8 the rest. Their own order
-        # is lab/precision.py's row_dot_order, bit for bit.
+        # is lab/measure/precision.py's row_dot_order, bit for bit.
         def t_matvec(rng):
             # 40 > 32 lanes: two k per lane; 600 > ROW_UNROLL * 32 = 512: two load groups
             for N, K in ((V, D), (D, F), (5, 40), (3, 600)):

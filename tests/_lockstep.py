@@ -5,7 +5,7 @@ kernel sees equal inputs. Kernel by kernel at the real model's dims, across a pl
 import numpy as np
 
 from lab.backend.sim import SimBackend
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
 
 PROMPT = "To be, or not to be, that is the question"
 

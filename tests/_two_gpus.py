@@ -12,9 +12,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lab.config import LabConfig  # noqa: E402
+from lab.engine.ranks import RankedEngine  # noqa: E402
 from lab.errors import CollectiveError  # noqa: E402
 from lab.model import load_model  # noqa: E402
-from lab.ranks import RankedEngine  # noqa: E402
 from lab.reference import generate as oracle_generate  # noqa: E402
 
 PROMPT = "First Citizen:\nBefore we"

@@ -1,8 +1,8 @@
 """The capture audit and the lazy-init detector on the clean engine (the bugs have their own
 files): what differs between steps is only what decode_plan keys; warm-up leaves nothing."""
-from lab.audit import audit, detect_lazy_init
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
 from lab.plan import plan_boundaries
+from lab.teach.audit import audit, detect_lazy_init
 
 
 def test_clean_engine_audit_reports_only_plan_keyed_grids(model, sim_cfg):

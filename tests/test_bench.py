@@ -9,12 +9,12 @@ import string
 import numpy as np
 import pytest
 
-from lab import bench, report, stats
 from lab.__main__ import main
 from lab.backend.costmodel import CostModel
 from lab.backend.sim import SimBackend
 from lab.config import LabConfig
 from lab.errors import LabError
+from lab.measure import bench, report, stats
 from lab.model import ModelConfig, random_model, sha256_of
 
 VOCAB = "\n !$&',-.3:;?" + string.ascii_letters
@@ -385,7 +385,7 @@ def test_aa_false_alarm_rate_is_nominal_over_seeds():
     costs with their jitter and the host's drift, whatever the widths; the widths only change
     the NumPy twins' work (a third of this test's time at d_model 256)."""
     from scipy import stats as st
-    from lab.engine import DecodeEngine
+    from lab.engine.runner import DecodeEngine
 
     narrow = random_model(NARROW4)
     eager = SIM.replace(graph=False)
@@ -409,7 +409,7 @@ def test_aa_noise_times_match_the_simulated_engine():
     (the costs), the spread of a rep and of a paired difference (jitter plus the host's drift:
     without the drift both spreads fall by a quarter, several standard errors), and how often
     a gate fails at three nominal rates (the whole distribution of |t|, not only its tail)."""
-    from lab.engine import DecodeEngine
+    from lab.engine.runner import DecodeEngine
 
     narrow, eager, cost = random_model(NARROW4), SIM.replace(graph=False), CostModel.load()
     reps, tokens, seeds = 3, 12, 40

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from _bug_checks import PROMPT, clean_tokens
-from lab.audit import bug_row
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
 from lab.errors import DeviceFault, LabError
+from lab.teach.audit import bug_row
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = LabConfig(backend="sim")
@@ -73,7 +73,8 @@ def test_gpu_the_fault_is_reported_later_and_blocking_finds_it():
     """On a GPU the fault corrupts the context for the rest of the process, so each run is a
     process of its own: without blocking the error comes from a later call, with it from the
     launch of embed."""
-    code = ("import sys; from lab.config import LabConfig; from lab.engine import DecodeEngine; "
+    code = ("import sys; from lab.config import LabConfig; "
+            "from lab.engine.runner import DecodeEngine; "
             "from lab.model import load_model; "
             "e = DecodeEngine(load_model(), LabConfig(backend='cuda', graph=False, "
             "launch_blocking=sys.argv[1] == '1', bugs={'float_ids'})); e.generate('ROMEO.\\n', 20)")

@@ -4,7 +4,7 @@ timing-dependent race that no byte-compare is sure to see)."""
 import pytest
 
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
 from lab.pdl_check import wait_first_violations
 
 

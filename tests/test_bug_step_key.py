@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from _bug_checks import PROMPT, clean_tokens
-from lab import bench
-from lab.audit import audit, detect_lazy_init
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
 from lab.errors import LabError
+from lab.measure import bench
 from lab.model import ModelConfig, random_model
-from lab.verify import never_repeating, replay_check
+from lab.teach.audit import audit, detect_lazy_init
+from lab.teach.verify import never_repeating, replay_check
 
 VOCAB = "\n !$&',-.3:;?" + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -66,7 +66,7 @@ def test_gpu(model):
 
 
 def test_the_bug_table_shows_it_in_the_ledger_column(model):
-    from lab.audit import bug_row
+    from lab.teach.audit import bug_row
     cfg = LabConfig(backend="sim")
     clean, bug = bug_row(model, cfg, None), bug_row(model, cfg, "step_key")
     assert clean["graph_ledger"]["replay"] > 0 and set(bug["graph_ledger"]) == {"capture"}

@@ -119,7 +119,7 @@ def test_save_dot_without_a_graph_is_an_error(tmp_path, capsys):
                                  ["sweep", "--contexts", "64", "--arms", "LAB_GRAPH=1"]],
                          ids=["ab", "loo", "sweep"])
 def test_bench_bad_arguments_fail_before_any_work(cmd, extra, needle, capsys, monkeypatch):
-    import lab.bench as bench
+    import lab.measure.bench as bench
     monkeypatch.setattr(bench, "make_arm", lambda *a, **k: pytest.fail("work started"))
     assert main(["bench", *cmd, "--backend", "sim", *extra]) == 2
     err = capsys.readouterr().err

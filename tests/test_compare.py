@@ -1,16 +1,16 @@
-"""`decode-lab compare` (lab/compare.py): run specs, verdicts, the weight hashes, the dead-fast-path
-check, bad input, and the CLI's exit codes. Simulator only, a few tokens per run."""
+"""`decode-lab compare` (lab/measure/compare.py): run specs, verdicts, the weight hashes, the
+dead-fast-path check, bad input, and the CLI's exit codes. Simulator only, a few tokens per run."""
 import json
 import shutil
 
 import numpy as np
 import pytest
 
-from lab import compare as C
 from lab.__main__ import main
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
 from lab.errors import LabError
+from lab.measure import compare as C
 from lab.model import DEFAULT_WEIGHTS, ModelConfig, random_model, sha256_of
 
 SIM = LabConfig(backend="sim")

@@ -44,18 +44,19 @@ def test_importing_the_config_imports_nothing_heavy():
     pull in numba, the step or a backend (a fresh interpreter, since this one has them)."""
     import subprocess
     import sys
-    code = ("import sys, lab.config; heavy = sorted(m for m in ('numba', 'lab.step', 'lab.bugs', "
-            "'lab.backend', 'kernels') if m in sys.modules); print(heavy); assert not heavy")
+    code = ("import sys, lab.config; heavy = sorted(m for m in ('numba', 'lab.engine.step', "
+            "'lab.engine.bugs', 'lab.backend', 'kernels') if m in sys.modules); print(heavy); "
+            "assert not heavy")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_each_bug_row_lists_the_pieces_its_override_replaces():
     """The refusals are checked from the rows' data (lab/bugspec.py); the rows must say exactly
-    which pieces of the step each override class in lab/bugs.py replaces."""
-    from lab import bugs
-    from lab.ranks import RankSkewStep, RankStep
-    from lab.step import Step
+    which pieces of the step each override class in lab/engine/bugs.py replaces."""
+    from lab.engine import bugs
+    from lab.engine.ranks import RankSkewStep, RankStep
+    from lab.engine.step import Step
     alloc = {"__init__", "__doc__", "__module__", "rebuilt_each_step", "scratch_splits_at_start",
              "tables_at_start_up"}   # how the engine allocates and issues, not a token-path piece
     for name, bug in bugs.BUGS.items():
@@ -72,7 +73,7 @@ def test_the_cli_help_imports_nothing_heavy():
     import sys
     code = ("import sys, runpy; sys.argv = ['decode-lab', '--help']\n"
             "try:\n    runpy.run_module('lab', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "heavy = sorted(m for m in ('numba', 'lab.engine', 'lab.bench', 'lab.step') "
-            "if m in sys.modules)\nassert not heavy, heavy")
+            "heavy = sorted(m for m in ('numba', 'lab.engine.runner', 'lab.measure.bench', "
+            "'lab.engine.step') if m in sys.modules)\nassert not heavy, heavy")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and "usage: decode-lab" in out.stdout, out.stdout + out.stderr

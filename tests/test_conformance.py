@@ -5,10 +5,10 @@ import shutil
 
 import pytest
 
-from lab import conformance
 from lab.__main__ import main
-from lab.conformance import Row
 from lab.errors import LabError
+from lab.measure import conformance
+from lab.measure.conformance import Row
 
 
 # Every test here judges one simulation: conformance.run re-uses a process's simulated runs for

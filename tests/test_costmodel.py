@@ -9,7 +9,7 @@ from lab.backend import Launch
 from lab.backend.costmodel import COSTS_FILE, CostModel, cost_key, launch_bytes
 from lab.backend.sim import SimBackend
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
 from lab.errors import LabError
 
 SIM = LabConfig(backend="sim")

@@ -8,7 +8,7 @@ import pytest
 
 from lab.backend.sim import SimBackend
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
 from lab.errors import LabError
 from lab.model import random_model
 from lab.plan import plan_boundaries
@@ -116,7 +116,7 @@ def test_unknown_loop_value_is_a_clear_error():
 
 
 def test_the_audit_reads_a_conditional_graph(model):
-    from lab.audit import loop_report
+    from lab.teach.audit import loop_report
     eng = DecodeEngine(model, LabConfig(backend="sim", loop="device"))
     text = loop_report(eng)
     bodies = [line for line in text.splitlines() if line.strip().startswith("body ")]

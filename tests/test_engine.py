@@ -4,7 +4,7 @@ import pytest
 from _oracle import logit_tol, stepped_logits
 
 from lab import reference
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
 from lab.errors import LabError
 from lab.plan import plan_boundaries
 

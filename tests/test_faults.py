@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
 
 PROMPT = "ROMEO.\n"
 N_LAUNCHES = 37

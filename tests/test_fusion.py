@@ -1,4 +1,4 @@
-"""LAB_FUSION=1: the fused step (lab/step.py FusedStep, kernels/fused.py).
+"""LAB_FUSION=1: the fused step (lab/engine/step.py FusedStep, kernels/fused.py).
 
 Device-free: at most 19 launches per token (18) while the unfused step keeps its 37; tokens equal
 to the float64 oracle and logits within its float32 tolerance; graph replays byte-identical to
@@ -27,17 +27,18 @@ from _lockstep import run_lockstep
 from _oracle import logit_tol, stepped_logits
 from kernels import fused
 from kernels.sample import argmax_twin_index
-from lab import bugs, reference
-from lab.audit import audit, detect_lazy_init
+from lab import reference
 from lab.backend.costmodel import launch_bytes
 from lab.backend.sim import SimBackend
 from lab.config import LabConfig, from_env
-from lab.engine import DecodeEngine
+from lab.engine import bugs
+from lab.engine.runner import DecodeEngine
+from lab.engine.step import FusedStep, Step
 from lab.errors import LabError
 from lab.pdl_check import wait_first_violations
 from lab.plan import decode_plan, plan_boundaries
-from lab.step import FusedStep, Step
-from lab.verify import decode_after_prompt, replay_check
+from lab.teach.audit import audit, detect_lazy_init
+from lab.teach.verify import decode_after_prompt, replay_check
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "ROMEO.\n"          # 7 characters: 72 generated tokens cross the plans at 32 and 64
@@ -292,7 +293,7 @@ def test_plan_switch_by_update_with_fusion(model):
 
 
 def test_compare_holds_the_fused_step_against_the_oracle_with_its_evidence():
-    from lab import compare as C
+    from lab.measure import compare as C
     res = C.compare("reference", "FUSION=1,SPLIT_COMBINE=1", tokens=8, base=SIM)
     assert res["verdict"]["ok"], res["verdict"]
     checks = {c["claim"]: c for c in res["checks"] if c["side"] == "B"}

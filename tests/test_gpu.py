@@ -8,8 +8,8 @@ import pytest
 
 from _lockstep import run_lockstep
 from lab import reference
-from lab.engine import DecodeEngine
-from lab.verify import replay_check
+from lab.engine.runner import DecodeEngine
+from lab.teach.verify import replay_check
 
 pytestmark = pytest.mark.gpu
 PROMPT = "ROMEO.\n"

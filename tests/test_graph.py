@@ -3,11 +3,11 @@ plan changes, graceful fallback with a ledger entry, node count == launches per 
 import numpy as np
 import pytest
 
-import lab.engine as engine_mod
 from lab.backend.sim import SimBackend
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
+import lab.engine.runner as engine_mod
 from lab.plan import decode_plan, plan_boundaries
-from lab.verify import replay_check
+from lab.teach.verify import replay_check
 
 PROMPTS = ["ROMEO.\n", "To be, or not to be"]
 

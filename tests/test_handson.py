@@ -7,8 +7,8 @@ calls the lab's own implementation. And the command line: list, show, check."""
 import pytest
 
 import kernels
-from lab import handson
 from lab.__main__ import main
+from lab.teach import handson
 
 EXERCISES = handson.EXERCISES
 WRONG = [(n, m) for n, e in EXERCISES.items() for m in e.wrong]

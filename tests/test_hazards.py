@@ -9,9 +9,9 @@ import pytest
 from lab.backend import StreamWait
 from lab.backend.sim import SimBackend
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
+from lab.engine.step import Step
 from lab.errors import LabError
-from lab.step import Step
 
 PROMPT = "ROMEO.\n"
 SIM = LabConfig(backend="sim")

@@ -1,6 +1,6 @@
 """The launch log: every launch with kernel, layer, grid, block and argument provenance."""
-from lab.engine import DecodeEngine
-from lab.instrument import launch_bill
+from lab.backend.instrument import launch_bill
+from lab.engine.runner import DecodeEngine
 
 
 def test_launches_per_layer_and_per_token(model, sim_cfg):

@@ -3,7 +3,7 @@
 (a) NumPy only: the twins against straightforward float64 math, the combine contract on the
     twins (bitwise), the house rules every registered kernel must follow, and kernels/reduce.py's
     two dataflows (GPU shuffles, simulator trees) giving the same bits as each other and as
-    lab/precision.py's order mirrors.
+    lab/measure/precision.py's order mirrors.
 (b) The kernels themselves under numba's CUDA simulator, in subprocesses (the simulator flag must
     be set before numba is imported): tests/_cudasim_kernels.py twice, once on the simulator's
     shared-memory trees and once with emulated warp shuffles (the GPU path), and the two runs'
@@ -34,7 +34,7 @@ from kernels.position import advance_twin
 from kernels.rmsnorm import rmsnorm_twin
 from kernels.rope import rope_kv_append_twin
 from kernels.sample import argmax_next_twin
-from lab import precision as P
+from lab.measure import precision as P
 
 ROOT = Path(__file__).resolve().parents[1]
 EPS32 = float(np.finfo(np.float32).eps)
@@ -256,7 +256,7 @@ def _hard_sums(r, n, *shape):
 
 def test_warp_sum_shuffle_order_is_the_tree_order_in_every_lane():
     """The xor butterfly gives every lane the tree's lane-0 total, bit for bit (commutativity),
-    and both are lab/precision.py's tree over 32 lanes."""
+    and both are lab/measure/precision.py's tree over 32 lanes."""
     v = _hard_sums(rng(), R.WARP, 2000)                       # [2000, 32]
     lanes = R.warp_sum_shuffle_twin(v)                        # [2000, 32]
     tree = R.warp_sum_tree_twin(v)                            # [2000]
@@ -276,8 +276,8 @@ def test_block_sum_shuffle_order_is_the_256_tree_in_every_thread():
 
 @pytest.mark.parametrize("fused", [False, True])
 def test_row_dot_and_rmsnorm_mirrors_are_lane_chains_then_the_shuffle_order(fused):
-    """lab/precision.py's mirrors (which the kernels are checked against, bit for bit, on the
-    simulator and on a GPU) are the per-lane fma chains followed by either dataflow."""
+    """lab/measure/precision.py's mirrors (which the kernels are checked against, bit for bit, on
+    the simulator and on a GPU) are the per-lane fma chains followed by either dataflow."""
     r = rng()
     W, x = f32(r, 6, 600), f32(r, 600)
     lane = np.zeros((6, R.WARP), np.float32)

@@ -5,11 +5,11 @@ import pytest
 
 from lab.backend import Launch
 from lab.backend.base import Buffer
+from lab.backend.instrument import LaunchLog, instrumentation_overhead_us
 from lab.config import LabConfig, from_env
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
 from lab.errors import LabError
-from lab.instrument import LaunchLog, instrumentation_overhead_us
-from lab.verify import decode_after_prompt
+from lab.teach.verify import decode_after_prompt
 
 PROMPT = "ROMEO.\n"
 

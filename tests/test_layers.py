@@ -1,6 +1,7 @@
-"""The house's floors (lab/__init__.py): each module imports only from its own floor or the
-floors below, so a reader can take the lab apart from the ground up. Read from the source's
-import statements (top level and inside functions alike)."""
+"""The house's floors (lab/__init__.py): the ground floor's modules sit in lab/, every floor
+above it is a folder (backend/, engine/, measure/, teach/), and each module imports only from its
+own floor or the floors below, so a reader can take the lab apart from the ground up. Read from the
+source's import statements (top level and inside functions alike)."""
 import ast
 from pathlib import Path
 
@@ -8,11 +9,10 @@ LAB = Path(__file__).resolve().parents[1] / "lab"
 FLOORS = {
     0: {"errors", "config", "bugspec", "files", "model", "reference", "plan", "pdl_check",
         "ledger"},
-    1: {"backend", "instrument"},
-    2: {"engine", "step", "ranks", "bugs", "buffers", "graphs", "device_loop", "requests"},
-    3: {"stats", "bench", "report", "plots", "conformance", "precision", "kernel_run", "compare",
-        "compare_sides", "compare_evidence"},
-    4: {"verify", "audit", "selfcheck", "handson"},
+    1: {"backend"},
+    2: {"engine"},
+    3: {"measure"},
+    4: {"teach"},
     5: {"__main__"},
 }
 FLOOR_OF = {name: floor for floor, names in FLOORS.items() for name in names}
@@ -69,8 +69,24 @@ def test_imports_run_down_the_floors():
 
 def test_the_check_sees_every_form_of_import():
     """Relative (one or two dots, from a package folder too), absolute, and inside a function."""
-    src = ("from .plan import x\nfrom . import bench\nimport lab.audit\n"
-           "def f():\n    from ..engine import DecodeEngine\n")
-    assert _rooms_in(src, ()) >= {"plan", "bench", "audit"}
+    src = ("from .plan import x\nfrom . import measure\nimport lab.teach.audit\n"
+           "def f():\n    from ..engine.runner import DecodeEngine\n")
+    assert _rooms_in(src, ()) >= {"plan", "measure", "teach"}
+    assert _rooms_in("from ..runner import E\nfrom lab.engine.step import S\n",
+                     ("measure", "x")) == {"measure", "engine"}
     assert _rooms_in("from ..engine import E\nfrom .base import B\n", ("backend",)) == {
         "engine", "backend"}
+
+
+def test_every_folder_says_what_it_owns():
+    """Each floor's folder has an __init__ whose docstring names every module in it."""
+    for folder in sorted(p for p in LAB.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        init = folder / "__init__.py"
+        assert init.exists(), f"{folder.name}/ has no __init__.py"
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        for mod in sorted(folder.glob("*.py")):
+            if mod.stem != "__init__":
+                assert mod.stem in doc, f"{folder.name}/__init__.py does not name {mod.stem}"
+        subs = [p for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+        for sub in sorted(subs):
+            assert sub.name in doc, f"{folder.name}/__init__.py does not name {sub.name}/"

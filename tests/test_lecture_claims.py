@@ -229,8 +229,8 @@ def test_every_listed_phrase_is_the_first_editions_and_withdrawn():
 def test_the_lazy_init_detector_names_the_kind_of_allocation(model):
     """Not every allocation is illegal in a capture: the detector's message says which kind it
     met (a synchronous allocator growing its pool) and which kind would be capturable."""
-    from lab.audit import _KINDS, KIND_NOTES, detect_lazy_init
     from lab.config import LabConfig
+    from lab.teach.audit import _KINDS, KIND_NOTES, detect_lazy_init
 
     assert set(KIND_NOTES) == set(_KINDS.values())
     text = detect_lazy_init(model, LabConfig(backend="sim", bugs={"lazy_scratch"})).summary()

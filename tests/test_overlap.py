@@ -6,9 +6,9 @@ import pytest
 
 from lab.backend.sim import SimBackend
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
 from lab.errors import CaptureError
-from lab.verify import decode_after_prompt
+from lab.teach.verify import decode_after_prompt
 
 FACTORS = ("graph", "pdl", "overlap", "split_combine")
 COMBOS = [dict(zip(FACTORS, bits)) for bits in itertools.product((False, True), repeat=4)]

@@ -5,8 +5,8 @@ import pytest
 
 from lab.backend.sim import SimBackend
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
-from lab.verify import decode_after_prompt
+from lab.engine.runner import DecodeEngine
+from lab.teach.verify import decode_after_prompt
 
 
 def _arm(model, cfg, steps=40, backend=None):

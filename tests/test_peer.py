@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lab import reference, report
+from lab import reference
+from lab.measure import report
 from scripts import peer_result, peer_torch
 from scripts import record_gpu_peer as peer
 

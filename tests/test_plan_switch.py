@@ -7,7 +7,7 @@ import pytest
 
 from lab.backend.sim import SimBackend, SimGraph
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
 from lab.errors import LabError
 from lab.plan import plan_boundaries
 

@@ -1,5 +1,5 @@
-"""Reduction order and precision (lab/precision.py): the order mirrors, the fma that rounds once,
-which reorderings keep bits, the sampler's argmax policy, KL's asymmetry, and the float16 KV
+"""Reduction order and precision (lab/measure/precision.py): the order mirrors, the fma that rounds
+once, which reorderings keep bits, the sampler's argmax policy, KL's asymmetry, and the float16 KV
 cache's distance to the float64 oracle."""
 import itertools
 from fractions import Fraction
@@ -7,9 +7,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from lab import precision as P
-from lab.compare import kv_dtype_study
 from lab.config import LabConfig
+from lab.measure import precision as P
+from lab.measure.compare import kv_dtype_study
 
 F32 = np.float32
 

@@ -1,4 +1,4 @@
-"""LAB_RANKS=2: tensor-parallel decode over two ranks (lab/ranks.py), on simulated devices
+"""LAB_RANKS=2: tensor-parallel decode over two ranks (lab/engine/ranks.py), on simulated devices
 (SimRanks) and, marked gpu, on two GPUs with NCCL."""
 import dataclasses
 
@@ -10,9 +10,9 @@ from lab.backend import Collective, Launch
 from lab.backend.costmodel import CollectiveCosts
 from lab.backend.sim import SimRanks
 from lab.config import LabConfig, from_env
-from lab.engine import DecodeEngine
+from lab.engine.ranks import RankedEngine, RankStep, check_divisible, make_engine, shard
+from lab.engine.runner import DecodeEngine
 from lab.errors import CollectiveError, LabError
-from lab.ranks import RankedEngine, RankStep, check_divisible, make_engine, shard
 from lab.reference import generate as oracle_generate
 
 SIM2 = LabConfig(backend="sim", ranks=2)
@@ -82,7 +82,7 @@ def test_graph_is_byte_identical_to_eager_and_ranks_agree(model):
 
 
 def test_replay_check_per_rank_across_plan_boundaries(model):
-    from lab.verify import replay_check
+    from lab.teach.verify import replay_check
     eng = RankedEngine(model, SIM2)
     report = replay_check(eng, [PROMPTS[0], PROMPTS[1]], replays=40)
     assert report.ok, report.summary()

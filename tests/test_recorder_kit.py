@@ -1,6 +1,6 @@
 """The recorders' kit (scripts/recorder.py): shared arguments, the output folder checked before
-the run, atomic JSON writes, the engine-pool key lab/bench.py shares engines by, the rotating
-order, and one-line refusals. Device-free: no recorder measures anything here."""
+the run, atomic JSON writes, the engine-pool key lab/measure/bench.py shares engines by, the
+rotating order, and one-line refusals. Device-free: no recorder measures anything here."""
 from __future__ import annotations
 
 import importlib
@@ -12,9 +12,9 @@ import stat
 import numpy as np
 import pytest
 
-from lab import bench
 from lab.config import LabConfig
 from lab.errors import LabError
+from lab.measure import bench
 from scripts import recorder
 
 RECORDERS = ["record_gpu", "record_gpu_bench", "record_gpu_bugs", "record_gpu_costs",

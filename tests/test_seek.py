@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
 from lab.errors import LabError
+from lab.measure.stats import outputs_differ
 from lab.model import ModelConfig, random_model
-from lab.stats import outputs_differ
 
 VOCAB = "\n !$&',-.3:;?" + string.ascii_letters
 SMALL = ModelConfig(vocab=VOCAB, d_model=32, n_layer=1, n_head=2, d_ff=64, max_seq=128,

@@ -9,9 +9,9 @@ import pytest
 
 from kernels.attention import attn_combine_twin
 from kernels.attention import attn_merge_twin as twin_under_an_alias
-from lab import selfcheck as sc
-from lab import stats
-from lab.instrument import LaunchBill
+from lab.backend.instrument import LaunchBill
+from lab.measure import stats
+from lab.teach import selfcheck as sc
 
 
 def _not_yet(res, *words):
@@ -218,7 +218,7 @@ def test_launch_bill_refuses_non_callables():
 
 
 def test_no_solutions_ship():
-    import lab.selfcheck.exercises as ex
+    import lab.teach.selfcheck.exercises as ex
     for stub in (ex.merge_partials, ex.launches_per_token, ex.per_launch_budget_us, ex.paired_t,
                  ex.verdict, ex.replays_needed):
         assert stub(*([None] * stub.__code__.co_argcount)) is None
@@ -272,9 +272,9 @@ def test_merge_may_not_call_the_reference(fn, used):
 
 
 @pytest.mark.parametrize("fn, used", [
-    (lambda a, b: stats.paired_t(a, b), "lab.stats.paired_t"),
-    (paired_t_via_paired_test, "lab.stats.paired_t"),
-    (paired_t_via_mean_sem, "lab.stats.mean_sem"),
+    (lambda a, b: stats.paired_t(a, b), "lab.measure.stats.paired_t"),
+    (paired_t_via_paired_test, "lab.measure.stats.paired_t"),
+    (paired_t_via_mean_sem, "lab.measure.stats.mean_sem"),
 ])
 def test_paired_t_may_not_call_the_reference(fn, used):
     _not_yet(sc.check_paired_t(fn), "5 reps", f"called {used}")
@@ -285,7 +285,7 @@ def test_launch_bill_may_not_call_the_reference():
         return LaunchBill("mine", 0, 0, 0, launches, ms_per_token, "").us_per_launch
 
     _not_yet(sc.check_launch_bill(launches_ok, budget_via_bill), "eager, split_combine=False",
-             "called lab.instrument.LaunchBill.us_per_launch")
+             "called lab.backend.instrument.LaunchBill.us_per_launch")
 
 
 def test_the_watch_leaves_other_profilers_in_place():

@@ -1,4 +1,4 @@
-"""The lecture's ten questions (lab/selfcheck/questions.py) and `decode-lab selfcheck`.
+"""The lecture's ten questions (lab/teach/selfcheck/questions.py) and `decode-lab selfcheck`.
 
 Each question passes exactly its right options, graded by which option was picked whatever its
 letter; the options come in an order of each student's own, and neither the letter nor the
@@ -18,8 +18,8 @@ import pytest
 
 from lab.__main__ import main
 from lab.errors import LabError
-from lab.selfcheck import QUESTIONS, Attempts, answer, ask, check_answer, reveal, start
-from lab.selfcheck import questions as qmod
+from lab.teach.selfcheck import QUESTIONS, Attempts, answer, ask, check_answer, reveal, start
+from lab.teach.selfcheck import questions as qmod
 
 STUDENT = "ada"
 # the right options of each question, by a piece of their text (q4 also takes a number)

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from lab import stats
+from lab.measure import stats
 
 
 @pytest.mark.parametrize("df", [1, 2, 3, 4, 5, 7, 8, 31])

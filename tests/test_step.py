@@ -1,12 +1,12 @@
-"""The step in named pieces (lab/step.py): each deliberate bug overrides only named pieces of the
-clean step, and querying a step (`step_launches`) has no side effects; only issuing it does."""
+"""The step in named pieces (lab/engine/step.py): each deliberate bug overrides only named pieces of
+the clean step, and querying a step (`step_launches`) has no side effects; only issuing it does."""
 import numpy as np
 import pytest
 
-from lab import bugs
 from lab.backend import Launch
-from lab.engine import DecodeEngine
-from lab.step import HostWork, Step
+from lab.engine import bugs
+from lab.engine.runner import DecodeEngine
+from lab.engine.step import HostWork, Step
 
 PROMPT = "ROMEO.\n"
 PIECES = {name for name in vars(Step) if not name.startswith("_")} - {"items", "launches"}

@@ -8,10 +8,11 @@
   cuda.py         numba.cuda + CuPy (cuda_launch.py: the launch rungs; cuda_graph.py: graphs and
                   the device loop; cuda_ranks.py: one GPU per rank, NCCL)
   costmodel.py    the simulator's measured costs
+  instrument.py   the launch log every backend writes, and the launch bill read from it
 """
 from __future__ import annotations
 
-from ..errors import LabError
+from lab.errors import LabError
 from .base import Backend, Buffer, Collective, Graph, Launch, OneDevice, StreamWait  # noqa: F401
 
 

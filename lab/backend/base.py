@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DeviceFault
+from lab.errors import DeviceFault
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,20 +81,23 @@ class Op:
     detail: str
     capturing: bool    # issued while a capture was open
     issued: int        # launches already issued in this step, or into the open capture
-    site: str          # the callers outside lab/backend: "engine.py:190 in alloc_scratch <- ..."
+    site: str          # the callers outside lab/backend: "runner.py:190 in alloc_scratch <- ..."
 
 
 _BACKEND_DIR = Path(__file__).resolve().parent
+_LAB_DIR = _BACKEND_DIR.parent
 
 
 def caller_site(depth: int = 2) -> str:
     """file:line in function of the `depth` innermost callers outside lab/backend (and outside
-    numba/cupy), innermost first: "engine.py:190 in alloc_scratch <- bugs.py:140 in grow_scratch"."""
+    numba/cupy), innermost first: "runner.py:190 in alloc_scratch <- bugs.py:140 in
+    grow_scratch"."""
     sites = []
     f = sys._getframe(1)
     while f is not None and len(sites) < depth:
         path = Path(f.f_code.co_filename)
-        if _BACKEND_DIR not in path.parents and path.parent.name in ("lab", "tests", "notebooks"):
+        if _BACKEND_DIR not in path.parents and (_LAB_DIR in path.parents
+                                                 or path.parent.name in ("tests", "notebooks")):
             sites.append(f"{path.name}:{f.f_lineno} in {f.f_code.co_name}")
         f = f.f_back
     return " <- ".join(sites) or "?"

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LabError
+from lab.errors import LabError
 from .base import Buffer, Launch, RawArray
 
 COSTS_FILE = Path(__file__).resolve().parents[2] / "data" / "gpu" / "kernel_costs.json"

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from ..errors import CaptureError, DeviceFault
+from lab.errors import CaptureError, DeviceFault
 from .base import Backend, Buffer
 from .cuda_graph import CudaDeviceLoop, CudaGraph, CudaGraphDef, _check, _cudart, _RawExec
 from .cuda_launch import CudaLaunches

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import CaptureError
+from lab.errors import CaptureError
 from .base import Graph, LoopGraph
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from ..errors import CaptureError
+from lab.errors import CaptureError
 from .cuda import CudaBackend, CudaGraph, _RawExec
 
 

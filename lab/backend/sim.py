@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import CaptureError, LabError
+from lab.errors import CaptureError, LabError
 from .base import Backend, Buffer, Collective, Graph, Launch, LoopGraph, RawArray
 from .costmodel import CostModel
 from .sim_queue import DeviceQueues, TimelineEvent, _Shared  # noqa: F401 (TimelineEvent: re-export)

@@ -19,8 +19,8 @@ import numpy as np
 
 from kernels.loop import loop_continue_twin, loop_plan_twin
 
-from ..errors import DeviceFault, LabError
-from ..pdl_check import pre_wait_reads
+from lab.errors import DeviceFault, LabError
+from lab.pdl_check import pre_wait_reads
 from .base import Buffer, Collective, Launch, RawArray
 from .costmodel import launch_context
 

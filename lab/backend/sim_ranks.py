@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ..errors import CollectiveError, LabError
+from lab.errors import CollectiveError, LabError
 from .base import Collective
 from .costmodel import CollectiveCosts, CostModel
 from .sim import SimBackend

@@ -1,0 +1,130 @@
+"""Checklist step 7, run the A/A control: before believing a mismatch between A and B, compare A
+against itself; when that mismatches too, the comparison -- not B -- is what is broken.
+
+The student writes the verdict of a byte comparison, `ab_verdict(run_a, run_b)`. Each call of a
+run builds a fresh engine (a separate run, as two processes would be), jumps to a long context
+with `seek` (which advances the position without writing the skipped KV rows, as the lecture's
+benchmark did) and decodes a few tokens; it returns (token ids, logits). The check gives three
+fixtures: a zero-initialised cache with A eager and B graph (the same: "same"); an uninitialised
+cache (the skipped rows hold whatever memory held: A against A already differs, "broken"); and a
+zero-initialised cache with B a frozen-pointer bug ("different").
+"""
+from __future__ import annotations
+
+from lab.measure.stats import aa_verdict, outputs_differ
+from .base import Exercise, Fail, need, variant, watched
+from .fixtures import PROMPT, engine
+
+SPEC = """
+A comparison that fails is either a real difference or a comparison with no discriminating
+power. Run the configuration against itself first (A/A), then A against B. If A/A mismatches,
+investigate input/state initialisation, nondeterminism, races and the harness -- not B.
+
+Write ab_verdict(run_a, run_b) -> "same", "different" or "broken". Each call run_a() or run_b()
+is one independent run (a fresh engine) returning (token_ids, logits), numpy arrays; compare them
+byte for byte (np.array_equal, or .tobytes()). "broken": two runs of A differ, so the
+comparison cannot tell A from B; else "same" or "different" as A and B compare.
+
+The check: three fixtures (zero-initialised cache, graph vs eager; an uninitialised cache read
+after a seek; a frozen KV-row pointer in B). Calling lab.measure.stats.aa_verdict or outputs_differ
+fails the check.
+"""
+
+STUB = '''
+import numpy as np
+
+
+def ab_verdict(run_a, run_b):
+    """"same", "different", or "broken" (A against itself already differs)."""
+    # FILL ME IN
+    return "same"
+'''
+
+REFERENCE = '''
+import numpy as np
+
+
+def same(x, y):
+    return all(np.asarray(a).tobytes() == np.asarray(b).tobytes() for a, b in zip(x, y))
+
+
+def ab_verdict(run_a, run_b):
+    a1, a2 = run_a(), run_a()                 # A/A first: two independent runs of A
+    if not same(a1, a2):
+        return "broken"
+    return "same" if same(a1, run_b()) else "different"
+'''
+
+# A against B at once, no control
+NO_CONTROL = variant(REFERENCE, '''    a1, a2 = run_a(), run_a()                 # A/A first: two independent runs of A
+    if not same(a1, a2):
+        return "broken"
+''', "    a1 = run_a()\n")
+
+# two tokens: a frozen pointer changes the second step's logits, not yet a token id# the token ids compared, not the logits
+TOKENS_ONLY = variant(REFERENCE, "for a, b in zip(x, y))", "for a, b in zip(x[:1], y[:1]))")
+
+CONTEXT, TOKENS = 100, 2
+
+
+def _run(backend, kv_init, graph, bugs=frozenset(), calls=None):
+    def run():
+        eng = engine(backend, kv_init=kv_init, graph=graph, bugs=bugs)
+        eng.reset(eng.encode(PROMPT), 0)
+        eng.seek(CONTEXT)
+        eng.decode(TOKENS)
+        out = (eng.tokens(CONTEXT + TOKENS + 1), eng.logits())
+        if calls is not None:
+            calls.append(out)
+        return out
+    return run
+
+
+_FIXTURES = (("a zero-initialised cache, A eager, B graph", "zeros", frozenset()),
+             ("an uninitialised cache read after a seek, A eager, B graph", "empty", frozenset()),
+             ("a zero-initialised cache, B with a frozen KV-row pointer", "zeros",
+              frozenset({"frozen_kv_row"})))
+_REFS = (("lab.measure.stats.aa_verdict", aa_verdict),
+         ("lab.measure.stats.outputs_differ", outputs_differ))
+
+
+def _truth(backend, kv_init, bugs) -> str:
+    """What this fixture is: two fresh runs of A, then A against B, byte-compared."""
+    a1, a2 = _run(backend, kv_init, False)(), _run(backend, kv_init, False)()
+    if outputs_differ([a1], [a2]):
+        return "broken"
+    return "different" if outputs_differ([a1], [_run(backend, kv_init, True, bugs)()]) else "same"
+
+
+def cases(sol, backend):
+    (fn,) = need(sol, ("ab_verdict",))
+    for label, kv_init, bugs in _FIXTURES:
+        want = _truth(backend, kv_init, bugs)
+        a_calls: list = []
+        run_a = _run(backend, kv_init, False, calls=a_calls)
+        got = watched(_REFS, fn, run_a, _run(backend, kv_init, True, bugs),
+                      what=f"ab_verdict ({label})")
+        if got is None:
+            raise Fail("ab_verdict returned None: fill in the stub (# FILL ME IN)")
+        if got == want:
+            yield label
+            continue
+        if want == "broken" and len(a_calls) < 2:
+            why = (f"you ran A {len(a_calls)} time(s): the A/A control runs A twice, as two "
+                   f"independent runs, and compares them" if a_calls else "you never ran A")
+        elif want == "broken":
+            why = "two runs of A differed and still you trusted the comparison"
+        else:
+            why = ("compare the logits too, byte for byte: a frozen value shows in them before "
+                   "it changes a token id")
+        aa = ("differs here: the KV rows the seek skipped hold whatever memory held"
+              if want == "broken" else "matches here")
+        raise Fail(f"{label}: you said {got!r}, it is {want!r} (A against itself {aa}): {why}")
+
+
+EXERCISE = Exercise(
+    "aa_control", 7, "the A/A control before believing a mismatch", "§5", SPEC, STUB,
+    ("ab_verdict",), cases, REFERENCE,
+    {"no control": (NO_CONTROL, "you ran A 1 time(s)"),
+     "token ids only": (TOKENS_ONLY, "compare the logits too")},
+    stub_says="you never ran A")

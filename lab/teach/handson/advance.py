@@ -1,0 +1,230 @@
+"""Checklist step 3, the state update: a device-side position advance that the graph replays.
+
+The student writes the kernel (its numba source and its NumPy twin, as kernels/position.py does)
+and the step piece that launches it (`advance`, the last piece of Step.head). The check runs
+that step in the real engine: eager steps must leave the device position equal to the host's,
+no host write of the position may happen during a step, nothing the host computes per step may
+reach the launch, and graph replays must decode the clean engine's tokens replay after replay.
+"""
+from __future__ import annotations
+
+from kernels import position
+from lab.backend import Buffer
+from lab.engine.step import Step
+from lab.teach.verify import replay_check
+from .base import Exercise, Fail, need, watched
+from .fixtures import PROMPT, TOKENS, boundary_prompt, clean_tokens, engine, first_difference
+
+SPEC = """
+A replayed graph reruns the same launches with the same arguments, so the one thing that makes a
+replay a different token -- the position -- must change on the device, inside the step.
+
+Write three things:
+  advance_twin(grid, block, pos)  the NumPy twin of your kernel: what the simulator runs for one
+                                  launch (it mutates `pos`, an int32 array of 1, in place)
+  advance_kernel(pos)             the numba.cuda source of the same kernel (what a GPU runs),
+                                  declared with lab.teach.handson.kernel(...) and your twin
+  AdvanceStep(Step)               the clean step with its `advance()` piece returning the
+                                  launch(es) of your kernel: lab.engine.step.launch(kern,
+                                  (grid, block), args). The position lives in self.dev.buf.pos.
+
+The check: 5 eager steps leave pos[0] == 5; no upload of pos during a step; no argument the host
+computes per step; graph replays decode the clean engine's tokens across plan boundaries, and a
+4-replay byte comparison with the eager path passes. Calling kernels.position (the lab's own
+kernel) or Step.advance fails the check.
+"""
+
+STUB = '''
+import numpy as np
+from numba import cuda
+
+from lab.engine.step import Step, launch
+from lab.teach.handson import kernel
+
+
+def advance_twin(grid, block, pos):
+    """pos: int32[1] in device memory. The step's last kernel: one token further."""
+    # FILL ME IN
+    pass
+
+
+@kernel("void(int32[::1])", twin=advance_twin, reads=(0,), writes=(0,))
+def advance_kernel(pos):
+    # FILL ME IN (numba.cuda: cuda.threadIdx.x, cuda.blockIdx.x)
+    pass
+
+
+class AdvanceStep(Step):
+    def advance(self):
+        """The launches that advance the device-resident position (self.dev.buf.pos)."""
+        # FILL ME IN: return [launch(advance_kernel, ((1,), (1,)), (self.dev.buf.pos,))]
+        return []
+'''
+
+REFERENCE = '''
+from numba import cuda
+
+from lab.engine.step import Step, launch
+from lab.teach.handson import kernel
+
+
+def advance_twin(grid, block, pos):
+    pos[0] += 1
+
+
+@kernel("void(int32[::1])", twin=advance_twin, reads=(0,), writes=(0,))
+def advance_kernel(pos):
+    if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:   # one writer, however wide the launch
+        pos[0] += 1
+
+
+class AdvanceStep(Step):
+    def advance(self):
+        return [launch(advance_kernel, ((1,), (1,)), (self.dev.buf.pos,))]
+'''
+
+# the host writes the position before each step, no kernel advances it (LAB_BUG_POS_OUTSIDE_GRAPH)
+HOST_WRITE = '''
+import numpy as np
+from lab.engine.step import Step
+
+
+class AdvanceStep(Step):
+    rebuilt_each_step = True
+
+    def prelude(self, plan):
+        self.dev.backend.upload(self.dev.buf.pos, np.array([plan.position], np.int32))
+
+    def advance(self):
+        return []
+'''
+
+# the new position computed on the host and passed by value: a replay writes the captured one
+BY_VALUE = '''
+import numpy as np
+from numba import cuda
+
+from lab.engine.step import Step, launch
+from lab.teach.handson import kernel
+
+
+def set_twin(grid, block, pos, value):
+    pos[0] = value
+
+
+@kernel("void(int32[::1], int32)", twin=set_twin, reads=(), writes=(0,))
+def set_position(pos, value):
+    if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
+        pos[0] = value
+
+
+class AdvanceStep(Step):
+    rebuilt_each_step = True
+
+    def advance(self):
+        return [launch(set_position, ((1,), (1,)),
+                       (self.dev.buf.pos, np.int32(self.engine.position + 1)))]
+'''
+
+# every thread of a 32-thread launch adds 1 (the twin models what the GPU would do)
+EVERY_THREAD = '''
+from numba import cuda
+
+from lab.engine.step import Step, launch
+from lab.teach.handson import kernel
+
+
+def advance_twin(grid, block, pos):
+    for _ in range(grid[0] * block[0]):       # every thread of the launch
+        pos[0] += 1
+
+
+@kernel("void(int32[::1])", twin=advance_twin, reads=(0,), writes=(0,))
+def advance_kernel(pos):
+    cuda.atomic.add(pos, 0, 1)
+
+
+class AdvanceStep(Step):
+    def advance(self):
+        return [launch(advance_kernel, ((1,), (32,)), (self.dev.buf.pos,))]
+'''
+
+_REFS = (("kernels.position.advance_twin", position.advance_twin),
+         ("lab.engine.step.Step.advance", Step.advance))
+
+
+def _step_class(sol):
+    (cls,) = need(sol, ("AdvanceStep",))
+    if not (isinstance(cls, type) and issubclass(cls, Step)):
+        raise Fail(f"AdvanceStep is a {type(cls).__name__}: make it a subclass of "
+                   "lab.engine.step.Step")
+    return cls
+
+
+def _warmed(eng):
+    """The solution's kernels compiled before any step (a GPU compiles outside captures)."""
+    eng.backend.warm_up({x.kernel for x in eng.step_launches(eng.plan(0))})
+    return eng
+
+
+def _per_step_values(eng) -> list[str]:
+    """The advance launches' by-value arguments that differ between two positions of one plan."""
+    out = []
+    for pos in (10, 11):
+        eng.position = pos
+        out.append([a for x in eng.step_launches(eng.plan(pos))[-3:] for a in x.args
+                    if not isinstance(a, Buffer)])
+    eng.position = 0
+    return [f"{a!r}, then {b!r}" for a, b in zip(*out) if str(a) != str(b)]
+
+
+def cases(sol, backend):
+    cls = _step_class(sol)
+    eng = watched(_REFS, lambda: _warmed(engine(backend, graph=False, step=cls)),
+                  what="building the engine with AdvanceStep")
+    eng.reset(eng.encode(PROMPT))
+    n_ops = len(eng.backend.ops)
+    for k in range(1, 6):
+        watched(_REFS, eng.step, what="an eager step of AdvanceStep")
+        writes = [o for o in eng.backend.ops[n_ops:]
+                  if o.kind == "upload" and o.detail.startswith("pos")]
+        if writes:
+            raise Fail(f"the host writes the position during the step (an upload into pos in "
+                       f"eager step {k}): a graph replay never re-runs a host write; advance "
+                       f"pos with a kernel inside the step")
+        dev = eng.device_position()
+        if dev != k:
+            hint = ("nothing advances pos[0] inside the step: launch a kernel that adds 1 to it "
+                    "in advance()" if dev == k - 1 else
+                    f"pos moved by {dev - k + 1} in one step: exactly one thread of the launch "
+                    f"may add 1" if dev > k else "pos[0] must end each step one further")
+            raise Fail(f"after {k} eager step(s) the device position is {dev}, expected {k}: "
+                       f"{hint}")
+    yield "5 eager steps advance pos[0] to 5"
+    varying = _per_step_values(eng)
+    if varying:
+        raise Fail(f"the advance launch takes a value the host computes per step ({varying[0]}): "
+                   f"a graph replays the value it captured; read pos on the device and add 1 there")
+    yield "no per-step host value reaches the advance launch"
+    geng = _warmed(engine(backend, step=cls))
+    gen = watched(_REFS, geng.generate, PROMPT, TOKENS, what="generating with graphs")
+    i = first_difference(gen.tokens, clean_tokens(backend))
+    if i is not None:
+        raise Fail(f"graph replays decode other tokens than the clean engine from position {i}")
+    if geng.ledger_summary().get("replay", 0) == 0:
+        raise Fail(f"no step was a graph replay (ledger {geng.ledger_summary()})")
+    yield f"{TOKENS} tokens as graph replays, the clean engine's"
+    rep = watched(_REFS, replay_check, _warmed(engine(backend, step=cls)),
+                  [eng.encode(PROMPT), boundary_prompt()], replays=4, what="replay_check")
+    if not rep.ok:
+        raise Fail(f"replays differ from the eager path: {rep.summary().splitlines()[-1].strip()}")
+    yield "4 replays byte-identical to eager, two prompts"
+
+
+EXERCISE = Exercise(
+    "advance", 3, "a device-side position advance that the graph replays", "§2", SPEC, STUB,
+    ("AdvanceStep",), cases, REFERENCE,
+    {"host write": (HOST_WRITE, "host writes the position"),
+     "by value": (BY_VALUE, "value the host computes per step"),
+     "every thread": (EVERY_THREAD, "exactly one thread")},
+    stub_says='nothing advances pos[0]')

@@ -1,0 +1,160 @@
+"""Every self-check at once, from files: `decode-lab selfcheck`.
+
+  answers    a JSON object {question id: answer}: a letter ("<letter>") for a choice, a list of
+             letters (["<letter>", ...]) for choices, {"number": ..., "choices": [...]} for q4,
+             or null for not answered. The letters are the student's own: each student sees
+             the options in an order of their own (questions.py)
+  solutions  a Python file defining the exercises' functions (merge_partials,
+             launches_per_token, per_launch_budget_us, paired_t, verdict, replays_needed)
+  attempts   the attempts file (default questions.DEFAULT_ATTEMPTS), and student, the name
+             that seeds the options' order (default: the one stored there, else the login)
+
+`run_selfcheck(answers, solutions)` prints one verdict line per question and exercise and the
+score "score: N/15", and returns the exit status: 0 when all fifteen pass, 1 otherwise (0 with
+neither file: it prints the questions). Every right or wrong answer is a recorded attempt;
+`explain` prints the answer and why of those, and of no other question. An unreadable file, a
+JSON that is not an object of known question ids, an unusable attempts file, or a solutions
+file that fails to import is a LabError; a malformed answer, or a function missing from the
+solutions file, is a failing line that names the cause.
+"""
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+from pathlib import Path
+
+from lab.errors import LabError
+from .checkers import (CheckResult, check_launch_bill, check_merge_partials, check_paired_t,
+                       check_replays_needed, check_verdict)
+from .bank import QUESTIONS
+from .questions import Attempts, answer
+
+# exercise -> (the functions the solutions file defines, its checker)
+EXERCISES = {
+    "merge_partials": (("merge_partials",), check_merge_partials),
+    "launch_bill": (("launches_per_token", "per_launch_budget_us"), check_launch_bill),
+    "paired_t": (("paired_t",), check_paired_t),
+    "verdict": (("verdict",), check_verdict),
+    "replays_needed": (("replays_needed",), check_replays_needed),
+}
+TOTAL = len(QUESTIONS) + len(EXERCISES)
+
+
+def score(results, total: int | None = None) -> str:
+    """"score: N/M": N of the CheckResults and QuestionResults passed, out of `total` (default:
+    how many results were given)."""
+    results = list(results)
+    return f"score: {sum(r.passed for r in results)}/{len(results) if total is None else total}"
+
+
+def _existing(path, flag: str) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise LabError(f"{flag} {path}: no such file")
+    return p
+
+
+def load_answers(path) -> dict:
+    """{question id: answer} from a JSON file; a LabError for anything that is not one."""
+    p = _existing(path, "--answers")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise LabError(f"--answers {path}: not valid JSON: {exc.msg} (line {exc.lineno}, "
+                       f"column {exc.colno})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LabError(f"--answers {path}: cannot be read: {exc}") from None
+    if not isinstance(data, dict):
+        raise LabError(f"--answers {path}: expected a JSON object {{\"q1\": ..., ...}}, got a "
+                       f"{type(data).__name__}")
+    unknown = [k for k in data if k not in QUESTIONS]
+    if unknown:
+        raise LabError(f"--answers {path}: unknown question id(s) {', '.join(map(repr, unknown))}; "
+                       f"the ids are {', '.join(QUESTIONS)}")
+    return data
+
+
+def load_solutions(path):
+    """Import a solutions file as a module; a LabError (one line) if it cannot be imported."""
+    p = _existing(path, "--solutions")
+    loader = importlib.machinery.SourceFileLoader("selfcheck_solutions", str(p))   # any file name
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    try:
+        loader.exec_module(module)
+    except (Exception, SystemExit) as exc:   # whatever the learner's file raises
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise LabError(f"--solutions {path}: failed to import: {why}") from None
+    return module
+
+
+def _functions(module, names, source: str):
+    """The named functions of the solutions module, or a reason why one is unusable."""
+    fns = []
+    for name in names:
+        fn = getattr(module, name, None)
+        if fn is None:
+            return None, f"{source} defines no {name}"
+        if not callable(fn):
+            return None, f"{name} in {source} is a {type(fn).__name__}, not a function"
+        fns.append(fn)
+    return fns, ""
+
+
+def check_exercises(module, source: str) -> list[CheckResult]:
+    """Run every exercise's checker on the solutions module (printing each verdict)."""
+    results = []
+    for exercise, (names, check) in EXERCISES.items():
+        fns, why = _functions(module, names, source)
+        if fns is None:
+            res = CheckResult(exercise, False, why, 0)
+            print(res.line())
+        else:
+            res = check(*fns)
+        results.append(res)
+    return results
+
+
+def usage(record: Attempts) -> str:
+    """The ten questions, in the student's order, and how to answer them from the command
+    line."""
+    template = json.dumps({qid: None for qid in QUESTIONS})
+    lines = ["The lecture's ten self-check questions (notebook 08_self_check asks them too), "
+             f"with the options in the order of student {record.student!r} (--student NAME "
+             "changes it; answer with these letters):", ""]
+    for q in QUESTIONS.values():
+        lines += [q.prompt(record.student, in_json=True), ""]
+    lines += ["The five exercises: fill in the stubs of lab/teach/selfcheck/exercises.py in a "
+              "file of your own, defining "
+              + ", ".join(n for names, _ in EXERCISES.values() for n in names)
+              + ".", "",
+              "Answer in a JSON file (null: not answered), e.g. starting from", f"  {template}",
+              "then run", "  decode-lab selfcheck --answers answers.json --solutions "
+              "my_solutions.py [--explain]",
+              f"Each answer is an attempt, kept in {record.path}; --explain shows the answer "
+              "and why of each question answered."]
+    return "\n".join(lines)
+
+
+def run_selfcheck(answers_path=None, solutions_path=None, explain: bool = False,
+                  attempts_path=None, student: str | None = None) -> int:
+    """Check the answers file and the solutions file; print the verdicts and the score.
+    Returns 0 when all TOTAL pass, 1 otherwise; with neither file, print usage() and return 0."""
+    record = Attempts(attempts_path, student)
+    if answers_path is None and solutions_path is None:
+        print(usage(record))
+        return 0
+    answers = load_answers(answers_path) if answers_path is not None else None
+    module = load_solutions(solutions_path) if solutions_path is not None else None
+    results = []
+    print(f"questions ({answers_path or 'no --answers'}; student {record.student!r}):")
+    for qid in QUESTIONS:
+        results.append(answer(qid, (answers or {}).get(qid), explain=explain, record=record))
+    print(f"exercises ({solutions_path or 'no --solutions'}):")
+    if module is None:
+        print(f"  not checked: give --solutions FILE defining the functions "
+              f"(0 of {len(EXERCISES)})")
+    else:
+        results += check_exercises(module, Path(solutions_path).name)
+    print(score(results, TOTAL))
+    return 0 if sum(r.passed for r in results) == TOTAL else 1
