@@ -30,7 +30,7 @@ DEMO_PROMPT = "ROMEO.\n"
 
 def _engine(args, **overrides):
     """The engine the environment asks for (a DecodeEngine, for any LAB_RANKS)."""
-    from lab.engine.ranks import make_engine
+    from lab.engine.runner import make_engine
     from lab.model import DEFAULT_WEIGHTS, load_model
 
     cfg = from_env()

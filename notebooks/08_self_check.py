@@ -83,7 +83,7 @@ r1 = check_merge_partials(merge_partials)
 #
 # Checked against `lab.backend.instrument.launch_bill` over the launch log of simulator engines
 # (eager and graph, `split_combine` off and on), then against a two-rank engine's own bill
-# (`RankedEngine.bill`) with `ranks=2`, and with `ranks=8`.
+# (`DecodeEngine.bill`) with `ranks=2`, and with `ranks=8`.
 
 # %%
 def launches_per_token(kernels_per_layer, layers, other, ranks=1):

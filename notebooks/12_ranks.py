@@ -53,8 +53,8 @@ from lab.backend.costmodel import CollectiveCosts, CostModel, launch_bytes
 from lab.backend.cuda import CudaRanks
 from lab.backend.sim import SimRanks
 from lab.config import LabConfig
-from lab.engine.ranks import RankedEngine, check_divisible, make_engine
-from lab.engine.runner import DecodeEngine
+from lab.engine.ranks import check_divisible
+from lab.engine.runner import DecodeEngine, make_engine
 from lab.errors import CollectiveError, LabError
 from lab.measure import report
 from lab.measure.report import show
@@ -101,7 +101,7 @@ def stepped_logits(eng, ids, n):
 # shapes, from the engine's buffers (`engine.w[rank]`), for layer 0 and the model's ends:
 
 # %%
-eng2 = RankedEngine(model, SIM2)
+eng2 = DecodeEngine(model, SIM2)
 eng1 = DecodeEngine(model, SIM)
 full = model.weights
 print(f"{'weight':<18} {'one GPU':>11} {'rank 0':>11} {'rank 1':>11}  split")
@@ -170,7 +170,7 @@ for key, value in eng2.bill(p0).items():
 # two prompts:
 
 # %%
-eng2e = RankedEngine(model, SIM2.replace(graph=False))
+eng2e = DecodeEngine(model, SIM2.replace(graph=False))
 print(f"{'prompt':<22} {'1 GPU':>6} {'2 eager':>8} {'2 graph':>8}  (tokens == float64 oracle)")
 for prompt in PROMPTS:
     ids = model.tokenizer.encode(prompt)
@@ -267,12 +267,12 @@ show(inspect.getdoc(CudaRanks))
 # the two ranks' steps in lockstep (each rank's launches up to its next collective, then both
 # ranks' collective in one NCCL group: one host thread drives both GPUs, and an all-reduce
 # called on rank 0 alone would wait for rank 1 for ever), ends every capture, and only then
-# instantiates (`RankedEngine.capture`, `group.end_captures()`). And before any capture, at
+# instantiates (`DecodeEngine.capture`, `group.end_captures()`). And before any capture, at
 # start-up, it runs each kind of collective once — notebook 03's lazy initialisation, met in a
 # library:
 
 # %%
-show(inspect.getdoc(RankedEngine.warm_up_collectives))
+show(inspect.getdoc(DecodeEngine.warm_up_collectives))
 
 # %% [markdown]
 # On the simulator a collective runs when both ranks' collective of the same sequence number is
@@ -570,7 +570,7 @@ for us in sweep:
                                     "graph_us": {**rec_cc.graph_us, "all_reduce": us},
                                     "eager_us": dict(rec_cc.eager_us),
                                     "host_call_us": dict(rec_cc.host_call_us)})
-    e = RankedEngine(model, SIM2, group=SimRanks(2, coll_cost=cc))
+    e = DecodeEngine(model, SIM2, group=SimRanks(2, coll_cost=cc))
     e.generate(PROMPT, TIMED)                    # warm-up over the timed length, as above
     what_if.append(np.mean([e.generate(PROMPT, TIMED).ms_per_token * 1000 for _ in range(2)]))
 print(f"{'us per all-reduce':>17} {'2-rank graph us/token':>22} {'/ 1-GPU graph':>14}")
@@ -649,7 +649,7 @@ show(f"the split this model gets: a rank's layer of kernels minus one GPU's = {l
 # collective sequences for a plan:
 
 # %%
-skew = RankedEngine(model, SIM2.replace(bugs={"rank_skew"}))
+skew = DecodeEngine(model, SIM2.replace(bugs={"rank_skew"}))
 for pos in (10, 70):
     show(f"position {pos}: collective_order -> {skew.collective_order(skew.plan(pos))}")
 clean = [(b, eng2.collective_order(eng2.plan(b))) for b in [0, *plan_boundaries(model.cfg.max_seq)]]
@@ -687,7 +687,7 @@ except CollectiveError as exc:
 # waits in a collective the other has left, or never enters), or garbage in memory, long after
 # the host has moved on. So the engine, on a real GPU pair, runs `collective_order` for every
 # plan before it issues anything, and refuses with a `CollectiveError` rather than hang two
-# GPUs (`RankedEngine._issue_step`); the simulator lets the steps run to show where NCCL would
+# GPUs (`DecodeEngine._issue_step`); the simulator lets the steps run to show where NCCL would
 # meet the mismatch.
 #
 # The fix is a rule, not a check: **every decision that changes a rank's collectives comes from

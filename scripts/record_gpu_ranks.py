@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lab.backend import Collective, make_ranks  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
-from lab.engine.ranks import make_engine  # noqa: E402
+from lab.engine.runner import make_engine  # noqa: E402
 from lab.errors import LabError  # noqa: E402
 from lab.measure import bench  # noqa: E402
 from lab.measure.stats import mean_sem  # noqa: E402

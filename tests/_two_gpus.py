@@ -12,7 +12,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lab.config import LabConfig  # noqa: E402
-from lab.engine.ranks import RankedEngine  # noqa: E402
+from lab.engine.runner import DecodeEngine  # noqa: E402
 from lab.errors import CollectiveError  # noqa: E402
 from lab.model import load_model  # noqa: E402
 from lab.reference import generate as oracle_generate  # noqa: E402
@@ -25,7 +25,7 @@ def main():
     n = 70 - len(PROMPT)                       # crosses the plan boundaries at 32 and 64
     out, report = {}, {}
     for graph in (False, True):
-        eng = RankedEngine(model, LabConfig(backend="cuda", ranks=2, graph=graph))
+        eng = DecodeEngine(model, LabConfig(backend="cuda", ranks=2, graph=graph))
         gen = eng.generate(PROMPT, n)
         out[graph] = (gen.tokens, eng.logits(0), eng.logits(1))
         if graph:
@@ -36,7 +36,7 @@ def main():
     report["oracle"] = bool(np.array_equal(out[True][0], oracle))
     report["graph_eq_eager"] = all(bool(np.array_equal(a, b)) for a, b in zip(out[False], out[True]))
     report["ranks_agree"] = bool(np.array_equal(out[True][1], out[True][2]))
-    eng = RankedEngine(model, LabConfig(backend="cuda", ranks=2, bugs={"rank_skew"}))
+    eng = DecodeEngine(model, LabConfig(backend="cuda", ranks=2, bugs={"rank_skew"}))
     try:
         eng.generate("ROMEO.\n", 70)
         report["skew"] = "not refused"

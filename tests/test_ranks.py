@@ -10,8 +10,8 @@ from lab.backend import Collective, Launch
 from lab.backend.costmodel import CollectiveCosts
 from lab.backend.sim import SimRanks
 from lab.config import LabConfig, from_env
-from lab.engine.ranks import RankedEngine, RankStep, check_divisible, make_engine, shard
-from lab.engine.runner import DecodeEngine
+from lab.engine.ranks import RankStep, check_divisible, shard
+from lab.engine.runner import DecodeEngine, make_engine
 from lab.errors import CollectiveError, LabError
 from lab.reference import generate as oracle_generate
 
@@ -20,7 +20,7 @@ PROMPTS = ("ROMEO.\n", "First Citizen:\nBefore we")
 
 
 def _gen(model, cfg, prompt, n, **kw):
-    eng = RankedEngine(model, cfg, **kw)
+    eng = DecodeEngine(model, cfg, **kw)
     return eng, eng.generate(prompt, n)
 
 
@@ -43,7 +43,7 @@ def test_shards_put_back_together_are_the_model(model):
 
 
 def test_bill_counts_launches_per_rank_and_collectives_per_token(model):
-    eng = RankedEngine(model, SIM2)
+    eng = DecodeEngine(model, SIM2)
     bill = eng.bill(eng.plan(0))
     one = len(DecodeEngine(model, LabConfig(backend="sim"), warm_up=False).step_launches(eng.plan(0)))
     # per layer: the one-GPU step's 8 kernels + the merge (fission: the all-reduce sits between
@@ -69,7 +69,7 @@ def test_tokens_equal_one_gpu_and_oracle(model, prompt, graph):
 def test_graph_is_byte_identical_to_eager_and_ranks_agree(model):
     out = {}
     for graph in (False, True):
-        eng = RankedEngine(model, SIM2.replace(graph=graph))
+        eng = DecodeEngine(model, SIM2.replace(graph=graph))
         eng.reset(eng.encode(PROMPTS[1]), 50)
         for _ in range(40):
             eng.step()
@@ -83,7 +83,7 @@ def test_graph_is_byte_identical_to_eager_and_ranks_agree(model):
 
 def test_replay_check_per_rank_across_plan_boundaries(model):
     from lab.teach.verify import replay_check
-    eng = RankedEngine(model, SIM2)
+    eng = DecodeEngine(model, SIM2)
     report = replay_check(eng, [PROMPTS[0], PROMPTS[1]], replays=40)
     assert report.ok, report.summary()
     assert report.checks[0].eager.logits.shape[1] == 2 * model.cfg.vocab_size   # both ranks
@@ -105,7 +105,7 @@ class _RawOnRankOne(RankStep):
 
 
 def test_a_capture_failure_on_one_rank_falls_back_on_all(model):
-    eng = RankedEngine(model, SIM2)
+    eng = DecodeEngine(model, SIM2)
     eng.pieces = [_RawOnRankOne(eng, r) for r in range(2)]
     gen = eng.generate("ROMEO.\n", 12)
     assert np.array_equal(gen.tokens, oracle_generate(model, eng.encode("ROMEO.\n"), 12))
@@ -120,7 +120,7 @@ def test_logits_within_the_oracle_tolerance(model):
     x + W o: the logits move by float32 rounding, within the tolerance the oracle tests use."""
     ids, n = model.tokenizer.encode(PROMPTS[1]), 24
     ref_tokens, ref = oracle_generate(model, ids, n, return_logits=True)
-    got = stepped_logits(RankedEngine(model, SIM2), ref_tokens, ids.size, n)
+    got = stepped_logits(DecodeEngine(model, SIM2), ref_tokens, ids.size, n)
     one = stepped_logits(DecodeEngine(model, LabConfig(backend="sim")), ref_tokens, ids.size, n)
     assert np.all(np.abs(got - ref) <= logit_tol(ref))
     moved = np.abs(got - one).max()
@@ -187,7 +187,7 @@ class _SkipsTheGather(RankStep):
 
 
 def test_a_rank_that_skips_one_deadlocks_in_the_engine(model):
-    eng = RankedEngine(model, SIM2.replace(graph=False))
+    eng = DecodeEngine(model, SIM2.replace(graph=False))
     eng.pieces = [_SkipsTheGather(eng, r) for r in range(2)]
     assert "collective #8 differs" in eng.collective_order(eng.plan(0))
     eng.reset(eng.encode("ROMEO.\n"), 2)
@@ -203,7 +203,7 @@ def test_collectives_are_graph_nodes_and_cost_their_recorded_time(model):
                                       "host_call_us": {"all_reduce": 5.0}})
     ms = {}
     for name, cost in (("slow", slow), ("fast", dataclasses.replace(slow, graph_us={"all_reduce": 1.0}))):
-        eng = RankedEngine(model, SIM2, group=SimRanks(2, coll_cost=cost))
+        eng = DecodeEngine(model, SIM2, group=SimRanks(2, coll_cost=cost))
         ms[name] = eng.generate("ROMEO.\n", 16).ms_per_token
         g = eng.graphs[eng.plan(0).key]
         assert [x.node_types() for x in g] == [{"kernel": 41, "collective": 9}] * 2
@@ -214,12 +214,12 @@ def test_collectives_are_graph_nodes_and_cost_their_recorded_time(model):
 # ---- the rank-skew bug ----------------------------------------------------------------------------
 def test_rank_skew_right_at_short_context_then_reported(model):
     cfg = SIM2.replace(bugs=frozenset({"rank_skew"}))
-    eng = RankedEngine(model, cfg)
+    eng = DecodeEngine(model, cfg)
     assert eng.collective_order(eng.plan(40)) is None
     assert "collective #0 differs" in eng.collective_order(eng.plan(64))
     gen = eng.generate("ROMEO.\n", 40)                           # positions < 64: right
     assert np.array_equal(gen.tokens, oracle_generate(model, eng.encode("ROMEO.\n"), 40))
-    eng = RankedEngine(model, cfg)
+    eng = DecodeEngine(model, cfg)
     with pytest.raises(CollectiveError, match="does not match across ranks.*reduce_scatter"):
         eng.generate("ROMEO.\n", 70)
 
@@ -257,14 +257,14 @@ def test_bad_input(model):
     with pytest.raises(LabError, match="3 attention heads do not split evenly over 2 ranks"):
         check_divisible(dataclasses.replace(model.cfg, n_head=3), 2)
     with pytest.raises(LabError, match="needs 2 devices; the group has 1"):
-        RankedEngine(model, SIM2, group=SimRanks(1))
+        DecodeEngine(model, SIM2, group=SimRanks(1))
     assert isinstance(make_engine(model, LabConfig(backend="sim")), DecodeEngine)
 
 
 def test_one_engine_class_for_one_rank_and_two(model):
     """LAB_RANKS is a step variant plus the devices the engine drives, not another engine."""
     one, two = make_engine(model, LabConfig(backend="sim")), make_engine(model, SIM2)
-    assert type(one) is type(two) is DecodeEngine and RankedEngine is DecodeEngine
+    assert type(one) is type(two) is DecodeEngine
     assert type(two.pieces[1]) is RankStep and len(two.backends) == 2 and len(one.backends) == 1
     if _two_gpus() is not None:       # one GPU or none: asking for two is a clear error
         with pytest.raises(LabError, match="needs a GPU|needs 2 GPUs, this machine has 1"):

@@ -85,9 +85,9 @@ def test_launch_bill():
              "eager, split_combine=False", "milliseconds")
     _not_yet(sc.check_launch_bill(lambda k, l, o, ranks=1: k * l, budget_ok),
              "eager, split_combine=False", "launches_per_token(8, 4, 5)", "37")
-    # the bill with ranks is the engine's (RankedEngine.bill): every rank issues its whole step
+    # the bill with ranks is the engine's (DecodeEngine.bill): every rank issues its whole step
     _not_yet(sc.check_launch_bill(lambda k, l, o, ranks=1: k * l * ranks + o, budget_ok),
-             "ranks=2 (a RankedEngine's bill)", "launches_per_token(9, 4, 5, ranks=2) = 77",
+             "ranks=2 (a two-rank engine's bill)", "launches_per_token(9, 4, 5, ranks=2) = 77",
              "the bill counts 82", "multiplies only the layer stack")
     _not_yet(sc.check_launch_bill(lambda k, l, o, ranks=1: (k * l + o) * min(ranks, 2), budget_ok),
              "ranks=8", "the bill counts 328")

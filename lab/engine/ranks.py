@@ -27,9 +27,8 @@ would hang both GPUs); the simulator lets them run and reports the deadlock as N
 (lab/backend/sim_ranks.py: SimRanks).
 
 This module holds the split (`shard`, `check_divisible`), the rank step and its bug, and what an
-engine with ranks adds (`TensorParallel`: the collectives' warm-up, order check and bill).
-`RankedEngine` and `make_engine` are lab.engine.runner's DecodeEngine and make_engine, under the
-names this module had for them.
+engine with ranks adds (`TensorParallel`: the collectives' warm-up, order check and bill). The
+engine itself is lab.engine.runner's DecodeEngine, the same class for any rank count.
 """
 from __future__ import annotations
 
@@ -206,11 +205,3 @@ class TensorParallel:
 def per_rank(graph) -> list:
     """A plan's graphs, one per rank: a list with ranks, one graph on one device."""
     return graph if isinstance(graph, list) else [graph]
-
-
-def __getattr__(name):
-    # the engine is one class for any rank count (lab/engine/runner.py, which imports this module)
-    if name in ("RankedEngine", "make_engine"):
-        from . import runner
-        return {"RankedEngine": runner.DecodeEngine, "make_engine": runner.make_engine}[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -152,7 +152,7 @@ def check_merge_partials(fn) -> CheckResult:
 def check_launch_bill(launches_fn, budget_fn) -> CheckResult:
     """Compare launches_per_token and per_launch_budget_us with the launch bills of simulator
     engines (lab.backend.instrument.launch_bill over a DecodeEngine's launch log), and
-    launches_per_token with ranks with a two-rank engine's own bill (RankedEngine.bill: every rank's
+    launches_per_token with ranks with a two-rank engine's own bill (DecodeEngine.bill: every rank's
     launches); neither may call launch_bill or LaunchBill.us_per_launch."""
     from lab.backend.instrument import LaunchBill, launch_bill
     _need_callable(launches_fn, "check_launch_bill", "launches_fn")
@@ -188,7 +188,7 @@ def check_launch_bill(launches_fn, budget_fn) -> CheckResult:
         (k, layers, other), ranks, engine_total = _ranked_bill()
         # the engine's two ranks, then eight: every rank issues the same step (lab/engine/ranks.py)
         for r, want in ((ranks, engine_total), (8, engine_total // ranks * 8)):
-            name = f"tensor parallel, ranks={r}" + (" (a RankedEngine's bill)" if r == ranks else "")
+            name = f"tensor parallel, ranks={r}" + (" (a two-rank engine's bill)" if r == ranks else "")
             got = _call(launches_fn, name, k, layers, other, ranks=r, refs=refs)
             if got != want:
                 hint = (" -- that multiplies only the layer stack: each rank also issues its own "

@@ -3,7 +3,7 @@ cases its checker (lab/teach/selfcheck/checkers.py) runs the learner's function 
 
 The references are never copies: the split-K merge is `kernels.attention.attn_merge_twin`, the
 launch bill is `lab.backend.instrument.launch_bill` over a simulator engine's launch log (with
-ranks, a two-rank engine's `RankedEngine.bill`), the paired t is `lab.measure.stats.paired_t`, the
+ranks, a two-rank engine's `DecodeEngine.bill`), the paired t is `lab.measure.stats.paired_t`, the
 verdicts are `lab.teach.audit.audit` reports, the replay count is `lab.teach.verify.replay_check` on
 the frozen bugs of `lab/engine/bugs.py`. Every check runs on the simulator. Fill in the stubs in a
 file of your own (`decode-lab selfcheck --solutions FILE` checks it) or in notebook 08.
@@ -104,11 +104,11 @@ def per_launch_budget_us(ms_per_token, launches):
 @functools.lru_cache(maxsize=1)
 def _ranked_bill():
     """(kernels/layer, layers, other) on one rank of a two-rank simulator engine, and the
-    engine's own bill: launches per token summed over its ranks (RankedEngine.bill)."""
+    engine's own bill: launches per token summed over its ranks (DecodeEngine.bill)."""
     from collections import Counter
 
-    from lab.engine.ranks import RankedEngine
-    eng = RankedEngine(_model(), _sim_cfg(ranks=2))
+    from lab.engine.runner import DecodeEngine
+    eng = DecodeEngine(_model(), _sim_cfg(ranks=2))
     plan = eng.plan()
     shapes = set()
     for rank in range(eng.ranks):
