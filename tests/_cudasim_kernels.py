@@ -23,6 +23,8 @@ first mismatch, or if a registered kernel/signature was never exercised.
                 here; each case's inputs come from its own seed, so its bits can be held
                 against the full tree run's same case
 """
+import os
+import signal
 import sys
 import threading
 import time
@@ -545,6 +547,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    # Ctrl-C: the simulator runs a thread per simulated CUDA thread, and they do not unwind
+    # promptly on KeyboardInterrupt; nothing here needs cleaning up, so stop at once, as a shell
+    # would (exit 130)
+    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
     try:
         sys.exit(main())
     except Mismatch as e:

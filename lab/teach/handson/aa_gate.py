@@ -6,9 +6,15 @@ The student writes `aa_gate(run_a, run_a2, reps, critical)`. Each call of a run 
 real engine returning (ms/token, (token ids, logits)). The check records every call and holds the
 student's verdict to lab.measure.stats.aa_verdict on those very numbers, on three setups: a true
 copy (the same engine), a copy reading an uninitialised cache after a seek (its bytes differ), and a
-"copy" that is not one (another launch configuration: its time differs).
+"copy" that is not one (another launch configuration: its time differs); then two A/As whose
+times are chosen so that only the critical value for the reps at hand decides (a fixed |t| > 3
+gets both wrong).
 """
 from __future__ import annotations
+
+import math
+
+import numpy as np
 
 from lab.measure import bench
 from lab.measure.stats import aa_verdict, mean_sem, paired_t, t_critical
@@ -82,6 +88,11 @@ BACK_TO_BACK = variant(REFERENCE, """    for rep in range(reps):
         for name in (("A", "A'") if rep % 2 == 0 else ("A'", "A")):""", """    for name in ("A", "A'"):
         for rep in range(reps):""")
 
+# the textbook's |t| > 3 at every rep count: too strict at few reps, too lax at many
+FIXED_3 = variant(REFERENCE, """    return abs(t) <= critical
+""", """    return abs(t) <= 3
+""")
+
 REPS, TOKENS, CONTEXT = 4, 16, 100
 _REFS = (("lab.measure.stats.aa_verdict", aa_verdict), ("lab.measure.stats.paired_t", paired_t),
          ("lab.measure.stats.mean_sem", mean_sem))
@@ -112,6 +123,40 @@ def _recorded(arm, run, calls, order):
         order.append(arm.name)
         return ms, out
     return one
+
+
+def _fixed(times: list[float]):
+    """A run that returns the given times in turn, and the same outputs every time."""
+    out = (np.arange(4, dtype=np.int32), np.linspace(-1, 1, 8, dtype=np.float32))
+    it = iter(times)
+    return lambda: (next(it), out)
+
+
+def _synthetic(reps: int, t: float) -> tuple[list[float], list[float]]:
+    """Times of A and A' (ms/token) whose paired differences have exactly this t at `reps`."""
+    e = np.array([(-1.0) ** k for k in range(reps)]) * 0.01
+    sem = e.std(ddof=1) / math.sqrt(reps)
+    a = [0.07] * reps
+    return a, list(0.07 + t * sem + e)
+
+
+def _critical_cases(fn):
+    """Two A/As with outputs identical and times chosen so that only the critical value for the
+    reps at hand decides: |t| = 4.5 at 4 reps (critical 5.84: pass) and 2.98 at 16 reps
+    (critical 2.95: fail). A fixed |t| > 3 gets both wrong."""
+    for reps, t in ((4, 4.5), (16, 2.98)):
+        critical = t_critical(0.01, reps - 1)
+        a, a2 = _synthetic(reps, t)
+        label = f"{reps} reps whose |t| is {t} (the critical value at {reps} reps: {critical:.3g})"
+        got = watched(_REFS, fn, _fixed(a), _fixed(a2), reps, critical, what=f"aa_gate ({label})")
+        want = t <= critical
+        if got is None:
+            raise Fail("aa_gate returned None: fill in the stub (# FILL ME IN)")
+        if bool(got) != want:
+            raise Fail(f"{label}: you said {'pass' if got else 'fail'}, the gate says "
+                       f"{'pass' if want else 'fail'}: judge |t| against `critical`, the t "
+                       f"distribution's value for these reps, not a fixed 3")
+        yield label
 
 
 def cases(sol, backend):
@@ -147,10 +192,12 @@ def cases(sol, backend):
             raise Fail(f"{label}: you said {'pass' if got else 'fail'}, the gate says "
                        f"{'pass' if want.ok else 'fail'}: {why}")
         yield label
+    yield from _critical_cases(fn)
 
 
 EXERCISE = Exercise(
     "aa_gate", 7, "the A/A gate in front of every A/B", "§5", SPEC, STUB, ("aa_gate",), cases,
     REFERENCE, {"times only": (TIMES_ONLY, "the gate checks outputs too"),
-                "back to back": (BACK_TO_BACK, "not one arm's reps back to back")},
+                "back to back": (BACK_TO_BACK, "not one arm's reps back to back"),
+                "fixed 3": (FIXED_3, "not a fixed 3")},
     stub_says="no rep ran")
