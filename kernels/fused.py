@@ -2,64 +2,88 @@
 
 Owns
 - `norm_qkv_rope`: RMSNorm of x folded into the qkv projection, RoPE and the KV append in its
-  epilogue. Block b owns one head of q, k or v (64 rows of W for the tiny model): it normalises
-  x itself (kernels/rmsnorm.py's `sum_squares` + `normalise` on its 256 threads, so h has the
-  bits `rmsnorm` writes), computes its rows (`row_dot4`: `row_dot`'s order, four rows at a
-  time) into shared memory, then rotates them (rows j and j + hd/2 of a head are needed
-  together: `rope_elem`) and writes q, k_cache[pos] or v_cache[pos]. `part0` says which of
-  q (0), k (1), v (2) its first block owns, so the q part and the k/v part can be two launches
-  on two streams (LAB_OVERLAP=1).
+  epilogue. A warp owns one rotate-half pair of one head of q, k or v: rows j and j + hd/2,
+  which RoPE needs together, so the rotation happens in the warp's registers (no shared
+  memory, no barrier). QKV_THREADS = 128: 4 pairs per block, parts * D / 8 blocks (96 for
+  the tiny model). `part0` says which of q (0), k (1), v (2) its first rows are, so the q part
+  and the k/v part can be two launches on two streams (LAB_OVERLAP=1).
 - `attn_fused`: split-K attention partials, the merge, the output projection Wo and the
-  residual add in ONE launch, by the "last block done" pattern below.
-- `norm_swiglu`: RMSNorm folded into the gate/up projections (`row_dot2`) + SwiGLU: swiglu_up's
-  arithmetic on rmsnorm's h; each block normalises x itself.
+  residual add in ONE launch, the tail parallel over heads (below).
+- `norm_swiglu`: RMSNorm folded into the gate/up projections + SwiGLU, a warp per row.
 - `norm_lm_head_argmax`: the final RMSNorm folded into the LM head; the last block to finish
-  picks the next token (argmax_next's policy: its scan, then kernels/reduce.py's
-  `block_argmax`, through `pick_next`) and advances the device position.
-The down projection + residual stays `kernels.matvec.matvec_residual`. Every block of the three
-norm kernels computes the norm of x [D] again: D = 256 squares and one block_sum, cheaper than
-a launch and a round trip of h through global memory.
+  picks the next token (argmax_next's policy, through `pick_next`) and advances the position.
+- the split form of attn_fused (LAB_FUSION=1 with LAB_SPLIT_COMBINE=1): `attn_partial_wide`
+  (its partials), kernels/attention.py's `attn_merge`, `attn_project_heads` (its per-head
+  projections, summed in head order, + the residual). Three launches, the same bits as
+  attn_fused: the same device functions in the same order, o rounded to float32 at the same
+  point (attn_merge's o is merge_elem's, kernels/attention.py), the heads summed in the same
+  order (tests/_cudasim_fused.py checks it bit for bit).
+The down projection + residual stays `kernels.matvec.matvec_residual`.
 
-Last block done (`arrive_last`): a kernel whose follow-on work needs every block's output (the
-merge needs every split of every head; the argmax needs every logit) does not end the launch
-there. Each block writes its part, fences (`threadfence`: its writes are visible device-wide
-before it counts itself), and one thread adds 1 to a counter in device memory (an int32 slot
-the engine allocates once at start-up, zeroed; one slot per launch site). The block that sees
-count == blocks - 1 arrived last: every other block's part is written, so it fences again (the
-acquire side) and does the follow-on work, and it resets the counter to 0 (no other block
-touches it any more in this launch), so the next launch -- the next replay of a graph --
-starts clean. The counter only ELECTS the block that does the follow-on work; the follow-on
-reads every part in a fixed order, so the result never depends on which block finished last:
-the kernels stay bit-reproducible, replay after replay. No block ever waits for another (no
-spin), so nothing depends on how many blocks are resident. (The counter's atomic is the only
-one in kernels/; it lives in `arrive_last`, not in a kernel's own source.)
+The norm, folded (kernels/fused_device.py's `xw_dot2`, `xw_dot`, `inv_rms`). A row of a
+normalised projection is W[r] . ((x * inv) * w) = inv * (W[r] . (x * w)): the warp computing
+the row loads every x[k] for its dot anyway, so it sums x[k]^2 from the same registers (one
+more fma per element) and reduces it with its own warp tree, then scales the dot by inv. Nothing
+else is exchanged. The alternatives, by cost:
+  - every block normalising x first (this file's kernels before): a block reduction (a block
+    barrier), h staged in shared memory and a second barrier, all before any dot can start. On
+    the H200, norm_swiglu done that way took 2.71 us per node against swiglu_up's 1.82 on the
+    same rows (data/gpu/kernel_costs.json): about 0.9 us of latency per kernel;
+  - the producer of x writing h or inv: x is produced a few rows per block (embed,
+    matvec_residual, attn_fused's tail), so the norm needs every block done: a fence-and-count
+    step and a block reduction at the end of each producer, on the same critical path, for the
+    same latency it would save;
+  - the producer's blocks writing partial sums of squares: a consumer warp would load partials
+    instead of squaring the x it loads anyway (at D = 256: 8 fmas per lane saved), for another
+    buffer and three producers coupled to their consumers.
+  The price of the fold: every warp sums all D squares (at D = 256, 8 fmas per lane and one warp
+  tree more per warp), and the rounding moves: (W . (x w)) inv is not W . ((x inv) w) bit for
+  bit, so the fused step no longer writes the unfused step's bits (lab/reference.py's oracle is
+  the judge of both, within float32 tolerance). Every warp sums the squares in one order, so
+  every row of a launch is scaled by the same inv, and a launch is bit-reproducible.
 
-attn_fused: the GLOBALLY last block merges every head and projects all of D. Chosen over "the
-last block per head merges its head and writes a per-head partial projection, the globally
-last one sums the heads in fixed order", because
-  - its result is, by construction, `attn_combine` on the same partials bit for bit: the same
-    merge (`merge_elem`, which kernels/attention.py keeps bit-identical to attn_combine's
-    `merge_weights` + `merge_elem_sh`), o rounded to float32 in shared memory, the same
-    `row_dot` order per row of Wo over all of D (tests/_cudasim_fused.py checks it). Per-head
-    partial projections would add the heads' 64-term dots instead: another summation order,
-    and its twin could no longer be the existing twins composed;
-  - the tail's cost is rounds of `row_dot4` (a round: four rows per warp with all their loads
-    in flight, then four warp reductions), and the per-head variant needs as many rounds per
-    block (all D rows each, shorter dots), plus a second fence-and-count and a [n_head, D]
-    scratch;
-  - the tail runs on one block, so that block is large (ATTN_THREADS = 512 threads for
-    head_dim 64: 16 warps, D / 64 = 4 rounds), and the partials use all of its threads too.
-    Not 1024: the kernel takes 118 registers per thread on sm_90 (measured on the H200 with
-    numba-cuda 0.30.4), and a block may hold 64K registers.
-  The price: the tail is serial work on one SM after the last partial. Whether the launch it
-  saves pays for it is a measurement (scripts/record_gpu_costs.py records attn_fused at every
-  plan's contexts), not a given.
+Last block done (`arrive_last`): a kernel whose follow-on work needs other blocks' outputs (the
+merge of a head needs every split of that head; the argmax needs every logit) does not end the
+launch there. Each block writes its part, fences (`threadfence`: its writes are visible
+device-wide before it counts itself), and one thread adds 1 to a counter slot in device memory
+(int32 slots the engine allocates once at start-up, zeroed; one set per launch site). The block
+that sees count == arrivals - 1 arrived last: every other arriving block's part is written, so it
+fences again (the acquire side) and does the follow-on work, and it resets its slot to 0 (no
+other block touches it any more in this launch), so the next launch -- the next replay of a
+graph -- starts clean. The counter only ELECTS the block that does the follow-on work; the
+follow-on reads every part in a fixed order, so the result never depends on which block finished
+last: the kernels stay bit-reproducible, replay after replay. No block ever waits for another (no
+spin), so nothing depends on how many blocks are resident. (The counter's atomic is the only one
+in kernels/; it lives in `arrive_last`, not in a kernel's own source.)
+
+attn_fused's tail, parallel over heads. Slots 0 .. n_head - 1 count the blocks of each head
+(splits arrivals each), slot n_head the heads (n_head arrivals):
+  1. every block (h, s) writes its slice's partials (part_o, part_ml);
+  2. the last block of head h merges that head (merge_elem: hd elements over the splits, o
+     rounded to float32) and projects it through its columns of Wo: head_out[h, r] =
+     Wo[r, h*hd : (h+1)*hd] . o_h for every r (`head_dots`: HEAD_ROWS rows per warp in flight,
+     ATTN_THREADS / 32 warps: 2 rounds at D = 256);
+  3. the last head's block adds the heads in head order and the residual:
+     x[r] = x[r] + (((head_out[0, r] + head_out[1, r]) + ...) + head_out[H-1, r]).
+The version before this one did the merge of every head and all of Wo (D x D) in the globally
+last block alone: one SM for the whole tail, measured at 17.3-23.6 us per node on the H200
+against 5.6-8.1 us for attn_partial + attn_combine at the same contexts. Here n_head blocks
+project a quarter of Wo each (at 4 heads), over rows half as many rounds as before, each round
+a dot of hd terms instead of D; the price is a second fence-and-count and a [n_head, D] scratch
+(head_out). Considered and not taken: every block (h, s) projecting its own unnormalised o_s
+through Wo_h and the merge weights applied afterwards -- splits times the projection work and
+Wo traffic, and a final combine of n_head * splits * D terms in one block, which is the serial
+tail again as splits grows. A following kernel for the sum is the split form itself.
+Whether the tail's latency beats the split form's two extra graph nodes is a measurement
+(scripts/record_gpu_costs.py records attn_fused and the split's kernels at every plan's
+contexts; notebook 06 and data/gpu/fission.json's fused arms compare them).
 
 The context length L = pos[0] + 1 is read from device memory; `splits` = gridDim.y is part of
 the launch (the plan). The partials are kernels/fused_device.py's `slice_partial` (the block's
 threads split each score and each slice's weighted sum of V into groups, summed in group
 order), not kernels/attention.py's `attn_partial` (whose 128-thread layout a 512-thread block
-cannot call): the same math, another summation order. `row_dot4` lives there too.
+cannot call): the same math, another summation order. ATTN_THREADS = 512 for head_dim 64: 16
+warps for the tail's rows; not 1024, whose registers a block cannot hold.
 """
 import math
 
@@ -68,25 +92,24 @@ import numpy as np
 from numba import cuda
 
 from kernels._spec import kernel
-from kernels.attention import (attn_combine_twin, attn_partial_twin, combine_grid, merge_elem,
-                               partial_grid)
-from kernels.fused_device import row_dot4, slice_partial
-from kernels.matvec import matvec_twin, row_dot, row_dot2
-from kernels.mlp import swiglu_up_twin
+from kernels.attention import attn_merge_twin, attn_partial_twin, merge_elem
+from kernels.fused_device import HEAD_ROWS, head_dot, head_dots, inv_rms, slice_partial, xw_dot, xw_dot2
+from kernels.matvec import MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS
+from kernels.matvec import grid_for as rows_grid
 from kernels.pdl import pdl_launch_dependents, pdl_wait
 from kernels.position import advance_twin
 from kernels.reduce import BLOCK_THREADS, WARP
-from kernels.rmsnorm import RMSNORM_THREADS, normalise, rmsnorm_twin, sum_squares
-from kernels.rope import _rope_rows, rope_elem
+from kernels.rope import _rope_rows
 from kernels.sample import ARGMAX_THREADS, argmax_next_twin, pick_next
 
-# the norm-folding kernels run the norm's own block: normalise's block_sum (and block_argmax)
-# are written for exactly BLOCK_THREADS = 256 threads; a warp per output row, so a block
-# computes NORM_ROWS rows per round
-NORM_THREADS = RMSNORM_THREADS
-NORM_ROWS = NORM_THREADS // WARP
-assert NORM_THREADS == BLOCK_THREADS == ARGMAX_THREADS
-MAX_D = 1024          # a block keeps the whole normalised x (or the merged o) in shared memory
+__all__ = ["norm_qkv_rope", "attn_fused", "norm_swiglu", "norm_lm_head_argmax",
+           "attn_partial_wide", "attn_project_heads", "rows_grid"]
+
+QKV_THREADS = 128                 # norm_qkv_rope: a warp per rotate-half pair, 4 per block
+QKV_WARPS = QKV_THREADS // WARP
+LM_THREADS = ARGMAX_THREADS       # norm_lm_head_argmax: pick_next's block_argmax needs 256
+LM_ROWS = LM_THREADS // WARP      # a warp per logit: 8 per block
+assert LM_THREADS == BLOCK_THREADS
 MAX_HEAD_DIM = 128    # a head's rows, a tile of scores: shared arrays of this size
 MAX_THREADS = 1024    # CUDA's limit per block: attn_fused's scratch is sized for it
 ATTN_THREADS = 512    # attn_fused's block, when head_dim allows (attention_grid): at ~100
@@ -101,21 +124,28 @@ def _pow2_at_least(n: int) -> int:
 
 
 # ---- launch geometry --------------------------------------------------------------------------
-def qkv_grid(n_head: int, parts: int = 3):
-    """(grid, block) for `norm_qkv_rope` over `parts` of q, k, v: one block per head per part."""
-    return (parts * n_head,), (NORM_THREADS,)
+def qkv_grid(d_model: int, parts: int = 3):
+    """(grid, block) for `norm_qkv_rope` over `parts` of q, k, v: a warp per rotate-half pair
+    of rows (d_model / 2 pairs per part), QKV_WARPS pairs per block."""
+    pairs = parts * d_model // 2
+    return ((pairs + QKV_WARPS - 1) // QKV_WARPS,), (QKV_THREADS,)
 
 
-def rows_grid(n_rows: int):
-    """(grid, block) for `norm_swiglu` and `norm_lm_head_argmax`: NORM_ROWS rows per block."""
-    return ((n_rows + NORM_ROWS - 1) // NORM_ROWS,), (NORM_THREADS,)
+def lm_head_grid(vocab: int):
+    """(grid, block) for `norm_lm_head_argmax`: a warp per logit, LM_ROWS per block."""
+    return ((vocab + LM_ROWS - 1) // LM_ROWS,), (LM_THREADS,)
+
+
+def project_grid(d_model: int):
+    """(grid, block) for `attn_project_heads`: a warp per row of Wo (matvec's geometry)."""
+    return rows_grid(d_model)
 
 
 def attention_threads(head_dim: int, target: int = ATTN_THREADS) -> int:
     """attn_fused's block size: the largest multiple of lcm(32, head_dim) up to `target` (the
-    block's threads are groups of head_dim lanes, and whole warps for row_dot), and at least
-    the power of two at or above head_dim (the tile's max tree). A head_dim that needs a larger
-    block is refused: more threads than ATTN_THREADS would not have the registers."""
+    block's threads are groups of head_dim lanes, and whole warps for the tail's rows), and at
+    least the power of two at or above head_dim (the tile's max tree). A head_dim that needs a
+    larger block is refused: more threads than ATTN_THREADS would not have the registers."""
     if not 2 <= head_dim <= MAX_HEAD_DIM or head_dim % 2:
         raise ValueError(f"head_dim {head_dim}: attn_fused needs an even head_dim <= {MAX_HEAD_DIM}")
     step = WARP * head_dim // math.gcd(WARP, head_dim)
@@ -127,8 +157,9 @@ def attention_threads(head_dim: int, target: int = ATTN_THREADS) -> int:
 
 
 def attention_grid(n_head: int, splits: int, head_dim: int, threads: int | None = None):
-    """(grid, block) for `attn_fused`: one block per (head, split), `attention_threads` each
-    (`threads` overrides it: a multiple of 32 and of head_dim, the kernel tests use small ones)."""
+    """(grid, block) for `attn_fused` and `attn_partial_wide`: one block per (head, split),
+    `attention_threads` each (`threads` overrides it: a multiple of 32 and of head_dim, the
+    kernel tests use small ones)."""
     t = attention_threads(head_dim) if threads is None else threads
     if t % WARP or t % head_dim or t < _pow2_at_least(head_dim) or t > MAX_THREADS:
         raise ValueError(f"{t} threads: attn_fused needs a multiple of {WARP} and of head_dim "
@@ -136,24 +167,29 @@ def attention_grid(n_head: int, splits: int, head_dim: int, threads: int | None 
     return (n_head, splits), (t,)
 
 
+def counter_slots(n_head: int) -> int:
+    """attn_fused's counter slots per launch site: one per head, one for the heads."""
+    return n_head + 1
+
+
 # ---- device functions -------------------------------------------------------------------------
 @cuda.jit(device=True)
-def arrive_last(counter, flag):
-    """True, in every thread of the block, for the block that arrives last of the whole grid.
+def arrive_last(counter, slot, arrivals, flag):
+    """True, in every thread of the block, for the block that arrives last of the `arrivals`
+    blocks that count themselves in counter[slot].
 
-    Every thread calls it once its writes of the block's part are done. counter [1] int32: 0
-    when the launch starts, 0 again when it ends (the last block resets it). flag: shared [1]
-    int32 scratch. The last block's later reads see every other block's part (fence, count,
+    Every thread calls it once its writes of the block's part are done. counter[slot] int32: 0
+    when the launch starts, 0 again when it ends (the last arriver resets it). flag: shared [1]
+    int32 scratch. The last block's later reads see every other arriver's part (fence, count,
     fence: release and acquire at device scope).
     """
     cuda.threadfence()                  # this thread's writes are visible device-wide ...
     cuda.syncthreads()                  # ... and every thread of the block has fenced
     if cuda.threadIdx.x == 0:
-        blocks = cuda.gridDim.x * cuda.gridDim.y
-        arrived = cuda.atomic.add(counter, 0, numba.int32(1))
-        flag[0] = 1 if arrived == blocks - 1 else 0
-        if arrived == blocks - 1:
-            counter[0] = 0              # every other block has counted: clean for the next launch
+        arrived = cuda.atomic.add(counter, slot, numba.int32(1))
+        flag[0] = 1 if arrived == arrivals - 1 else 0
+        if arrived == arrivals - 1:
+            counter[slot] = 0           # every other block has counted: clean for the next launch
     cuda.syncthreads()
     last = flag[0] == 1
     if last:
@@ -161,18 +197,34 @@ def arrive_last(counter, flag):
     return last
 
 
+# ---- the twins' shared pieces -----------------------------------------------------------------
+def _normed_rows(W, x, w, eps):
+    """W @ rmsnorm(x, w) as the fused kernels fold it: (W @ (x * w)) * inv, float32."""
+    x = np.asarray(x, np.float32)
+    ss = np.sum(x * x, dtype=np.float32)
+    inv = np.float32(1.0) / np.sqrt(ss / np.float32(x.shape[0]) + np.float32(eps), dtype=np.float32)
+    return (W @ (x * w)) * inv
+
+
+def _project_heads(Wo, o, hd, head_out):
+    """head_out[h] = Wo[:, h*hd:(h+1)*hd] @ o[h*hd:(h+1)*hd]; returns their sum in head order."""
+    for h in range(head_out.shape[0]):
+        head_out[h] = Wo[:, h * hd:(h + 1) * hd] @ o[h * hd:(h + 1) * hd]
+    s = head_out[0].copy()
+    for h in range(1, head_out.shape[0]):
+        s = s + head_out[h]
+    return s
+
+
 # ---- norm_qkv_rope ----------------------------------------------------------------------------
 def norm_qkv_rope_twin(grid, block, x, w_norm, eps, W, part0, pos, cos, sin, q, k_cache, v_cache):
     D = x.shape[0]
     hd = 2 * cos.shape[1]
     n_head = D // hd
-    parts = range(int(part0), int(part0) + grid[0] // n_head)
-    h = np.empty(D, np.float32)
-    rmsnorm_twin((1,), (RMSNORM_THREADS,), x, w_norm, h, eps)
-    y = np.empty(W.shape[0], np.float32)                            # [len(parts) * D]
-    matvec_twin(None, None, W, h, y)
+    y = _normed_rows(W, x, w_norm, eps)                             # [parts * D]
     p = int(pos[0])
-    for j, part in enumerate(parts):
+    for j in range(W.shape[0] // D):
+        part = int(part0) + j
         rows = y[j * D:(j + 1) * D]
         if part == 2:
             v_cache[p] = rows                                       # casts to the cache dtype
@@ -191,42 +243,43 @@ _QKV_SIG = ("void(float32[::1], float32[::1], float32, float32[:, ::1], int32, i
 @kernel(_QKV_SIG.format(kv="float32"), _QKV_SIG.format(kv="float16"),
         twin=norm_qkv_rope_twin, reads=(0, 1, 3, 5, 6, 7), writes=(8, 9, 10))
 def norm_qkv_rope(x, w_norm, eps, W, part0, pos, cos, sin, q, k_cache, v_cache):
-    """h = rmsnorm(x, w_norm); (q | k | v) = W @ h, q and k rotated; k and v to row pos[0].
+    """(q | k | v) = W @ rmsnorm(x, w_norm), q and k rotated; k and v to row pos[0].
 
     x, w_norm [D]; W [parts*D, D]: rows of wqkv from part `part0` (0 q, 1 k, 2 v) on; pos [1];
-    cos/sin [max_seq, hd/2]; q [D]; k_cache/v_cache [max_seq, D]. Grid (parts * n_head,),
-    block (NORM_THREADS,): block b owns head b % n_head of part part0 + b // n_head.
+    cos/sin [max_seq, hd/2]; q [D]; k_cache/v_cache [max_seq, D]. Grid qkv_grid(D, parts),
+    block (QKV_THREADS,): warp g owns pair g % (D/2) of part part0 + g // (D/2): in head
+    (g % (D/2)) // (hd/2), rows j and j + hd/2, j = g % (hd/2).
     """
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
-    h_sh = cuda.shared.array(MAX_D, numba.float32)          # [D] the normalised x
-    y_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)   # [hd] this block's rows of W @ h
-    red = cuda.shared.array(NORM_THREADS, numba.float32)    # [threads]
+    red = cuda.shared.array(QKV_THREADS, numba.float32)     # [threads] (simulator's tree)
     tid = cuda.threadIdx.x
+    lane = tid % WARP
     D = x.shape[0]
     half = cos.shape[1]
     hd = 2 * half
-    n_head = D // hd
-    head = cuda.blockIdx.x % n_head
-    part = part0 + cuda.blockIdx.x // n_head
-    row0 = (cuda.blockIdx.x // n_head) * D + head * hd      # this block's first row of W
-    normalise(x, w_norm, h_sh, eps, sum_squares(x, tid), red)
-    cuda.syncthreads()
-    dots = cuda.local.array(4, numba.float32)
-    for j0 in range(0, hd, 4 * NORM_ROWS):                  # a warp per row, 4 rows at a time
-        j = j0 + tid // WARP
-        row_dot4(W, row0 + j if j < hd else W.shape[0], NORM_ROWS, h_sh, tid, red, dots)
-        for i in range(4):
-            if tid % WARP == 0 and j + i * NORM_ROWS < hd:
-                y_sh[j + i * NORM_ROWS] = dots[i]
-    cuda.syncthreads()
-    if tid < hd:                                            # the epilogue: RoPE, KV append
+    pair = cuda.blockIdx.x * QKV_WARPS + tid // WARP
+    own = pair // (D // 2)                                  # this launch's part: 0 .. parts-1
+    head = (pair % (D // 2)) // half
+    j = pair % half
+    lo_row = own * D + head * hd + j                        # rows lo_row and lo_row + half of W
+    valid = own < W.shape[0] // D
+    if not valid:
+        lo_row = W.shape[0]                                 # no rows: the warp still reduces
+    lo, hi, ss = xw_dot2(W, lo_row, W, lo_row + half, x, w_norm, tid, red)
+    inv = inv_rms(ss, D, eps)
+    lo = lo * inv
+    hi = hi * inv
+    if valid and lane < 2:                                  # lane 0 writes row j, lane 1 j + half
         p = pos[0]
-        i = head * hd + tid
+        part = part0 + own
+        i = head * hd + j + lane * half
         if part == 2:
-            v_cache[p, i] = y_sh[tid]                       # setitem casts to the cache dtype
+            v_cache[p, i] = lo if lane == 0 else hi         # setitem casts to the cache dtype
         else:
-            val = rope_elem(y_sh, tid, tid, half, cos[p, tid % half], sin[p, tid % half])
+            c = cos[p, j]
+            s = sin[p, j]
+            val = lo * c - hi * s if lane == 0 else hi * c + lo * s   # rope.py's rotate-half
             if part == 0:
                 q[i] = val
             else:
@@ -234,80 +287,136 @@ def norm_qkv_rope(x, w_norm, eps, W, part0, pos, cos, sin, q, k_cache, v_cache):
 
 
 # ---- attn_fused -------------------------------------------------------------------------------
-def attn_fused_twin(grid, block, q, k_cache, v_cache, pos, part_o, part_ml, scale, Wo, x, counter):
-    # the two-kernel path it replaces: partials, then combine (merge + Wo + residual); the
-    # counter is 0 before and after, as on the device
-    n_head, splits = grid[0], grid[1]
-    attn_partial_twin(*partial_grid(n_head, splits, part_o.shape[2]), q, k_cache, v_cache, pos,
-                      part_o, part_ml, scale)
-    attn_combine_twin(*combine_grid(x.shape[0]), part_o, part_ml, Wo, x)
+def attn_fused_twin(grid, block, q, k_cache, v_cache, pos, part_o, part_ml, scale, Wo, x,
+                    head_out, counter):
+    # the split form's three twins, composed: partials, merge, per-head projections summed in
+    # head order + the residual; the counter is 0 before and after, as on the device
+    n_head, splits, hd = part_o.shape
+    attn_partial_twin(grid, block, q, k_cache, v_cache, pos, part_o, part_ml, scale)
+    o = np.empty(n_head * hd, np.float32)                    # [D]
+    attn_merge_twin((n_head,), (hd,), part_o, part_ml, o)
+    x[:] = x + _project_heads(Wo, o, hd, head_out)
 
 
 _ATTN_SIG = ("void(float32[::1], {kv}[:, ::1], {kv}[:, ::1], int32[::1], float32[:, :, ::1], "
-             "float32[:, :, ::1], float32, float32[:, ::1], float32[::1], int32[::1])")
+             "float32[:, :, ::1], float32, float32[:, ::1], float32[::1], float32[:, ::1], "
+             "int32[::1])")
 
 
 @kernel(_ATTN_SIG.format(kv="float32"), _ATTN_SIG.format(kv="float16"),
-        twin=attn_fused_twin, reads=(0, 1, 2, 3, 4, 5, 7, 8, 9), writes=(4, 5, 8, 9))
-def attn_fused(q, k_cache, v_cache, pos, part_o, part_ml, scale, Wo, x, counter):
+        twin=attn_fused_twin, reads=(0, 1, 2, 3, 4, 5, 7, 8, 9, 10), writes=(4, 5, 8, 9, 10))
+def attn_fused(q, k_cache, v_cache, pos, part_o, part_ml, scale, Wo, x, head_out, counter):
     """x += Wo @ attention(q, cache[:pos[0] + 1]): partials, merge, projection, residual.
 
     q [D], k_cache/v_cache [max_seq, D], pos [1], part_o [n_head, splits, hd],
-    part_ml [n_head, splits, 2], Wo [D, D], x [D], counter [1] int32 (0 between launches).
-    Grid (n_head, splits), block attention_threads(hd). Every block writes its slice's partials;
-    the last block to arrive merges them (merge_elem, splits in order) into o [D] in shared
-    memory and adds Wo @ o to x (row_dot per row): bit for bit attn_combine on the partials.
-    Limits: D <= MAX_D, hd <= MAX_HEAD_DIM.
+    part_ml [n_head, splits, 2], Wo [D, D], x [D], head_out [n_head, D] (scratch),
+    counter [n_head + 1] int32 (0 between launches). Grid (n_head, splits), block
+    attention_threads(hd). Every block writes its slice's partials; the last block of each head
+    merges the head and writes its projection head_out[h] = Wo[:, head h] @ o_h; the last of
+    those adds the heads in head order to x. Limit: hd <= MAX_HEAD_DIM.
     """
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     q_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)   # [hd] this head's query
     sc = cuda.shared.array(MAX_HEAD_DIM, numba.float32)     # [tile] scores, then exp weights
     red = cuda.shared.array(MAX_THREADS, numba.float32)     # [threads]
-    o_sh = cuda.shared.array(MAX_D, numba.float32)          # [D] merged attention output
+    o_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)   # [hd] this head's merged output
     flag = cuda.shared.array(1, numba.int32)
     slice_partial(q, k_cache, v_cache, pos[0] + 1, part_o, part_ml, scale, q_sh, sc, red)
-    if arrive_last(counter, flag):
+    h = cuda.blockIdx.x
+    H = cuda.gridDim.x
+    if arrive_last(counter, h, cuda.gridDim.y, flag):      # the last of head h's blocks
         tid = cuda.threadIdx.x
         T = cuda.blockDim.x
         hd = part_o.shape[2]
         D = x.shape[0]
-        for i in range(tid, D, T):                          # attn_combine's merge, its bits
-            o_sh[i] = merge_elem(part_o, part_ml, i // hd, i % hd)  # rounded to f32, as there
+        for d in range(tid, hd, T):                         # the head's merge: attn_merge's bits
+            o_sh[d] = merge_elem(part_o, part_ml, h, d)     # rounded to f32, as there
         cuda.syncthreads()
         warps = T // WARP
-        dots = cuda.local.array(4, numba.float32)
-        for r0 in range(0, D, 4 * warps):                   # a warp per row of Wo, 4 at a time
+        dots = cuda.local.array(HEAD_ROWS, numba.float32)
+        for r0 in range(0, D, HEAD_ROWS * warps):           # warp w: rows r0 + w + i * warps
             r = r0 + tid // WARP
-            row_dot4(Wo, r, warps, o_sh, tid, red, dots)
-            for i in range(4):
+            head_dots(Wo, r, warps, h * hd, hd, o_sh, tid, red, dots)
+            for i in range(HEAD_ROWS):
                 if tid % WARP == 0 and r + i * warps < D:
-                    x[r + i * warps] = x[r + i * warps] + dots[i]
+                    head_out[h, r + i * warps] = dots[i]
+        if arrive_last(counter, H, H, flag):               # the last head: sum in head order
+            for r in range(tid, D, T):
+                s = head_out[0, r]
+                for hh in range(1, H):
+                    s = s + head_out[hh, r]
+                x[r] = x[r] + s
+
+
+# ---- the split form: attn_partial_wide, (attention.attn_merge), attn_project_heads ------------
+_PARTIAL_SIG = ("void(float32[::1], {kv}[:, ::1], {kv}[:, ::1], int32[::1], "
+                "float32[:, :, ::1], float32[:, :, ::1], float32)")
+
+
+@kernel(_PARTIAL_SIG.format(kv="float32"), _PARTIAL_SIG.format(kv="float16"),
+        twin=attn_partial_twin, reads=(0, 1, 2, 3), writes=(4, 5))
+def attn_partial_wide(q, k_cache, v_cache, pos, part_o, part_ml, scale):
+    """attn_fused's first phase alone: block (h, s) writes its slice's partials, the bits
+    attn_fused writes. Grid and block: attention_grid (the same block size as attn_fused)."""
+    pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
+    q_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)   # [hd] this head's query
+    sc = cuda.shared.array(MAX_HEAD_DIM, numba.float32)     # [tile] scores, then exp weights
+    red = cuda.shared.array(MAX_THREADS, numba.float32)     # [threads]
+    slice_partial(q, k_cache, v_cache, pos[0] + 1, part_o, part_ml, scale, q_sh, sc, red)
+
+
+def attn_project_heads_twin(grid, block, Wo, o, x, head_dim):
+    hd = int(head_dim)
+    head_out = np.empty((o.shape[0] // hd, x.shape[0]), np.float32)   # [n_head, D]
+    x[:] = x + _project_heads(Wo, o, hd, head_out)
+
+
+@kernel("void(float32[:, ::1], float32[::1], float32[::1], int32)",
+        twin=attn_project_heads_twin, reads=(0, 1, 2), writes=(2,))
+def attn_project_heads(Wo, o, x, head_dim):
+    """x[r] += sum over heads h, in order, of Wo[r, head h] . o[head h]: attn_fused's tail
+    (its head_out rows and their sum) for every row, a warp per row.
+
+    Wo [D, D], o [D] (attn_merge's), x [D]; grid project_grid(D), block (MATVEC_THREADS,).
+    """
+    pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
+    red = cuda.shared.array(MATVEC_THREADS, numba.float32)  # [threads] (simulator's tree)
+    tid = cuda.threadIdx.x
+    r = cuda.blockIdx.x * MATVEC_ROWS_PER_BLOCK + tid // WARP
+    s = head_dot(Wo, r, 0, head_dim, o, 0, tid, red)
+    for h in range(1, o.shape[0] // head_dim):
+        s = s + head_dot(Wo, r, h * head_dim, head_dim, o, h * head_dim, tid, red)
+    if tid % WARP == 0 and r < x.shape[0]:
+        x[r] = x[r] + s
 
 
 # ---- norm_swiglu ------------------------------------------------------------------------------
 def norm_swiglu_twin(grid, block, x, w_norm, eps, W_gate, W_up, act):
-    h = np.empty(x.shape[0], np.float32)
-    rmsnorm_twin((1,), (RMSNORM_THREADS,), x, w_norm, h, eps)
-    swiglu_up_twin(None, None, W_gate, W_up, h, act)
+    g = _normed_rows(W_gate, x, w_norm, eps)
+    u = _normed_rows(W_up, x, w_norm, eps)
+    with np.errstate(over="ignore"):  # exp(-g) -> inf for very negative g: silu -> -0, fine
+        act[:] = (g / (np.float32(1.0) + np.exp(-g))) * u
 
 
 @kernel("void(float32[::1], float32[::1], float32, float32[:, ::1], float32[:, ::1], float32[::1])",
         twin=norm_swiglu_twin, reads=(0, 1, 3, 4), writes=(5,))
 def norm_swiglu(x, w_norm, eps, W_gate, W_up, act):
-    """h = rmsnorm(x, w_norm); act[r] = silu(W_gate[r] . h) * (W_up[r] . h).
+    """h = rmsnorm(x, w_norm); act[r] = silu(W_gate[r] . h) * (W_up[r] . h), the norm folded.
 
-    x, w_norm [D], W_gate/W_up [F, D], act [F]; grid rows_grid(F), block (NORM_THREADS,).
+    x, w_norm [D], W_gate/W_up [F, D], act [F]; grid rows_grid(F), block (MATVEC_THREADS,).
     """
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
-    h_sh = cuda.shared.array(MAX_D, numba.float32)          # [D] the normalised x
-    red = cuda.shared.array(NORM_THREADS, numba.float32)    # [threads]
+    red = cuda.shared.array(MATVEC_THREADS, numba.float32)  # [threads] (simulator's tree)
     tid = cuda.threadIdx.x
-    normalise(x, w_norm, h_sh, eps, sum_squares(x, tid), red)
-    cuda.syncthreads()
-    r = cuda.blockIdx.x * NORM_ROWS + tid // WARP
-    g, u = row_dot2(W_gate, W_up, r, h_sh, tid, red)      # swiglu_up's order: its bits
+    r = cuda.blockIdx.x * MATVEC_ROWS_PER_BLOCK + tid // WARP
+    g, u, ss = xw_dot2(W_gate, r, W_up, r, x, w_norm, tid, red)
+    inv = inv_rms(ss, x.shape[0], eps)
+    g = g * inv
+    u = u * inv
     if tid % WARP == 0 and r < act.shape[0]:
         act[r] = (g / (numba.float32(1.0) + math.exp(-g))) * u
 
@@ -315,9 +424,7 @@ def norm_swiglu(x, w_norm, eps, W_gate, W_up, act):
 # ---- norm_lm_head_argmax ----------------------------------------------------------------------
 def norm_lm_head_argmax_twin(grid, block, x, w_norm, eps, W, logits, pos, n_prompt, tokens,
                              counter):
-    h = np.empty(x.shape[0], np.float32)
-    rmsnorm_twin((1,), (RMSNORM_THREADS,), x, w_norm, h, eps)
-    matvec_twin(None, None, W, h, logits)
+    logits[:] = _normed_rows(W, x, w_norm, eps)
     argmax_next_twin(None, None, logits, pos, n_prompt, tokens)
     advance_twin(None, None, pos)
 
@@ -326,26 +433,24 @@ def norm_lm_head_argmax_twin(grid, block, x, w_norm, eps, W, logits, pos, n_prom
         "int32[::1], int32[::1], int32[::1])",
         twin=norm_lm_head_argmax_twin, reads=(0, 1, 3, 4, 5, 6, 8), writes=(4, 5, 7, 8))
 def norm_lm_head_argmax(x, w_norm, eps, W, logits, pos, n_prompt, tokens, counter):
-    """logits = W @ rmsnorm(x, w_norm); then, in the last block: tokens[pos[0] + 1] =
-    argmax(logits) (unless that slot is the prompt's or past the end) and pos[0] += 1.
+    """logits = W @ rmsnorm(x, w_norm) (the norm folded); then, in the last block:
+    tokens[pos[0] + 1] = argmax(logits) (unless that slot is the prompt's or past the end) and
+    pos[0] += 1.
 
     x, w_norm [D], W [V, D], logits [V], pos [1], n_prompt [1], tokens [max_seq],
-    counter [1] int32 (0 between launches); grid rows_grid(V), block (NORM_THREADS,).
+    counter [1] int32 (0 between launches); grid lm_head_grid(V), block (LM_THREADS,).
     """
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
-    h_sh = cuda.shared.array(MAX_D, numba.float32)          # [D] the normalised x
-    red = cuda.shared.array(NORM_THREADS, numba.float32)    # [threads]
-    best_i = cuda.shared.array(NORM_THREADS, numba.int32)   # [threads]
+    red = cuda.shared.array(LM_THREADS, numba.float32)      # [threads]
+    best_i = cuda.shared.array(LM_THREADS, numba.int32)     # [threads]
     flag = cuda.shared.array(1, numba.int32)
     tid = cuda.threadIdx.x
-    normalise(x, w_norm, h_sh, eps, sum_squares(x, tid), red)
-    cuda.syncthreads()
-    r = cuda.blockIdx.x * NORM_ROWS + tid // WARP
-    dot = row_dot(W, r, h_sh, tid, red)
+    r = cuda.blockIdx.x * LM_ROWS + tid // WARP
+    dot, ss = xw_dot(W, r, x, w_norm, tid, red)
     if tid % WARP == 0 and r < logits.shape[0]:
-        logits[r] = dot
-    if arrive_last(counter, flag):
+        logits[r] = dot * inv_rms(ss, x.shape[0], eps)
+    if arrive_last(counter, 0, cuda.gridDim.x, flag):
         nxt = pos[0] + 1
         cuda.syncthreads()       # every thread has read pos before thread 0 advances it
         if nxt < tokens.shape[0] and nxt >= n_prompt[0]:    # uniform over the block

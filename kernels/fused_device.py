@@ -1,11 +1,23 @@
-"""The fused kernels' wide-block device functions: kernels/fused.py builds its kernels from them.
+"""The fused kernels' device functions: kernels/fused.py builds its kernels from them.
 
 Owns
-- `row_dot4`: `row_dot`'s order (kernels/matvec.py), four rows at a time with all their loads in
-  flight; norm_qkv_rope's rows of W @ h and attn_fused's rows of Wo @ o.
+- `inv_rms`, `xw_dot`, `xw_dot2`: a normalised projection without a normalised vector. RMSNorm
+  then a row: W[r] . ((x * inv) * w) = inv * (W[r] . (x * w)), inv = 1 / sqrt(mean(x*x) + eps).
+  The warp that computes a row already loads every x[k] (lane l: k = l, l + 32, ...), so it sums
+  x[k]^2 from those same registers next to its dot and reduces both with `warp_sum`; the dot is
+  scaled by inv at the end. No block reduction, no barrier, no normalised copy in shared or
+  global memory. Each lane's chains run in increasing k with fma from +0.0, then the warp's tree:
+  the dot is `row_dot`'s order on the vector x * w (kernels/matvec.py), the sum of squares
+  `row_dot`'s order on x . x (tests/_cudasim_fused.py holds both bit for bit against
+  lab/precision.py's `row_dot_order`). Every warp computes the same sum in the same order, so
+  every row of a launch is scaled by the same bits of inv.
+- `head_dots`: HEAD_ROWS rows of one head's slice of a matrix (columns c0 .. c0 + n) against a
+  vector, the loads of all of them in flight together; attn_fused's per-head output projection.
+  `head_dot`: one such row, the same arithmetic (attn_project_heads, the split form).
 - `slice_partial`: one block's split-K partials on a block of any number of groups of head_dim
   lanes (kernels/attention.py's `attn_partial` keeps a 128-thread layout that a 512-thread block
-  cannot call); attn_fused's first phase. The same math, another summation order.
+  cannot call); attn_fused's and attn_partial_wide's first phase. The same math as attn_partial,
+  another summation order.
 Device functions only: no kernel is registered here. They sit apart from kernels/fused.py so the
 kernels there read as the step they replace; the "last block done" counter (`arrive_last`) stays
 with them.
@@ -17,40 +29,129 @@ from numba import cuda
 
 from kernels.reduce import WARP, warp_sum
 
-ROWS4_UNROLL = 8   # row_dot4's loads per lane per row before their fmas (4 rows: 32 in flight)
+XW_UNROLL = 8      # xw_dot*'s loads per lane before their fmas (8 x 32 lanes: K <= 256 at once)
+HEAD_ROWS = 8      # head_dots' rows per call: their loads in flight together
+HEAD_LANE_DIMS = 4  # columns of one head a lane holds: head_dim <= 4 * 32 = 128 (MAX_HEAD_DIM)
 
 
 @cuda.jit(device=True)
-def row_dot4(W, r, step, vec, tid, red, out):
-    """out[i] = W[r + i * step] . vec for i < 4, each bit for bit what `row_dot` returns for its
-    row (lane l sums k = l, l + 32, ... with fma in increasing k, then the warp's tree), with the
-    loads of all four rows in flight together: a serial loop of rows pays one round trip per
-    four rows instead of one per row. Rows >= W.shape[0] give 0. out: local [4]; every thread
-    of the block must call it."""
+def inv_rms(ss, n, eps):
+    """1 / sqrt(ss / n + eps): rmsnorm's scale from a sum of squares (kernels/rmsnorm.py's
+    `normalise` computes it in the same expression)."""
+    return numba.float32(1.0) / math.sqrt(ss / numba.float32(n) + eps)
+
+
+@cuda.jit(device=True)
+def xw_dot2(Wa, ra, Wb, rb, x, w, tid, red):
+    """(Wa[ra] . (x * w), Wb[rb] . (x * w), x . x) for the warp of thread `tid`, every lane
+    returning all three. Lane l sums k = l, l + 32, ... in increasing k with fma from +0.0:
+    acc += W[r, k] * xw[k] with xw[k] = x[k] * w[k] rounded once, ss += x[k] * x[k]; then each
+    by the warp's tree. A row >= its matrix's rows gives 0 (and loads nothing); the sum of
+    squares is computed either way. Every thread of the block must call it; red: shared
+    [blockDim.x] (the simulator's tree)."""
     lane = tid % WARP
-    N = W.shape[0]
-    K = W.shape[1]
-    acc = cuda.local.array(4, numba.float32)
-    wk = cuda.local.array((4, ROWS4_UNROLL), numba.float32)   # [rows, unroll] W[row, k]
-    xk = cuda.local.array(ROWS4_UNROLL, numba.float32)        # [unroll] vec[k]
-    for i in range(4):
-        acc[i] = numba.float32(0.0)
-    for k0 in range(lane, K, ROWS4_UNROLL * WARP):
-        for j in range(ROWS4_UNROLL):        # every load of the group first ...
+    K = x.shape[0]
+    in_a = ra < Wa.shape[0]
+    in_b = rb < Wb.shape[0]
+    acc_a = numba.float32(0.0)
+    acc_b = numba.float32(0.0)
+    ss = numba.float32(0.0)
+    ak = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] Wa[ra, k]
+    bk = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] Wb[rb, k]
+    xk = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] x[k]
+    wk = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] w[k]
+    for k0 in range(lane, K, XW_UNROLL * WARP):
+        for j in range(XW_UNROLL):          # every load of the group first ...
+            k = k0 + j * WARP
+            if k < K:
+                ku = numba.uint64(k)         # unsigned: no negative-index wraparound code
+                xk[j] = x[ku]
+                wk[j] = w[ku]
+                ak[j] = Wa[ra, ku] if in_a else numba.float32(0.0)
+                bk[j] = Wb[rb, ku] if in_b else numba.float32(0.0)
+        for j in range(XW_UNROLL):          # ... then the chains, in increasing k
+            if k0 + j * WARP < K:
+                xw = xk[j] * wk[j]
+                acc_a = cuda.fma(ak[j], xw, acc_a)
+                acc_b = cuda.fma(bk[j], xw, acc_b)
+                ss = cuda.fma(xk[j], xk[j], ss)
+    a = warp_sum(acc_a, tid, red)
+    b = warp_sum(acc_b, tid, red)
+    return a, b, warp_sum(ss, tid, red)
+
+
+@cuda.jit(device=True)
+def xw_dot(W, r, x, w, tid, red):
+    """(W[r] . (x * w), x . x): `xw_dot2`'s arithmetic for one row (norm_lm_head_argmax)."""
+    lane = tid % WARP
+    K = x.shape[0]
+    in_w = r < W.shape[0]
+    acc = numba.float32(0.0)
+    ss = numba.float32(0.0)
+    rk = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] W[r, k]
+    xk = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] x[k]
+    wk = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] w[k]
+    for k0 in range(lane, K, XW_UNROLL * WARP):
+        for j in range(XW_UNROLL):
             k = k0 + j * WARP
             if k < K:
                 ku = numba.uint64(k)
-                xk[j] = vec[ku]
-                for i in range(4):
-                    if r + i * step < N:
-                        wk[i, j] = W[r + i * step, ku]
-        for j in range(ROWS4_UNROLL):        # ... then each row's fmas, in increasing k
+                xk[j] = x[ku]
+                wk[j] = w[ku]
+                rk[j] = W[r, ku] if in_w else numba.float32(0.0)
+        for j in range(XW_UNROLL):
             if k0 + j * WARP < K:
-                for i in range(4):
-                    if r + i * step < N:
-                        acc[i] = cuda.fma(wk[i, j], xk[j], acc[i])
-    for i in range(4):
-        out[i] = warp_sum(acc[i], tid, red)
+                acc = cuda.fma(rk[j], xk[j] * wk[j], acc)
+                ss = cuda.fma(xk[j], xk[j], ss)
+    d = warp_sum(acc, tid, red)
+    return d, warp_sum(ss, tid, red)
+
+
+@cuda.jit(device=True)
+def head_dots(W, r, step, c0, n, vec, tid, red, out):
+    """out[i] = W[r + i * step, c0 : c0 + n] . vec[0 : n] for i < HEAD_ROWS, with every load of
+    the HEAD_ROWS rows in flight together. Lane l sums k = l, l + 32, ... < n with fma in
+    increasing k from +0.0, then the warp's tree: `head_dot`'s bits, row for row. Rows >=
+    W.shape[0] give 0. n <= 32 * HEAD_LANE_DIMS; out: local [HEAD_ROWS]; every thread of the
+    block must call it."""
+    lane = tid % WARP
+    N = W.shape[0]
+    wk = cuda.local.array((HEAD_ROWS, HEAD_LANE_DIMS), numba.float32)   # [rows, dims] W[row, c0 + k]
+    vk = cuda.local.array(HEAD_LANE_DIMS, numba.float32)                # [dims] vec[k]
+    for j in range(HEAD_LANE_DIMS):
+        k = lane + j * WARP
+        if k < n:
+            vk[j] = vec[k]
+            for i in range(HEAD_ROWS):
+                if r + i * step < N:
+                    wk[i, j] = W[r + i * step, c0 + k]
+    for i in range(HEAD_ROWS):
+        acc = numba.float32(0.0)
+        if r + i * step < N:
+            for j in range(HEAD_LANE_DIMS):
+                if lane + j * WARP < n:
+                    acc = cuda.fma(wk[i, j], vk[j], acc)
+        out[i] = warp_sum(acc, tid, red)
+
+
+@cuda.jit(device=True)
+def head_dot(W, r, c0, n, vec, v0, tid, red):
+    """W[r, c0 : c0 + n] . vec[v0 : v0 + n] for the warp of `tid` (every lane returns it): the
+    arithmetic of one row of `head_dots`, so the same bits. Every thread must call it."""
+    lane = tid % WARP
+    acc = numba.float32(0.0)
+    if r < W.shape[0]:
+        wk = cuda.local.array(HEAD_LANE_DIMS, numba.float32)   # [dims] W[r, c0 + k]
+        vk = cuda.local.array(HEAD_LANE_DIMS, numba.float32)   # [dims] vec[v0 + k]
+        for j in range(HEAD_LANE_DIMS):
+            k = lane + j * WARP
+            if k < n:
+                wk[j] = W[r, c0 + k]
+                vk[j] = vec[v0 + k]
+        for j in range(HEAD_LANE_DIMS):
+            if lane + j * WARP < n:
+                acc = cuda.fma(wk[j], vk[j], acc)
+    return warp_sum(acc, tid, red)
 
 
 @cuda.jit(device=True)

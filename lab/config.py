@@ -20,7 +20,8 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
      "auto = cuda when a usable GPU and CuPy are present, else the CPU simulator"),
     ("LAB_GRAPH", "graph", ("0", "1"), "1", "capture the decode step as a CUDA graph and replay it"),
     ("LAB_SPLIT_COMBINE", "split_combine", ("0", "1"), "0",
-     "attention combine as two kernels (merge, project) instead of one"),
+     "attention combine as two kernels (merge, project) instead of one; under LAB_FUSION=1 the "
+     "fused attention as three (partials, merge, per-head projection + residual; its bits)"),
     ("LAB_PDL", "pdl", ("0", "1"), "0",
      "programmatic dependent launch (sm_90+; refused with a message elsewhere)"),
     ("LAB_OVERLAP", "overlap", ("0", "1"), "0",
@@ -29,8 +30,9 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
      "0: one op per kernel (37 launches per token); 1: the fused step (18: norms folded into "
      "the projections, RoPE + KV append into qkv, attention partials + merge + Wo + residual "
      "in one kernel, argmax + position advance into the LM head; kernels/fused.py). "
-     "LAB_SPLIT_COMBINE is ignored under it (the plan says split_combine 0); the deliberate "
-     "bugs that override a standalone kernel the fused step lacks are refused"),
+     "LAB_SPLIT_COMBINE=1 splits its attention into its three phases (26 launches, the same "
+     "bits); the deliberate bugs that override a standalone kernel the fused step lacks are "
+     "refused"),
     ("LAB_LAUNCH", "launch", ("dispatcher", "prebound"), "prebound",
      "eager launch mechanism: numba's dispatcher (types and flattens the arguments on every "
      "launch) or pre-bound (kernel handle and flattened arguments prepared once per plan, "

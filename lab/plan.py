@@ -24,7 +24,8 @@ SPLIT_CHOICES = tuple(2 ** i for i in range(MAX_SPLITS.bit_length()))
 class Plan:
     position: int          # the step's position (context length is position + 1)
     splits: int            # attention slices per head
-    split_combine: bool    # combine as merge + project (2 kernels) instead of one
+    split_combine: bool    # combine as merge + project (2 kernels) instead of one; fused: attn_fused
+                           # as partials + merge + per-head projection (3 kernels)
     n_head: int
     pdl: bool = False      # launches are programmatic (PDL edges in the graph)
     overlap: bool = False  # the k/v projection runs on a side stream (a parallel branch)
@@ -59,11 +60,10 @@ def decode_plan(position: int, model_cfg, lab_cfg, splits: int | None = None) ->
         splits = splits_for(position + 1)
     elif splits not in SPLIT_CHOICES:
         raise ValueError(f"splits={splits!r}: use one of {', '.join(map(str, SPLIT_CHOICES))}")
-    # the fused step has no separate combine to split: LAB_SPLIT_COMBINE is ignored under
-    # LAB_FUSION, and the plan (its key) says what runs
-    split_combine = lab_cfg.split_combine and not lab_cfg.fusion
-    return Plan(position, splits, split_combine, model_cfg.n_head, lab_cfg.pdl, lab_cfg.overlap,
-                lab_cfg.fusion)
+    # split_combine: the unfused step's combine as merge + project, or under LAB_FUSION the
+    # fused attention's phases as launches of their own (lab/step.py FusedStep.attend)
+    return Plan(position, splits, lab_cfg.split_combine, model_cfg.n_head, lab_cfg.pdl,
+                lab_cfg.overlap, lab_cfg.fusion)
 
 
 def plan_boundaries(max_seq: int) -> list[int]:

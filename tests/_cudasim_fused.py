@@ -4,12 +4,15 @@ Started by tests/test_fusion.py in a subprocess with NUMBA_ENABLE_CUDASIM=1 (the
 before numba is imported). For each fused kernel and signature it launches the kernel at tiny
 shapes (the simulator runs every thread in Python) and compares the written arguments with the
 twin's (`atol + k * eps(dtype) * |ref|`), checks that arguments it does not declare as written
-are untouched, and checks the last-block counters: 0 after every launch, and a second launch on
-the same inputs giving the same bits (the replay-2 check). Contracts checked bit for bit, on
-the simulator and on a GPU alike: norm_qkv_rope's normalised x is what `rmsnorm` writes;
-attn_fused's x is `attn_combine` on attn_fused's own partials; the token norm_lm_head_argmax
-writes is the argmax policy's pick on the logits it wrote. Exits non-zero naming the kernel on
-the first mismatch, or if a fused kernel/signature was never exercised.
+are untouched, and checks the last-block counters: every slot 0 after every launch, and a second
+launch on the same inputs giving the same bits (the replay-2 check). Contracts checked bit for
+bit, on the simulator and on a GPU alike: the folded norm's rows (norm_qkv_rope's q at position
+0 and its v, norm_lm_head_argmax's logits) are lab/precision.py's `row_dot_order` on x * w,
+scaled by 1 / sqrt(row_dot_order(x, x) / D + eps); attn_fused's partials are attn_partial_wide's
+and its x is attn_project_heads on attn_merge of them (the split form, LAB_SPLIT_COMBINE=1 under
+LAB_FUSION=1, is the fused kernel's bits); the token norm_lm_head_argmax writes is the argmax
+policy's pick on the logits it wrote. Exits non-zero naming the kernel on the first mismatch, or
+if a fused kernel/signature was never exercised.
 
   --shuffles    give the simulator tests/_cudasim_kernels.py's lane-exact warp shuffles first,
                 so kernels/reduce.py takes its GPU path (shuffle butterflies, one barrier per
@@ -35,23 +38,27 @@ if "--shuffles" in sys.argv:   # before kernels/ is imported: reduce.py picks it
     if not hasattr(FakeCUDAModule, "shfl_xor_sync"):
         install_warp_shuffles()
 # the kernel harness's launch-and-compare against the twin, its registry of compiled kernels
-# and signatures exercised, and its --dump list
-from _cudasim_kernels import (Mismatch, _exercised, compiled, f32, run_case,  # noqa: E402
-                              save_dump, sig_for)
+# and signatures exercised, its --dump list, and lab/precision.py's order mirror with the fma
+# semantics of the machine at hand
+from _cudasim_kernels import (FUSED as FMA_ONCE, Mismatch, _exercised, compiled, f32,  # noqa: E402
+                              row_dot_order, run_case, save_dump, sig_for)
 
 from kernels import REGISTRY, fused, reduce  # noqa: E402
-from kernels.attention import combine_grid  # noqa: E402
+from kernels.attention import merge_grid  # noqa: E402
 from kernels.sample import argmax_twin_index  # noqa: E402
 
-FUSED = ("norm_qkv_rope", "attn_fused", "norm_swiglu", "norm_lm_head_argmax")
+FUSED = ("norm_qkv_rope", "attn_fused", "norm_swiglu", "norm_lm_head_argmax",
+         "attn_partial_wide", "attn_project_heads")
 SEED = 4321
 
-# n_head 2 (head indexing), hd 8 (a 2-tile context at max_seq 16), F and V not multiples of the 8
-# rows a norm block computes; attention blocks of 32 or 64 threads (4 or 8 groups of hd lanes)
+# n_head 2 (head indexing), hd 8 (a 2-tile context at max_seq 16), F and V not multiples of the
+# rows a block computes; attention blocks of 32 or 64 threads (4 or 8 groups of hd lanes, 1 or 2
+# warps for the tail's rows)
 TINY = dict(D=16, n_head=2, hd=8, F=24, V=11, max_seq=16, attn_threads=(32, 64))
 CONFIGS = [TINY]
 if GPU:   # the real model's dims, attn_fused at its own block size (max_seq cut to 128)
     CONFIGS.append(dict(D=256, n_head=4, hd=64, F=512, V=71, max_seq=128, attn_threads=(None,)))
+
 
 def copies(args):
     return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
@@ -64,8 +71,17 @@ def same_bits(a, b, what):
 
 
 def counter_zero(counter, what):
-    if counter[0] != 0:
-        raise Mismatch(f"{what}: the last-block counter is {counter[0]} after the launch, not 0")
+    if np.any(counter != 0):
+        raise Mismatch(f"{what}: the last-block counter slots are {counter} after the launch, not 0")
+
+
+def folded_order(W, x, w, eps):
+    """W @ rmsnorm(x, w) in the fused kernels' order (kernels/fused_device.py's xw_dot2): each
+    row is row_dot's order on x * w, times 1 / sqrt(row_dot's order on x . x / D + eps)."""
+    x, w = np.asarray(x, np.float32), np.asarray(w, np.float32)
+    ss = row_dot_order(x[None, :], x, FMA_ONCE)[0]
+    inv = np.float32(1.0) / np.sqrt(ss / np.float32(x.shape[0]) + np.float32(eps), dtype=np.float32)
+    return row_dot_order(W, x * w, FMA_ONCE) * inv
 
 
 def rope_tables(S, hd):
@@ -75,8 +91,9 @@ def rope_tables(S, hd):
 
 def check_norm_qkv_rope(rng, cfg, tag):
     """Full launch (q, k, v); the k/v part alone (LAB_OVERLAP's side launch) with a float16
-    cache; the q part alone with W = I at position 0 (cos 1, sin 0): q is then exactly the
-    normalised x, which must be what the rmsnorm kernel writes."""
+    cache; the q part alone at position 0 (cos 1, sin 0: the rotation is exact, so q is the
+    folded rows themselves). Bit for bit: q at position 0 and v (never rotated) against
+    folded_order."""
     D, H, hd, S = cfg["D"], cfg["n_head"], cfg["hd"], cfg["max_seq"]
     cos, sin = rope_tables(S, hd)
     eps = np.float32(1e-5)
@@ -86,31 +103,30 @@ def check_norm_qkv_rope(rng, cfg, tag):
     W = f32(rng, 3 * D, D, scale=D ** -0.5)
     x, w = f32(rng, D), f32(rng, D)
     blank = lambda dt: [np.zeros(D, np.float32), f32(rng, S, D).astype(dt), f32(rng, S, D).astype(dt)]
-    run_case("norm_qkv_rope", *fused.qkv_grid(H, 3),
-             [x, w, eps, W, np.int32(0), np.array([5], np.int32), cos, sin, *blank(np.float32)],
-             tol, label=f"{tag} full pos=5")
-    run_case("norm_qkv_rope", *fused.qkv_grid(H, 2),
+    out = run_case("norm_qkv_rope", *fused.qkv_grid(D, 3),
+                   [x, w, eps, W, np.int32(0), np.array([5], np.int32), cos, sin, *blank(np.float32)],
+                   tol, label=f"{tag} full pos=5")
+    want = folded_order(W, x, w, eps)
+    same_bits(out[10][5], want[2 * D:], f"norm_qkv_rope {tag}: v vs the folded order")
+    run_case("norm_qkv_rope", *fused.qkv_grid(D, 2),
              [x, w, eps, np.ascontiguousarray(W[D:]), np.int32(1), np.array([S - 1], np.int32),
               cos, sin, *blank(np.float16)], tol, np.float16, label=f"{tag} k/v part, float16 cache")
-    eye = np.eye(D, dtype=np.float32)
-    q = run_case("norm_qkv_rope", *fused.qkv_grid(H, 1),
-                 [x, w, eps, eye, np.int32(0), np.array([0], np.int32), cos, sin, *blank(np.float32)],
-                 tol, label=f"{tag} q part, W = I")[8]
-    h = np.zeros(D, np.float32)   # W = I and a rotation by 0 are exact: q is h itself
-    cuda.jit(REGISTRY["rmsnorm"].signatures[0])(REGISTRY["rmsnorm"].py_func)[
-        (1,), (fused.NORM_THREADS,)](x, w, h, eps)
-    same_bits(q, h, f"norm_qkv_rope {tag}: its normalised x vs the rmsnorm kernel's")
+    q = run_case("norm_qkv_rope", *fused.qkv_grid(D, 1),
+                 [x, w, eps, np.ascontiguousarray(W[:D]), np.int32(0), np.array([0], np.int32),
+                  cos, sin, *blank(np.float32)], tol, label=f"{tag} q part, pos=0")[8]
+    same_bits(q, want[:D], f"norm_qkv_rope {tag}: q at position 0 vs the folded order")
 
 
 def check_attn_fused(rng, cfg, tag):
-    """Every block's partials, then the last block's merge + Wo + residual: against the twin
-    (attn_partial + attn_combine); attn_combine run on the kernel's own partials gives the same
-    x bit for bit; the counter is back to 0; a second launch on the same inputs is identical."""
+    """Every block's partials, each head's merge + projection, the heads' sum + residual:
+    against the twin; the counter slots back to 0; a second launch on the same inputs
+    identical; and the split form bit for bit: attn_partial_wide's partials are attn_fused's,
+    and attn_project_heads on attn_merge of them gives attn_fused's x."""
     D, H, hd, S = cfg["D"], cfg["n_head"], cfg["hd"], cfg["max_seq"]
     scale = np.float32(1.0 / np.sqrt(hd))
     # scores: hd-term dots; exp; sums of <= L terms with an online rescale; merge (<= splits
-    # terms, a divide); a D-term projection: values O(1), so k = 64 and atol 1e-5, as the
-    # unfused attention's checks
+    # terms, a divide); hd-term projections summed over heads: values O(1), so k = 64 and atol
+    # 1e-5, as the unfused attention's checks
     tol = (1e-5, 64)
     cases = [(np.float32, S - 1, 1), (np.float32, 9, 3), (np.float16, 0, 2)]  # 2 tiles; 3 slices; L = 1, an empty slice
     if GPU and D > 16:
@@ -122,35 +138,48 @@ def check_attn_fused(rng, cfg, tag):
         args = [f32(rng, D, scale=2.0), f32(rng, S, D).astype(dt), f32(rng, S, D).astype(dt),
                 np.array([p], np.int32), np.zeros((H, splits, hd), np.float32),
                 np.zeros((H, splits, 2), np.float32), scale, f32(rng, D, D, scale=D ** -0.5),
-                f32(rng, D), np.zeros(1, np.int32)]
+                f32(rng, D), np.zeros((H, D), np.float32),
+                np.zeros(fused.counter_slots(H), np.int32)]
         out = run_case("attn_fused", grid, block, args, tol, dt, label=label)
-        counter_zero(out[9], f"attn_fused {label}")
+        counter_zero(out[10], f"attn_fused {label}")
         if n == 1:
             again = copies(args)
             compiled("attn_fused", sig_for("attn_fused", dt))[grid, block](*again)
-            counter_zero(again[9], f"attn_fused {label}, second launch")
-            for i in (4, 5, 8):
+            counter_zero(again[10], f"attn_fused {label}, second launch")
+            for i in (4, 5, 8, 9):
                 same_bits(again[i], out[i], f"attn_fused {label}: second launch, argument {i}")
-            x = args[8].copy()
-            combine = cuda.jit(REGISTRY["attn_combine"].signatures[0])(REGISTRY["attn_combine"].py_func)
-            combine[combine_grid(D)](out[4], out[5], args[7], x)
-            same_bits(out[8], x, f"attn_fused {label}: x vs attn_combine on its partials")
+        # the split form: its three kernels, each against its twin, and their bits against
+        # attn_fused's (merge and projection run on the kernel's partials); its partials on
+        # the several-slice and the float16 case (slow to simulate: the same device function)
+        if n >= 1:
+            part_o, part_ml = run_case("attn_partial_wide", grid, block, args[:7], tol, dt,
+                                       label=label)[4:6]
+            same_bits(part_o, out[4], f"attn_partial_wide {label}: part_o vs attn_fused's")
+            same_bits(part_ml, out[5], f"attn_partial_wide {label}: part_ml vs attn_fused's")
+        o = np.zeros(D, np.float32)
+        compiled("attn_merge", REGISTRY["attn_merge"].signatures[0])[merge_grid(H, hd)](
+            out[4], out[5], o)
+        x = run_case("attn_project_heads", *fused.project_grid(D),
+                     [args[7], o, args[8].copy(), np.int32(hd)], (1e-5, 16), label=label)[2]
+        same_bits(x, out[8], f"attn_fused {label}: x vs attn_project_heads(attn_merge(its partials))")
 
 
 def check_norm_swiglu(rng, cfg, tag):
     D, F = cfg["D"], cfg["F"]
-    # rmsnorm, two D-term dots, exp and a divide: atol 1e-5, k = 16 (as swiglu_up's check)
+    # rmsnorm, two D-term dots, exp and a divide: atol 1e-5, k = 16 (as swiglu_up's check); its
+    # dots are xw_dot2's, held bit for bit by norm_qkv_rope's check
     run_case("norm_swiglu", *fused.rows_grid(F),
              [f32(rng, D), f32(rng, D), np.float32(1e-5), f32(rng, F, D, scale=D ** -0.5),
               f32(rng, F, D, scale=D ** -0.5), np.zeros(F, np.float32)], (1e-5, 16), label=tag)
 
 
 def check_norm_lm_head_argmax(rng, cfg, tag):
-    """Logits against the twin; the token: the argmax policy on the logits the kernel wrote
-    (ties to the lowest index, NaN never wins, all NaN gives 0), only at generated positions;
-    the position advanced every time; the counter back to 0; a second launch identical."""
+    """Logits against the twin (and, on random weights, bit for bit against folded_order); the
+    token: the argmax policy on the logits the kernel wrote (ties to the lowest index, NaN never
+    wins, all NaN gives 0), only at generated positions; the position advanced every time; the
+    counter back to 0; a second launch identical."""
     D, V, S = cfg["D"], cfg["V"], cfg["max_seq"]
-    grid, block = fused.rows_grid(V)
+    grid, block = fused.lm_head_grid(V)
     x, w = f32(rng, D), f32(rng, D)
     ties = f32(rng, V, D, scale=D ** -0.5)
     ties[0] = np.nan                        # logit 0 is NaN: never picked
@@ -167,6 +196,9 @@ def check_norm_lm_head_argmax(rng, cfg, tag):
         # rmsnorm and a D-term dot: atol 1e-5, k = 16; tokens are checked on the kernel's logits
         out = run_case("norm_lm_head_argmax", grid, block, args, (1e-5, 16), label=label, skip=(7,),
                        nan_equal=True)            # NaN weights on purpose: NaN logits
+        if what == "random":
+            same_bits(out[4], folded_order(W, x, w, np.float32(1e-5)),
+                      f"norm_lm_head_argmax {label}: logits vs the folded order")
         want = tokens.copy()
         if p + 1 >= n_prompt:
             want[p + 1] = argmax_twin_index(out[4])

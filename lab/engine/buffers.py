@@ -11,8 +11,9 @@ Device-resident state (read by kernels at run time, so a replay decodes the NEXT
                           the fused step by norm_lm_head_argmax)
   pos    [1] int32        the step's position (advanced by the last kernel of the step)
   n_prompt [1] int32      generated ids are written only at positions >= n_prompt
-  counters [n_layer + 1] int32  the fused step's "last block done" counters, one per launch
-                          site (attn_fused per layer, norm_lm_head_argmax); 0 between launches
+  counters [n_layer * (n_head + 1) + 1] int32  the fused step's "last block done" counters:
+                          per layer attn_fused's n_head + 1 slots (one per head, one for the
+                          heads), then norm_lm_head_argmax's one; 0 between launches
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kernels import fused
 from lab.plan import plan_boundaries
 from .ranks import shard, vocab_rows
 from lab.reference import rope_tables
@@ -41,7 +43,9 @@ class Buffers:
     logits_part: object = None  # [ceil(V / R)] ranks: this rank's rows of the LM head
     logits: object = None       # [R ceil(V / R)] every row (ranks: gathered)
     plan_of: object = None      # [max_seq] int32: the plan body each position runs (LAB_LOOP=device)
-    counters: object = None     # [n_layer + 1] int32: the fused step's last-block counters, zeroed
+    counters: object = None     # [n_layer * (n_head + 1) + 1] int32: the fused step's last-block
+                                # counters, zeroed
+    head_out: object = None     # [n_head, D] attn_fused's per-head projections (LAB_FUSION=1)
     limit: object = None        # [1] int32: the device loop runs steps while pos < limit
     part_o: object = None
     part_ml: object = None
@@ -117,15 +121,19 @@ class Allocation:
     def _alloc_one_device_modes(self, d: Device) -> None:
         """What only the one-device modes read: the device loop's plan table and limit
         (LAB_LOOP=device), the fused step's last-block counters (LAB_FUSION=1: zeroed; each
-        launch leaves its slot at 0) with a view per launch site, and the row views LAB_OVERLAP
+        launch leaves its slots at 0) with a view per launch site and attn_fused's per-head
+        scratch, and the row views LAB_OVERLAP
         splits the q/k/v projection with -- views made here, so no step ever creates one."""
         c, be, b, D = self.model.cfg, d.backend, d.buf, self.model.cfg.d_model
         b.plan_of = be.alloc("plan_of", (c.max_seq,), np.int32)
         be.upload(b.plan_of, np.searchsorted(plan_boundaries(c.max_seq), np.arange(c.max_seq),
                                              side="right").astype(np.int32))
         b.limit = be.alloc("limit", (1,), np.int32)
-        b.counters = be.alloc("counters", (c.n_layer + 1,), np.int32)
-        self.counters = [be.rows(b.counters, i, i + 1) for i in range(c.n_layer + 1)]
+        slots = fused.counter_slots(c.n_head)                 # attn_fused's, per layer
+        b.counters = be.alloc("counters", (c.n_layer * slots + 1,), np.int32)
+        self.counters = [be.rows(b.counters, i * slots, (i + 1) * slots) for i in range(c.n_layer)]
+        self.counters.append(be.rows(b.counters, c.n_layer * slots, c.n_layer * slots + 1))
+        b.head_out = be.alloc("head_out", (c.n_head, D), np.float32)
         # wqkv rows [0, D) -> q, [D, 3D) -> k and v
         self.wqkv_views = [(be.rows(d.w[f"layers.{i}.wqkv"], 0, D),
                             be.rows(d.w[f"layers.{i}.wqkv"], D, 3 * D)) for i in range(c.n_layer)]

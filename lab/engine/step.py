@@ -8,7 +8,8 @@ screen and each variant reads as its difference from it:
 
   - each deliberate bug (lab/engine/bugs.py) overrides one or two pieces;
   - `FusedStep` (LAB_FUSION=1, below) overrides the four blocks (qkv_rope, attend, mlp_up,
-    head) with its fused kernels: 18 launches per token instead of 37. The pieces it never
+    head) with its fused kernels: 18 launches per token instead of 37 (26 with its attention
+    split into its phases, LAB_SPLIT_COMBINE=1). The pieces it never
     calls are listed in `FusedStep.absent`, with where their work went: a bug that overrides
     one of them cannot exist in the fused step, and lab/engine/bugs.py refuses it, saying so;
   - `RankStep` (LAB_RANKS=2, lab/engine/ranks.py) overrides the shard sizes, the projections into
@@ -231,8 +232,9 @@ _NORM = (rmsnorm.RMSNORM_GRID, rmsnorm.RMSNORM_BLOCK)
 class FusedStep(Step):
     """The fused decode step (LAB_FUSION=1): per layer norm_qkv_rope, attn_fused, norm_swiglu,
     matvec_residual; around them embed and norm_lm_head_argmax: 2 + 4 * n_layer launches (18
-    for the tiny model). LAB_SPLIT_COMBINE means nothing here (decode_plan drops it from the
-    plan under fusion); LAB_OVERLAP makes norm_qkv_rope two launches (q | k, v) on two streams.
+    for the tiny model). LAB_SPLIT_COMBINE splits attn_fused into its three phases as launches
+    of their own -- attn_partial_wide, attn_merge, attn_project_heads, the same bits (26
+    launches); LAB_OVERLAP makes norm_qkv_rope two launches (q | k, v) on two streams.
     It keeps the host-work pieces (prelude, prepare_rope, norm_input, prepare_attention, scratch)."""
 
     # the one-op-per-kernel step's pieces this step does not have, and where their work went
@@ -244,7 +246,10 @@ class FusedStep(Step):
         yield from self.norm_qkv_rope(plan, layer)
 
     def attend(self, plan: Plan, layer: int, part_o, part_ml, scale):
-        yield self.attention_fused(plan, layer, part_o, part_ml, scale)
+        if plan.split_combine:  # fission: attn_fused's phases as three launches, its bits
+            yield from self.attention_split(plan, layer, part_o, part_ml, scale)
+        else:
+            yield self.attention_fused(plan, layer, part_o, part_ml, scale)
 
     def mlp_up(self, plan: Plan, layer: int):
         """RMSNorm + gate/up + SwiGLU: one launch."""
@@ -271,24 +276,36 @@ class FusedStep(Step):
         if plan.overlap:
             wq, wkv = e.wqkv_views[layer]
             yield StreamWait("main", "side")                        # fork: side waits for x
-            yield launch(fused.norm_qkv_rope, fused.qkv_grid(c.n_head, 2), args(wkv, 1), layer, "side")
-            yield launch(fused.norm_qkv_rope, fused.qkv_grid(c.n_head, 1), args(wq, 0), layer)
+            yield launch(fused.norm_qkv_rope, fused.qkv_grid(c.d_model, 2), args(wkv, 1), layer, "side")
+            yield launch(fused.norm_qkv_rope, fused.qkv_grid(c.d_model, 1), args(wq, 0), layer)
             yield StreamWait("side", "main")                        # join before attention
         else:
-            yield launch(fused.norm_qkv_rope, fused.qkv_grid(c.n_head, 3), args(w[p + "wqkv"], 0), layer)
+            yield launch(fused.norm_qkv_rope, fused.qkv_grid(c.d_model, 3), args(w[p + "wqkv"], 0), layer)
 
     def attention_fused(self, plan: Plan, layer: int, part_o, part_ml, scale) -> Launch:
-        """Partials + merge + Wo + residual; the context length is read on the device."""
+        """Partials + per-head merge and projection + their sum + residual, one launch; the
+        context length is read on the device."""
         e, b = self.engine, self.dev.buf
         c = e.model.cfg
         return launch(fused.attn_fused, fused.attention_grid(c.n_head, plan.splits, c.head_dim),
                       (b.q, b.k_cache[layer], b.v_cache[layer], b.pos, part_o, part_ml, scale,
-                       self.dev.w[f"layers.{layer}.wo"], b.x, e.counters[layer]), layer)
+                       self.dev.w[f"layers.{layer}.wo"], b.x, b.head_out, e.counters[layer]), layer)
+
+    def attention_split(self, plan: Plan, layer: int, part_o, part_ml, scale):
+        """attn_fused as three launches (LAB_SPLIT_COMBINE=1): its partials, the merge into o,
+        the per-head projections summed in head order + residual."""
+        c, b = self.engine.model.cfg, self.dev.buf
+        yield launch(fused.attn_partial_wide, fused.attention_grid(c.n_head, plan.splits, c.head_dim),
+                     (b.q, b.k_cache[layer], b.v_cache[layer], b.pos, part_o, part_ml, scale), layer)
+        yield launch(attention.attn_merge, attention.merge_grid(c.n_head, c.head_dim),
+                     (part_o, part_ml, b.o), layer)
+        yield launch(fused.attn_project_heads, fused.project_grid(c.d_model),
+                     (self.dev.w[f"layers.{layer}.wo"], b.o, b.x, np.int32(c.head_dim)), layer)
 
     def sample(self) -> Launch:
         """Final norm + LM head; its last block writes the next token id and advances pos."""
         e, b, w = self.engine, self.dev.buf, self.dev.w
         c = e.model.cfg
-        return launch(fused.norm_lm_head_argmax, fused.rows_grid(c.vocab_size),
+        return launch(fused.norm_lm_head_argmax, fused.lm_head_grid(c.vocab_size),
                       (b.x, w["final_norm"], np.float32(c.norm_eps), w["lm_head"], b.logits,
                        b.pos, b.n_prompt, b.tokens, e.counters[c.n_layer]))

@@ -111,9 +111,9 @@ CHECKS: dict[str, Callable] = {
     "LAB_BACKEND": _check_backend, "LAB_GRAPH": _check_graph, "LAB_KV_DTYPE": _check_kv,
     "LAB_PDL": _check_pdl, "LAB_OVERLAP": _check_overlap, "LAB_LAUNCH": _check_launch,
     "LAB_SPLIT_COMBINE": lambda e, w: (
-        (None, "not exercised: the fused step has no separate combine (LAB_FUSION=1 ignores it)")
-        if e.cfg.fusion else _check_kernel(e, w, "attn_merge", "attn_combine")),
-    "LAB_FUSION": lambda e, w: _check_kernel(e, w, "attn_fused", "attn_partial"),
+        _check_kernel(e, w, "attn_project_heads", "attn_fused") if e.cfg.fusion
+        else _check_kernel(e, w, "attn_merge", "attn_combine")),
+    "LAB_FUSION": lambda e, w: _check_kernel(e, w, "norm_qkv_rope", "rmsnorm"),
     "LAB_PLAN_SWITCH": _check_plan_switch, "LAB_LOOP": _check_loop,
 }
 
