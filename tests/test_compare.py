@@ -159,8 +159,51 @@ def test_bad_input_fails_before_any_decoding(kwargs, needle, monkeypatch):
         C.compare(**(dict(spec_a="reference", spec_b="sim", base=SIM) | kwargs))
 
 
+def _tie_runs(margin: float):
+    """A whose second step's top-1 leads its top-2 by `margin`, B picking the top-2 there."""
+    a = C.Run("A", C.RunSpec("reference", None), "w", "h", "x", np.arange(5, dtype=np.int32), 3,
+              np.array([[0.0, 1.0, 0.0], [1.0, 1.0 - margin, 0.0]]))
+    b = C.Run("B", C.RunSpec("reference", None), "w", "h", "x", a.ids, 3,
+              np.array([[0.0, 1.0, 0.0], [1.0 - margin, 1.0, 0.0]]))
+    return a, b
+
+
+def test_a_near_tie_is_listed_and_excused_only_below_the_tie_margin():
+    a, b = _tie_runs(1e-4)
+    loose = C.Thresholds(max_kld=1.0, max_dlogit=1.0, tie_margin=1e-3)
+    res = C.compare_runs(a, b, loose)
+    assert res["verdict"]["ok"], res["verdict"]
+    assert [t["step"] for t in res["summary"]["near_ties"]] == [1]
+    assert res["summary"]["top1_agreement"] == 0.5
+    assert res["summary"]["top1_agreement_beyond_ties"] == 1.0
+    assert "near-ties (A's margin < 0.001, not counted): step 1" in C.format_compare(res)
+    strict = C.compare_runs(a, b, C.Thresholds(max_kld=1.0, max_dlogit=1.0))   # no tie margin
+    assert not strict["verdict"]["ok"] and strict["summary"]["near_ties"] == []
+    wide = C.compare_runs(*_tie_runs(0.5), loose)                # a real disagreement
+    assert not wide["verdict"]["ok"] and wide["summary"]["near_ties"] == []
+
+
+def test_greedy_check_passes_identical_ids_and_a_first_divergence_at_a_near_tie():
+    a, _ = _tie_runs(1e-4)
+    same = C.greedy_check(a, a, 1e-3)
+    assert same["ok"] and same["identical"] and same["first_divergence"] is None
+    other = C.Run("B", a.spec, "w", "h", "x", np.array([0, 1, 2, 3, 9], np.int32), 3, a.logits)
+    tie = C.greedy_check(a, other, 1e-3)        # leaves A at step 1, where A's margin is 1e-4
+    assert tie["ok"] and tie["first_divergence"]["step"] == 1 and tie["first_divergence"]["near_tie"]
+    assert not C.greedy_check(a, other, 1e-5)["ok"]
+
+
+def test_cli_prompts_runs_each_prompt_and_b_alone(capsys):
+    assert main(["compare", "--a", "reference", "--b", "FUSION=1", "--backend", "sim", "--tokens",
+                 "4", "--prompts", "ROMEO.\\n;To be", "--tie-margin", "1e-3"]) == 0
+    text = capsys.readouterr().out
+    assert "'ROMEO.\\n'" in text and "'To be'" in text and text.count("identical") >= 2
+    assert "verdict: PASS" in text
+    assert C._prompt_set("standard") == C.STANDARD_PROMPTS and len(C.STANDARD_PROMPTS) == 5
+
+
 @pytest.mark.parametrize("kwargs", [dict(min_top1=1.5), dict(min_top1=-0.1), dict(max_kld=-1.0),
-                                    dict(max_dlogit=float("nan"))])
+                                    dict(max_dlogit=float("nan")), dict(tie_margin=-1.0)])
 def test_thresholds_out_of_range_are_refused(kwargs):
     with pytest.raises(LabError, match="min-top1|thresholds must be >= 0"):
         C.Thresholds(**kwargs)
