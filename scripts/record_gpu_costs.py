@@ -3,8 +3,10 @@
   python scripts/record_gpu_costs.py --out DIR [--backend cuda]
 
 Measures, on the real engine's buffers and launches (nothing here decodes a token):
-- every distinct kernel launch of the step (base, split combine, overlap, fused), at several
-  positions for the attention kernels (attn_fused's time grows with the context too): its time as a NODE of a graph, from chains cycling through the
+- every distinct kernel launch of the step (base, split combine, overlap, fused, fused with its
+  attention split, fused with overlap: `step_configs`), at the first and last position of every
+  attention plan for the attention kernels (attn_fused's and attn_partial_wide's time grows
+  with the context too): its time as a NODE of a graph, from chains cycling through the
   launch's instances in a step (one per layer) captured n1 and n2 times (slope = per-node time,
   gap included; with and without PDL);
 - the extra cost of a node whose predecessor runs another kernel (chains of adjacent pairs);
@@ -20,7 +22,8 @@ Measures, on the real engine's buffers and launches (nothing here decodes a toke
 Whole-step figures (eager vs graph, PDL, fission, overlap, sweeps) are recorded by the other
 recorders: they are what the model must PREDICT. One of them is recorded here, in the same
 process: the launch-mechanism ladder (DIR/ladder.json), its reps interleaved with rounds of the
-host-cost measurements, and fission (DIR/fission.json), whose eager half is host-bound, because
+host-cost measurements, and fission (DIR/fission.json: the unfused step's combine split, and
+the fused step's attention split, each eager and captured), whose eager half is host-bound, because
 the host's speed moves between processes (measured: numba's dispatcher cost 30 us per launch on
 one lease, 55-70 on another; pre-bound eager 0.29 vs 0.43 ms/token in two processes of one
 lease). Nothing from them enters kernel_costs.json.
@@ -53,32 +56,47 @@ PROMPT = "ROMEO.\n"
 # first and last position of every attention plan (splits 1, 2, 4, 8, 16, 32) and the sweep's end
 POSITIONS = (0, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512, 1000)
 BASE_POSITION = 64           # where the context-independent kernels are measured
-ATTENTION = ("attn_partial", "attn_merge", "attn_combine", "attn_fused")
+# kernels whose time or shapes move with the plan or the context: measured at every POSITION
+ATTENTION = ("attn_partial", "attn_merge", "attn_combine", "attn_fused", "attn_partial_wide")
 
 
-def measure_kernels(eng, cfgs, progress) -> list[dict]:
-    rows = []
+def step_configs(base: LabConfig) -> list[LabConfig]:
+    """Every step whose launches the cost file covers: the unfused step, its combine split, its
+    overlap; the fused step, its attention split (LAB_SPLIT_COMBINE=1), its overlap."""
+    fused = base.replace(fusion=True)
+    return [base, base.replace(split_combine=True), base.replace(overlap=True), fused,
+            fused.replace(split_combine=True), fused.replace(overlap=True)]
+
+
+def kernel_launches(eng, cfgs):
+    """(position, cost key, the key's instances in a step) for every launch the cost file
+    records: each attention kernel at every POSITION, the others at BASE_POSITION."""
     for position in POSITIONS:
         eng.reset(eng.encode(PROMPT), 0)
         eng.seek(position)
         for key, same in step_instances(eng, cfgs, position).items():
-            launch = same[0]
-            if position != BASE_POSITION and launch.name not in ATTENTION:
-                continue
-            row = {"key": key, "kernel": launch.name, "position": position,
-                   "context": position + 1, "grid": list(launch.grid), "block": list(launch.block),
-                   "bytes": launch_bytes(as_in_step(eng, launch), position + 1),
-                   "instances": len(same)}
-            for pdl in (False, True):
-                set_pos(eng, position)
-                # the chain cycles through the key's instances (each layer's weights and cache),
-                # as a step does: a chain of ONE instance re-reads data its SMs still cache
-                fit = chain_fit(eng.backend, same, len(same), pdl)
-                row["node_pdl_us" if pdl else "node_us"] = fit["per_node_us"]
-                row["intercept_pdl_us" if pdl else "intercept_us"] = fit["intercept_us"]
-            rows.append(row)
-            progress(f"  {launch.name:<16} pos {position:>4}: {row['node_us']:.3f} us/node, "
-                     f"{row['node_pdl_us']:.3f} with PDL   [{key}]")
+            if position == BASE_POSITION or same[0].name in ATTENTION:
+                yield position, key, same
+
+
+def measure_kernels(eng, cfgs, progress) -> list[dict]:
+    rows = []
+    for position, key, same in kernel_launches(eng, cfgs):
+        launch = same[0]
+        row = {"key": key, "kernel": launch.name, "position": position,
+               "context": position + 1, "grid": list(launch.grid), "block": list(launch.block),
+               "bytes": launch_bytes(as_in_step(eng, launch), position + 1),
+               "instances": len(same)}
+        for pdl in (False, True):
+            set_pos(eng, position)
+            # the chain cycles through the key's instances (each layer's weights and cache),
+            # as a step does: a chain of ONE instance re-reads data its SMs still cache
+            fit = chain_fit(eng.backend, same, len(same), pdl)
+            row["node_pdl_us" if pdl else "node_us"] = fit["per_node_us"]
+            row["intercept_pdl_us" if pdl else "intercept_us"] = fit["intercept_us"]
+        rows.append(row)
+        progress(f"  {launch.name:<16} pos {position:>4}: {row['node_us']:.3f} us/node, "
+                 f"{row['node_pdl_us']:.3f} with PDL   [{key}]")
     set_pos(eng, 0)
     return rows
 
@@ -324,22 +342,28 @@ def _quiet_heap(eng) -> None:
 
 def record_fission(model, base: LabConfig, eng, out: Path, progress, reps=15, tokens=64) -> None:
     """fission.json: one-kernel combine (A) vs merge + project (B), eagerly and captured, paired
-    A/Bs on this engine. Recorded here because its eager half is host-bound and the host's
-    speed differs between processes (up to 1.5x on one lease): the model's host costs come from
-    this process. A whole-step figure: nothing of it enters kernel_costs.json. 15 reps: with 5,
-    the eager effect (about 4 launches' host time) had a standard error of a third of itself."""
+    A/Bs on this engine; and under `fused` the same for the fused step: attn_fused (A) vs its
+    three phases as launches of their own (B, LAB_SPLIT_COMBINE=1 under LAB_FUSION=1). Recorded
+    here because its eager half is host-bound and the host's speed differs between processes
+    (up to 1.5x on one lease): the model's host costs come from this process. Whole-step
+    figures: nothing of them enters kernel_costs.json. 15 reps: with 5, the eager effect (about
+    4 launches' host time) had a standard error of a third of itself."""
     pool = recorder.engine_pool(eng, base)
-    fission = {"what": "fission under capture: one-kernel combine (A) vs merge + project (B)"}
-    for mode in ("eager", "graph"):
-        a = base.replace(graph=(mode == "graph"))
-        fission[mode] = bench.run_ab(model, a, a.replace(split_combine=True), reps=reps,
-                                     tokens=tokens, names=("combine", "split"), per_token=200,
-                                     pool=pool)
+    fission = {"what": "fission under capture: one-kernel combine (A) vs merge + project (B); "
+                       "fused: attn_fused (A) vs partials + merge + per-head projection (B)"}
+    for where, arm, names in ((fission, base, ("combine", "split")),
+                              (fission.setdefault("fused", {}), base.replace(fusion=True),
+                               ("fused", "split"))):
+        for mode in ("eager", "graph"):
+            a = arm.replace(graph=(mode == "graph"))
+            where[mode] = bench.run_ab(model, a, a.replace(split_combine=True), reps=reps,
+                                       tokens=tokens, names=names, per_token=200, pool=pool)
     fission.update(source=fission["graph"]["source"], date=fission["graph"]["date"],
                    recorded_by="scripts/record_gpu_costs.py")
     recorder.write_json(out / "fission.json", fission)
-    progress("wrote fission.json\n" + "\n".join(f"[{m}]\n{report.format_ab(fission[m])}"
-                                                 for m in ("eager", "graph")))
+    progress("wrote fission.json\n" + "\n".join(
+        f"[{label}{m}]\n{report.format_ab(where[m])}"
+        for label, where in (("", fission), ("fused ", fission["fused"])) for m in ("eager", "graph")))
     eng.cfg = base
 
 
@@ -389,8 +413,7 @@ def main(argv=None) -> int:
     eng = DecodeEngine(model, base)
     eng.log = LaunchLog()
     eng.bind()
-    cfgs = [base, base.replace(split_combine=True), base.replace(overlap=True),
-            base.replace(fusion=True)]
+    cfgs = step_configs(base)
     progress = recorder.stopwatch()
 
     progress("floors")
