@@ -36,6 +36,8 @@ def test_the_table_covers_the_lessons(report):
                    "fission (eager)", "fission (graph)", "context", "launches per token",
                    "nodes per graph", "node: attn_partial", "device loop"):
         assert needle in lessons, needle
+    if "fused" in json.loads((conformance.DATA_GPU / "fission.json").read_text()):
+        assert "fused fission (eager)" in lessons and "fused fission (graph)" in lessons
     assert report["gpu_source"].startswith("measured on NVIDIA")
 
 

@@ -268,6 +268,13 @@ def _table(model, data_dir, rec, loop_file, only, cost, base, reps, progress, dr
             kw = {"graph": mode == "graph"}
             ab("fission.json", kw, {**kw, "split_combine": True},
                _field(rec["fission"], mode, "fission"), f"fission ({mode}): split - combine")
+        # the fused step's attention split (recorded since it exists: older files lack it)
+        if "fused" in rec["fission"]:
+            for mode in ("eager", "graph"):
+                kw = {"graph": mode == "graph", "fusion": True}
+                ab("fission.json", kw, {**kw, "split_combine": True},
+                   _field(rec["fission"]["fused"], mode, "fission.fused"),
+                   f"fused fission ({mode}): split - fused")
     if "device loop" in only and loop_file.is_file():
         ab("device_loop.json", {}, {"loop": "device"}, _field(_load(data_dir, "device_loop.json"),
            "plain", "device_loop"), "device loop: device - host loop")
