@@ -15,11 +15,11 @@ import shutil
 
 import pytest
 
-from lab import bench, conformance
 from lab.backend.costmodel import COSTS_FILE, CostModel, cost_key
 from lab.backend.sim import SimBackend
 from lab.config import LabConfig
-from lab.engine import DecodeEngine
+from lab.engine.runner import DecodeEngine
+from lab.measure import bench, conformance
 from lab.plan import plan_boundaries
 
 SIM = LabConfig(backend="sim")

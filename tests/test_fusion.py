@@ -337,7 +337,7 @@ def test_fused_arm_against_the_oracle_on_the_standard_prompts():
     decode-lab compare's float32 bar, on the five standard prompts x 256 tokens: mean KL <= 1e-6
     each way, max |Δlogit| <= 1e-3, every fed step's pick the oracle's, and decoding alone
     every greedy id the oracle's -- a flip at an oracle margin under 1e-3 excused, reported."""
-    from lab import compare as C
+    from lab.measure import compare as C
     res = C.compare_prompts("reference", "FUSION=1", C.STANDARD_PROMPTS, 256, base=SIM,
                             thresholds=C.Thresholds(tie_margin=1e-3))
     print(C.format_prompts(res))
@@ -449,7 +449,7 @@ def test_gpu_fused_and_unfused_tokens_equal_the_oracle_and_logits_agree(model, o
 @pytest.mark.gpu
 def test_gpu_fused_arm_against_the_oracle_on_the_standard_prompts():
     """The slow simulator test above with the kernels on the GPU (their own summation order)."""
-    from lab import compare as C
+    from lab.measure import compare as C
     for spec in ("FUSION=1", "FUSION=1,SPLIT_COMBINE=1"):
         res = C.compare_prompts("reference", spec, C.STANDARD_PROMPTS, 256,
                                 base=LabConfig(backend="cuda"),
