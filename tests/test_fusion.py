@@ -166,15 +166,16 @@ def test_every_launch_toggle_is_byte_identical_under_fusion(model):
 @pytest.mark.parametrize("order,seed", [("adversarial", 0), ("random", 1), ("random", 2)])
 def test_pdl_and_overlap_under_fusion_in_any_order(model, order, seed):
     """The simulator runs queued work in an order the dependencies allow (adversarial: consumers
-    first): a missing join or a read before a PDL wait would change the bytes here."""
+    first): a missing join or a read before a PDL wait would change the bytes here; with the
+    attention split too (its three launches hand part_o and o over through device memory)."""
     base = _decoded(model, FUSED.replace(graph=False), steps=24,
                     backend=SimBackend(order="issue"))
-    for graph in (False, True):
-        cfg = FUSED.replace(graph=graph, pdl=True, overlap=True)
+    for graph, split in itertools.product((False, True), repeat=2):
+        cfg = FUSED.replace(graph=graph, pdl=True, overlap=True, split_combine=split)
         be = SimBackend(order=order, seed=seed)
         arm = _decoded(model, cfg, steps=24, backend=be)
-        assert arm.tokens.tobytes() == base.tokens.tobytes(), (graph, order, seed)
-        assert arm.logits.tobytes() == base.logits.tobytes(), (graph, order, seed)
+        assert arm.tokens.tobytes() == base.tokens.tobytes(), (graph, split, order, seed)
+        assert arm.logits.tobytes() == base.logits.tobytes(), (graph, split, order, seed)
         assert be.races == []
 
 
