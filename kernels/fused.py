@@ -28,7 +28,8 @@ else is exchanged. The alternatives, by cost:
   - every block normalising x first (this file's kernels before): a block reduction (a block
     barrier), h staged in shared memory and a second barrier, all before any dot can start. On
     the H200, norm_swiglu done that way took 2.71 us per node against swiglu_up's 1.82 on the
-    same rows (data/gpu/kernel_costs.json): about 0.9 us of latency per kernel;
+    same rows (data/gpu/kernel_costs.json; the two also differed in block size): about 0.9 us
+    more per kernel, most of it the norm's place on the critical path;
   - the producer of x writing h or inv: x is produced a few rows per block (embed,
     matvec_residual, attn_fused's tail), so the norm needs every block done: a fence-and-count
     step and a block reduction at the end of each producer, on the same critical path, for the
@@ -112,8 +113,10 @@ LM_ROWS = LM_THREADS // WARP      # a warp per logit: 8 per block
 assert LM_THREADS == BLOCK_THREADS
 MAX_HEAD_DIM = 128    # a head's rows, a tile of scores: shared arrays of this size
 MAX_THREADS = 1024    # CUDA's limit per block: attn_fused's scratch is sized for it
-ATTN_THREADS = 512    # attn_fused's block, when head_dim allows (attention_grid): at ~100
-                      # registers per thread, 1024 threads would exceed a block's 64K registers
+ATTN_THREADS = 512    # attn_fused's block, when head_dim allows (attention_grid): ptxas (CUDA
+                      # 13.0, sm_90, numba-cuda 0.30.4) gives attn_fused 122 registers per thread
+                      # and attn_partial_wide 118, so 512 threads fit a block's 64K registers
+                      # (128 per thread after rounding: none to spare); 1024 would not
 
 
 def _pow2_at_least(n: int) -> int:
