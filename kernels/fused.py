@@ -94,7 +94,8 @@ from numba import cuda
 
 from kernels._spec import kernel
 from kernels.attention import attn_merge_twin, attn_partial_twin, merge_elem
-from kernels.fused_device import HEAD_ROWS, head_dot, head_dots, inv_rms, slice_partial, xw_dot, xw_dot2
+from kernels.fused_device import (HEAD_ROWS, PROJ_HEADS, head_dots, heads_dots, inv_rms,
+                                  slice_partial, xw_dot, xw_dot2)
 from kernels.matvec import MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS
 from kernels.matvec import grid_for as rows_grid
 from kernels.pdl import pdl_launch_dependents, pdl_wait
@@ -389,9 +390,14 @@ def attn_project_heads(Wo, o, x, head_dim):
     red = cuda.shared.array(MATVEC_THREADS, numba.float32)  # [threads] (simulator's tree)
     tid = cuda.threadIdx.x
     r = cuda.blockIdx.x * MATVEC_ROWS_PER_BLOCK + tid // WARP
-    s = head_dot(Wo, r, 0, head_dim, o, 0, tid, red)
-    for h in range(1, o.shape[0] // head_dim):
-        s = s + head_dot(Wo, r, h * head_dim, head_dim, o, h * head_dim, tid, red)
+    H = o.shape[0] // head_dim
+    dots = cuda.local.array(PROJ_HEADS, numba.float32)
+    s = numba.float32(0.0)
+    for h0 in range(0, H, PROJ_HEADS):                      # PROJ_HEADS heads' loads at once
+        heads_dots(Wo, r, h0, H, head_dim, o, tid, red, dots)
+        for i in range(PROJ_HEADS):                         # summed in head order, as attn_fused
+            if h0 + i < H:
+                s = dots[i] if h0 + i == 0 else s + dots[i]   # (not 0 + dots[0]: -0.0 stays)
     if tid % WARP == 0 and r < x.shape[0]:
         x[r] = x[r] + s
 

@@ -13,7 +13,8 @@ Owns
   every row of a launch is scaled by the same bits of inv.
 - `head_dots`: HEAD_ROWS rows of one head's slice of a matrix (columns c0 .. c0 + n) against a
   vector, the loads of all of them in flight together; attn_fused's per-head output projection.
-  `head_dot`: one such row, the same arithmetic (attn_project_heads, the split form).
+  `heads_dots`: one row against PROJ_HEADS heads' slices at once, each head's dot the same
+  arithmetic (attn_project_heads, the split form: the same bits).
 - `slice_partial`: one block's split-K partials on a block of any number of groups of head_dim
   lanes (kernels/attention.py's `attn_partial` keeps a 128-thread layout that a 512-thread block
   cannot call); attn_fused's and attn_partial_wide's first phase. The same math as attn_partial,
@@ -32,6 +33,7 @@ from kernels.reduce import WARP, warp_sum
 XW_UNROLL = 8      # xw_dot*'s loads per lane before their fmas (8 x 32 lanes: K <= 256 at once)
 HEAD_ROWS = 8      # head_dots' rows per call: their loads in flight together
 HEAD_LANE_DIMS = 4  # columns of one head a lane holds: head_dim <= 4 * 32 = 128 (MAX_HEAD_DIM)
+PROJ_HEADS = 4     # heads_dots' heads per call (one row): their loads in flight together
 
 
 @cuda.jit(device=True)
@@ -111,7 +113,7 @@ def xw_dot(W, r, x, w, tid, red):
 def head_dots(W, r, step, c0, n, vec, tid, red, out):
     """out[i] = W[r + i * step, c0 : c0 + n] . vec[0 : n] for i < HEAD_ROWS, with every load of
     the HEAD_ROWS rows in flight together. Lane l sums k = l, l + 32, ... < n with fma in
-    increasing k from +0.0, then the warp's tree: `head_dot`'s bits, row for row. Rows >=
+    increasing k from +0.0, then the warp's tree: `heads_dots`' bits, row for row. Rows >=
     W.shape[0] give 0. n <= 32 * HEAD_LANE_DIMS; out: local [HEAD_ROWS]; every thread of the
     block must call it."""
     lane = tid % WARP
@@ -135,23 +137,29 @@ def head_dots(W, r, step, c0, n, vec, tid, red, out):
 
 
 @cuda.jit(device=True)
-def head_dot(W, r, c0, n, vec, v0, tid, red):
-    """W[r, c0 : c0 + n] . vec[v0 : v0 + n] for the warp of `tid` (every lane returns it): the
-    arithmetic of one row of `head_dots`, so the same bits. Every thread must call it."""
+def heads_dots(W, r, h0, H, hd, vec, tid, red, out):
+    """out[i] = W[r, c0 : c0 + hd] . vec[c0 : c0 + hd], c0 = (h0 + i) * hd, for i < PROJ_HEADS:
+    one row's dots with heads h0, h0 + 1, ... (those < H; the others give 0), every load of them
+    in flight together. Each head's dot is `head_dots`' arithmetic for that row and head, so the
+    same bits. Rows >= W.shape[0] give 0. out: local [PROJ_HEADS]; every thread must call it."""
     lane = tid % WARP
-    acc = numba.float32(0.0)
-    if r < W.shape[0]:
-        wk = cuda.local.array(HEAD_LANE_DIMS, numba.float32)   # [dims] W[r, c0 + k]
-        vk = cuda.local.array(HEAD_LANE_DIMS, numba.float32)   # [dims] vec[v0 + k]
+    in_w = r < W.shape[0]
+    wk = cuda.local.array((PROJ_HEADS, HEAD_LANE_DIMS), numba.float32)   # [heads, dims] W[r, c]
+    vk = cuda.local.array((PROJ_HEADS, HEAD_LANE_DIMS), numba.float32)   # [heads, dims] vec[c]
+    for i in range(PROJ_HEADS):
         for j in range(HEAD_LANE_DIMS):
             k = lane + j * WARP
-            if k < n:
-                wk[j] = W[r, c0 + k]
-                vk[j] = vec[v0 + k]
-        for j in range(HEAD_LANE_DIMS):
-            if lane + j * WARP < n:
-                acc = cuda.fma(wk[j], vk[j], acc)
-    return warp_sum(acc, tid, red)
+            if in_w and h0 + i < H and k < hd:
+                c = (h0 + i) * hd + k
+                wk[i, j] = W[r, c]
+                vk[i, j] = vec[c]
+    for i in range(PROJ_HEADS):
+        acc = numba.float32(0.0)
+        if in_w and h0 + i < H:
+            for j in range(HEAD_LANE_DIMS):
+                if lane + j * WARP < hd:
+                    acc = cuda.fma(wk[i, j], vk[i, j], acc)
+        out[i] = warp_sum(acc, tid, red)
 
 
 @cuda.jit(device=True)
