@@ -15,9 +15,10 @@ Owns
 - the split form of attn_fused (LAB_FUSION=1 with LAB_SPLIT_COMBINE=1): `attn_partial_wide`
   (its partials), kernels/attention.py's `attn_merge`, `attn_project_heads` (its per-head
   projections, summed in head order, + the residual). Three launches, the same bits as
-  attn_fused: the same device functions in the same order, o rounded to float32 at the same
-  point (attn_merge's o is merge_elem's, kernels/attention.py), the heads summed in the same
-  order (tests/_cudasim_fused.py checks it bit for bit).
+  attn_fused: the same partials (slice_partial, the same block size), o rounded to float32 at
+  the same point (attn_merge's o is merge_elem's, kernels/attention.py), each head's dot the
+  same arithmetic (heads_dots as head_dots), the heads summed in the same order
+  (tests/_cudasim_fused.py checks it bit for bit).
 The down projection + residual stays `kernels.matvec.matvec_residual`.
 
 The norm, folded (kernels/fused_device.py's `xw_dot2`, `xw_dot`, `inv_rms`). A row of a
