@@ -14,9 +14,10 @@ from kernels import mlp         # swiglu_up
 from kernels import sample      # argmax_next; argmax_next_float (a deliberate bug's sampler)
 from kernels import position    # advance
 from kernels import fused_device  # (device fns only) xw_dot2, xw_dot, inv_rms (the norm folded into a row), head_dots, heads_dots, slice_partial
-from kernels import fused       # norm_qkv_rope, attn_fused, norm_swiglu, norm_lm_head_argmax (LAB_FUSION=1); attn_partial_wide, attn_project_heads (its split form); device fn arrive_last
+from kernels import fused       # norm_qkv_rope, attn_fused, norm_swiglu, norm_lm_head_argmax (LAB_FUSION=1); device fn arrive_last
+from kernels import fused_split  # attn_partial_wide, attn_project_heads (attn_fused split in launches: LAB_SPLIT_COMBINE=1 under fusion)
 from kernels import probe       # empty, spin (cost-recorder probes, not part of a step)
 from kernels import loop        # loop_plan, loop_continue (CUDA C for conditional nodes; LAB_LOOP=device)
 
 __all__ = ["REGISTRY", "KernelSpec", "reduce", "embed", "rmsnorm", "matvec", "rope", "attention", "mlp",
-           "sample", "position", "fused_device", "fused", "probe", "loop"]
+           "sample", "position", "fused_device", "fused", "fused_split", "probe", "loop"]

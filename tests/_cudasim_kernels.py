@@ -146,7 +146,8 @@ ATTN_EXTRA = [dict(n_head=2, hd=40, max_seq=72, cases=[(np.float32, 71, 1), (np.
               dict(n_head=1, hd=128, max_seq=40, cases=[(np.float32, 39, 1)])]
 
 # kernels another harness runs (their own twins and contracts): not this file's to exercise
-OTHER_HARNESSES = {"kernels.fused": "tests/_cudasim_fused.py"}
+OTHER_HARNESSES = {"kernels.fused": "tests/_cudasim_fused.py",
+                   "kernels.fused_split": "tests/_cudasim_fused.py"}
 
 # each family: the kernels its checks exercise (every registered kernel is in exactly one)
 FAMILIES = {

@@ -57,7 +57,7 @@ from typing import Callable
 
 import numpy as np
 
-from kernels import attention, embed, fused, matvec, mlp, position, rmsnorm, rope, sample
+from kernels import attention, embed, fused, fused_split, matvec, mlp, position, rmsnorm, rope, sample
 from lab.backend import Launch, StreamWait
 from lab.bugspec import FUSED_ABSENT
 from lab.plan import MAX_SPLITS, Plan
@@ -295,11 +295,11 @@ class FusedStep(Step):
         """attn_fused as three launches (LAB_SPLIT_COMBINE=1): its partials, the merge into o,
         the per-head projections summed in head order + residual."""
         c, b = self.engine.model.cfg, self.dev.buf
-        yield launch(fused.attn_partial_wide, fused.attention_grid(c.n_head, plan.splits, c.head_dim),
+        yield launch(fused_split.attn_partial_wide, fused.attention_grid(c.n_head, plan.splits, c.head_dim),
                      (b.q, b.k_cache[layer], b.v_cache[layer], b.pos, part_o, part_ml, scale), layer)
         yield launch(attention.attn_merge, attention.merge_grid(c.n_head, c.head_dim),
                      (part_o, part_ml, b.o), layer)
-        yield launch(fused.attn_project_heads, fused.project_grid(c.d_model),
+        yield launch(fused_split.attn_project_heads, fused.project_grid(c.d_model),
                      (self.dev.w[f"layers.{layer}.wo"], b.o, b.x, np.int32(c.head_dim)), layer)
 
     def sample(self) -> Launch:

@@ -189,6 +189,9 @@ def cases(sol, backend):
             why = (f"the gate checks outputs too: {want.reason}" if not want.outputs_identical
                    and got else want.reason or
                    f"|t| = {abs(want.t):.2f} is within the critical {critical:.3g}")
+            if want.outputs_identical and min(3, critical) < abs(want.t) < max(3, critical):
+                why += (": judge |t| against `critical`, the t distribution's value for these "
+                        "reps, not a fixed 3")
             raise Fail(f"{label}: you said {'pass' if got else 'fail'}, the gate says "
                        f"{'pass' if want.ok else 'fail'}: {why}")
         yield label
