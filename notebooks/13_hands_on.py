@@ -268,6 +268,31 @@ class SplitCombine(Step):
 result = check("fission", globals())
 
 # %% [markdown]
+# That split does not pay, even captured: the one-kernel combine had no serial tail to remove.
+# Exercise `fission_fused`: the case lecture §6 is about -- the fused step's attention
+# (`attn_fused`, `LAB_FUSION=1`), one launch with a serial tail, split into its three phases. It
+# must lose eagerly and win captured (notebook 06 shows the same on the H200's recording).
+
+# %%
+show("fission_fused", stub=False)
+
+# %%
+import numpy as np
+
+from kernels import attention, fused, fused_split
+from lab.engine.step import FusedStep, launch
+
+
+class SplitAttention(FusedStep):
+    def attend(self, plan, layer, part_o, part_ml, scale):
+        """attn_fused's three phases as three launches: partials, merge, heads' projection."""
+        # FILL ME IN
+        yield from super().attend(plan, layer, part_o, part_ml, scale)    # still one kernel
+
+# %%
+result = check("fission_fused", globals())
+
+# %% [markdown]
 # ## Step 10. Attribute leave-one-out (§7)
 # Exercise `loo`: the leave-one-out table.
 

@@ -14,6 +14,7 @@ known wrong solutions, one per common mistake.
    7    aa_gate       the A/A gate in front of every A/B (timing)      aa_gate.py
    8    variance      interleaved reps, the sem of both arms           variance.py
    9    fission       split the combine; re-measure it under capture   fission.py
+   9    fission_fused split the fused attention: pays only captured    fission_fused.py
   10    loo           the leave-one-out table                          loo.py
 
 `check(name, solution)` runs one check in a child process (lab/teach/handson/base.py): the verdict
@@ -23,13 +24,14 @@ list|show|check` is the command line; notebook 13_hands_on walks through them.
 from __future__ import annotations
 
 from lab.errors import LabError
-from . import (aa_control, aa_gate, advance, audit_values, count, fallback, fission, loo,
-               prewarm, replay_test, variance)
+from . import (aa_control, aa_gate, advance, audit_values, count, fallback, fission,
+               fission_fused, loo, prewarm, replay_test, variance)
 from .base import CheckResult, Exercise, Source, check_in_child, issue, kernel
 
 EXERCISES: dict[str, Exercise] = {e.name: e for e in sorted(
     (m.EXERCISE for m in (count, audit_values, advance, prewarm, fallback, replay_test,
-                          aa_control, aa_gate, variance, fission, loo)), key=lambda e: e.step)}
+                          aa_control, aa_gate, variance, fission, fission_fused, loo)),
+    key=lambda e: e.step)}
 
 __all__ = ["EXERCISES", "Exercise", "CheckResult", "Source", "kernel", "issue", "exercise", "show",
            "check", "listing"]
