@@ -14,28 +14,35 @@
 # ---
 
 # %% [markdown]
-# # 06 — Fission under capture: a large cost eagerly, a small one captured
+# # 06 — Fission under capture: one kernel eagerly, a split once captured
 #
-# The attention **combine** merges the per-slice softmax partials and applies the output
-# projection with the residual add. It exists in two shapes:
+# **The claim** (the lecture's §6, corrected edition). A kernel that did several things in one
+# launch — in the lecture, the attention combine that merged the per-slice partials and
+# projected the result, with one thread walking the slices while its block waited — was the
+# right design while every launch was a host submit: a second kernel per layer meant more
+# submits per token. Once the decode step was captured as one graph, the same split into a merge
+# and a projection became a win. The rule behind it: capture moves most of a launch's price off
+# the host (one submit per graph, not one per kernel), but a graph node is not free, so a split
+# you once rejected because it "adds a launch" deserves a fresh measurement under capture —
+# counting the extra nodes and the traffic between the halves. Whether fusing or splitting wins
+# is settled by how launches are paid for, not by the arithmetic.
 #
-# - **one kernel** (`attn_combine`): every block re-merges all heads into shared memory, then
-#   computes its rows of `Wo · o`;
-# - **two kernels** (`attn_merge` then `matvec_residual`): the merge runs once, on a grid sized
-#   for it, and the projection is a plain matvec.
+# This notebook tests that claim on the lab's own kernels: first on the case the lecture is
+# about (a fused kernel with a serial tail), then on a split that does **not** pay.
 #
-# The two are **bit-identical** by construction: the same device functions accumulate in the
-# same order, and neither uses atomics — deterministic kernels, so a byte-compare is a fair test
-# of the claim (a split that re-ordered a sum, or reduced with atomics, could only be held to a
-# tolerance). Which one is faster depends on the launch mechanism: eagerly, each extra launch
-# costs a host submit; captured, it costs one more graph node — cheaper, never free — and the
-# better grids might win it back.
-# `LAB_SPLIT_COMBINE` switches between them on one build.
+# ## What one launch costs, eagerly and captured
+# Eagerly the host submits every kernel; captured, the host submits the graph once per token and
+# each kernel is one node, whose cost is device time. The H200's component measurements
+# (`data/gpu/kernel_costs.json`) give both prices:
 
 # %%
 import json
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+import numpy as np
+
+from lab.backend.costmodel import CostModel, cost_key
 from lab.config import LabConfig
 from lab.engine.runner import DecodeEngine
 from lab.measure import bench, conformance, report
@@ -45,151 +52,334 @@ from lab.teach.verify import decode_after_prompt
 
 model = load_model()
 cfg = LabConfig()
+FUSED = cfg.replace(fusion=True)                  # LAB_FUSION=1: the fused step
 GPU = Path("../data/gpu")
+costs = json.loads((GPU / "kernel_costs.json").read_text())   # components, measured on the H200
+fission = json.loads((GPU / "fission.json").read_text())      # whole-step A/Bs, on the H200
+L = model.cfg.n_layer
 
+host, floors = costs["host"], costs["floors"]
+prices = [("eager, numba's dispatcher", "host submit", host["dispatcher_step_sequence_us"],
+           "host.dispatcher_step_sequence_us"),
+          ("eager, pre-bound (default)", "host submit", host["prebound_step_sequence_us"],
+           "host.prebound_step_sequence_us"),
+          ("captured", "graph node", floors["empty"]["per_node_us"], "floors.empty.per_node_us")]
+print("what one more launch costs (us per launch):")
+for mech, what, us, key in prices:
+    print(f"  {mech:<27} {what:<12} {us:>7.2f}   {key}")
+print(f"  (captured, the host submits the whole graph once per token: "
+      f"{floors['graph_submit_us']:.2f} us, floors.graph_submit_us)")
+print(f"a pre-bound host submit costs {prices[1][2] / prices[2][2]:.1f} empty graph nodes")
+show(f"measured: {costs['source']} ({costs['date']})")
 
 # %% [markdown]
-# ## Same bits, one more launch per layer
+# ## The fused attention and its split: same bits, more launches
+# Under `LAB_FUSION=1` the attention of a layer is one kernel, `attn_fused` (`kernels/fused.py`):
+# its (head, slice) blocks write the softmax partials; the last block of each head to finish
+# merges that head and projects it through its columns of `Wo`; the last head's block sums the
+# heads in head order and adds the residual. Everything after the partials is a **serial
+# tail**: a few blocks working, behind two fence-and-count steps, while the rest of the grid has
+# finished. `LAB_SPLIT_COMBINE=1` splits it into its three phases as launches of their own
+# (`kernels/fused_split.py`): `attn_partial_wide` (the partials alone, the same grid and block),
+# `attn_merge` (the merge into `o`) and `attn_project_heads` (each head's `Wo` columns dotted
+# with `o`, summed in head order, plus the residual, a warp per row over the whole grid).
+#
+# The split is bit-identical by construction: the same device functions, the same accumulation
+# order, o rounded to float32 at the same point, and no atomics in any result (`attn_fused`'s
+# one atomic only *elects* the block that does the tail). A byte-compare is therefore a fair
+# test, on the simulator as on the GPU:
 
 # %%
 ids = model.tokenizer.encode("ROMEO.\n")
-arms, launches = {}, {}
+TOKENS = 24
+fused_eng, fused_out, fused_launches = {}, {}, {}
 for split in (False, True):
-    eng = DecodeEngine(model, cfg.replace(graph=False, split_combine=split))
-    arms[split] = decode_after_prompt(eng, ids, 40, graph=False)[0]
-    step = eng.step_launches(eng.plan(0))
-    launches[split] = len(step)
-    show(f"split_combine={int(split)}: {len(step)} launches/token, layer 0: "
+    eng = fused_eng[split] = DecodeEngine(model, FUSED.replace(graph=False, split_combine=split))
+    fused_out[split] = decode_after_prompt(eng, ids, TOKENS, graph=False)[0]
+    step = fused_launches[split] = eng.step_launches(eng.plan(0))
+    show(f"fusion=1 split_combine={int(split)}: {len(step)} launches/token, layer 0: "
          f"{[l.name for l in step if l.layer == 0]}")
-print("logits bit-identical over 40 tokens:",
-      arms[False].logits.tobytes() == arms[True].logits.tobytes())
-extra = launches[True] - launches[False]
-print(f"fission adds {extra} launches per token (one per layer)")
+same = fused_out[False].logits.tobytes() == fused_out[True].logits.tobytes()
+print(f"fused vs fused+split, logits bit-identical over {TOKENS} tokens: {same}")
+fused_extra = len(fused_launches[True]) - len(fused_launches[False])
+print(f"the split adds {fused_extra} launches per token "
+      f"({fused_extra // L} per layer x {L} layers)")
 
 # %% [markdown]
-# ## What the components say it should cost
-# Eagerly the step is host-bound (notebook 01), so each extra launch should add one host submit
-# through the launch mechanism — pre-bound by default. Captured, each extra launch is one more
-# node, and what it adds is device time: the two kernels' node times against the one kernel's.
-# The H200's component measurements (`kernel_costs.json`) give the eager estimate directly:
+# ## What the components say, node by node
+# `kernel_costs.json` records each kernel as a graph node (chains of one launch; the time per
+# node includes the gap to the next) at a ladder of context lengths. Per layer, the fused kernel
+# against its three phases, and what each spends after the partials: `attn_fused` minus
+# `attn_partial_wide` (the same partial work on the same grid) is the fused kernel's tail;
+# `attn_merge` plus `attn_project_heads` is the split's, two node floors included.
 
 # %%
-costs = json.loads((GPU / "kernel_costs.json").read_text())
-per_launch = costs["host"]["prebound_step_sequence_us"]
-estimate = extra * per_launch
-print(f"eager estimate: {extra} launches x {per_launch:.2f} us (host.prebound_step_sequence_us) "
-      f"= {estimate:+.1f} us/token")
-show(f"source: {costs['source']} ({costs['date']})")
+ATT = ("attn_fused", "attn_partial_wide", "attn_merge", "attn_project_heads")
+node, grid = {}, {}                      # (kernel, context) -> node us / grid, as recorded
+for r in costs["kernels"]:
+    if r["kernel"] in ATT:
+        node[r["kernel"], r["context"]] = r["node_us"]
+        grid[r["kernel"], r["context"]] = r["grid"]
+proj_at = sorted(c for k, c in node if k == "attn_project_heads")
+proj = float(np.mean([node["attn_project_heads", c] for c in proj_at]))
+print(f"node us per layer ({report.source_label(costs['source'])}, kernel_costs.json):")
+print(f"{'context':>7} {'splits':>6} {'fused':>7} {'wide':>6} {'merge':>6} {'project':>7}   "
+      f"{'fused tail':>10} {'split tail':>10} {'split - fused':>13}")
+for c in sorted(c for k, c in node if k == "attn_fused"):
+    fz, wide, mg = node["attn_fused", c], node["attn_partial_wide", c], node["attn_merge", c]
+    print(f"{c:>7} {grid['attn_fused', c][1]:>6} {fz:>7.2f} {wide:>6.2f} {mg:>6.2f} {proj:>7.2f}"
+          f"   {fz - wide:>10.2f} {mg + proj:>10.2f} {wide + mg + proj - fz:>+13.2f}")
+show(f"(attn_project_heads is recorded at context {proj_at}: it reads Wo, o and x, never the "
+     f"KV cache, so one row serves every context)")
 
 # %% [markdown]
-# ## Eager vs captured: which shape wins?
-# A paired, interleaved A/B in each mode (A = one kernel, B = two kernels), behind an A/A gate.
-# On the simulator each kernel costs its measured node time, and each eager launch its measured
-# host time, so the comparison is a prediction from those components. Eight reps: the eager
-# effect is a few tens of microseconds against the host's drift from rep to rep.
+# Every row has the same sign: per layer, the split's two extra nodes plus its merge and
+# projection take less device time than the fused kernel's tail. That is the device side. The
+# host side is the other half of the sign flip: eagerly, each of the split's launches is a host
+# submit, and the decode step is host-bound (notebook 01). Both estimates below come from the
+# same file, through the simulator's cost model (`lab/backend/costmodel.py`, built from this
+# file alone): the host's pre-bound submits and the engine's own host work per step, each
+# kernel's eager device time, and each kernel's node time with the measured extra for
+# following another kernel. The graph estimate averages over the contexts the H200 run walked.
 
 # %%
-sim_ab = {}
-for mode in ("eager", "graph"):
-    base = cfg.replace(graph=(mode == "graph"))
-    res = bench.run_ab(model, base, base.replace(split_combine=True), reps=8, tokens=32,
-                       names=("combine", "split"), per_token=0)
-    sim_ab[mode] = res
-    a, b = res["arms"]
-    aa = res["aa"]
-    show(f"[{mode}] one kernel {a['mean_ms']:.4f}, two kernels {b['mean_ms']:.4f} ms/token -> "
-         f"B - A = {1000 * res['diff_b_minus_a_ms']:+.2f} ± {1000 * res['diff_sem_ms']:.2f} "
-         f"us/token [{report.source_label(res['source'])}]")
-    show(f"        A/A: A' - A = {1000 * aa['diff_ms']:+.2f} ± {1000 * aa['sem_ms']:.2f} us/token "
-         f"-> {'meaningful' if res['meaningful'] else 'NOT meaningful: ' + res['reason']}")
-d = sim_ab["eager"]
-print(f"eager: simulated - component estimate = "
-      f"{1000 * d['diff_b_minus_a_ms'] - estimate:+.1f} us/token "
-      f"({(1000 * d['diff_b_minus_a_ms'] - estimate) / (1000 * d['diff_sem_ms']):+.1f} sem)")
+quiet = CostModel.load(GPU / "kernel_costs.json").replace(launch_jitter=0.0)
+rng = np.random.default_rng(0)
+base_pos = costs["method"]["base_position"]     # the plan whose host costs were recorded
+
+
+def step_us(eng, pos):
+    """(host, eager device, graph device) us of one step at `pos`, from the components."""
+    launches, ctx = eng.step_launches(eng.plan(pos)), pos + 1
+    prev = [None] + launches[:-1]
+    host_us = quiet.engine_step("eager") + sum(quiet.host_launch(l, "prebound", rng)
+                                               for l in launches)
+    eager_dev = sum(quiet.eager_us(l, ctx, p) for p, l in zip(prev, launches))
+    graph_dev = sum(quiet.node_us(l, ctx, False, p) for p, l in zip(prev, launches))
+    return host_us, eager_dev, graph_dev
+
+
+def estimates(engines, names, rec):
+    """The eager and graph estimates of B - A (us/token) from the components, printed."""
+    eager = {s: step_us(engines[s], base_pos) for s in (False, True)}
+    for s in (False, True):
+        h, d, _ = eager[s]
+        print(f"  eager step, {names[s]:<6} at context {base_pos + 1}: host {h:6.1f} us, "
+              f"device {d:6.1f} us -> {'host' if h > d else 'device'}-bound")
+    e_est = eager[True][0] - eager[False][0]
+    steps = len(engines[False].encode(rec["prompt"])) - 1 + rec["tokens"]
+    g_est = float(np.mean([step_us(engines[True], p)[2] - step_us(engines[False], p)[2]
+                           for p in range(steps)]))
+    print(f"  eager estimate: host(B) - host(A) = {e_est:+.1f} us/token")
+    print(f"  graph estimate: node times of B - A, mean over contexts 1..{steps} = "
+          f"{g_est:+.1f} us/token")
+    return e_est, g_est
+
+
+fused_est = estimates(fused_eng, ("fused", "split"), fission["fused"]["graph"])
+nodes_floor = fused_extra * floors["empty"]["per_node_us"]
+print(f"  of which: {fused_extra} extra nodes' floors {nodes_floor:+.1f}; the fused tail removed "
+      f"(net of merge, projection) {fused_est[1] - nodes_floor:+.1f}")
 
 # %% [markdown]
-# Eagerly, fission costs tens of microseconds per token — the host submits of the extra
-# launches, as the estimate says (the last line compares them in units of the A/B's standard
-# error). Captured, it still costs, but a fraction of that: the printed `[graph]` difference,
-# many standard errors from zero. Each extra node costs device time (a node's floor plus the
-# merge kernel), and on this small model the better grids do not win it back.
-
-# %% [markdown]
-# ## Recorded on the H200
-# The same comparison on the GPU (`scripts/record_gpu_overlap.py`), arms on one shared engine.
-# Read the A/A line first, then the A/B line.
+# The estimate predicts the sign flip: eagerly a loss (more host submits on a host-bound step;
+# the device time the split saves is hidden behind the host), captured a win (the extra nodes'
+# floors are small beside the tail they remove).
+#
+# ## The simulator's paired A/B, eager and captured
+# A paired, interleaved A/B in each mode (A = `attn_fused`, B = its split), behind an A/A gate,
+# on the simulator: each kernel costs its measured node time, each eager launch its measured
+# host time, with the recorded host noise. Read the A/A line first, then the A/B line.
 
 # %%
-rec = GPU / "fission.json"
-if rec.exists():
-    r = json.loads(rec.read_text())
-    show(f"{r['source']} - {r['date']}")
+def ab_lines(label, d, names):
+    """The A/B record `d` (a run_ab result or a recording) in three lines."""
+    a, b = d["arms"]
+    aa = d["aa"]
+    if a["toggles"].get("LAB_GRAPH") == "0":      # eager: which launch path the host used
+        label += f", LAB_LAUNCH={a['toggles'].get('LAB_LAUNCH', '?')}"
+    verdict = "meaningful" if d["meaningful"] else "NOT meaningful: " + d["reason"]
+    show(f"[{label}] {names[0]} {a['mean_ms']:.4f} ± {a['sem_ms']:.4f}, {names[1]} "
+         f"{b['mean_ms']:.4f} ± {b['sem_ms']:.4f} ms/token")
+    show(f"    A/A: A' - A = {1000 * aa['diff_ms']:+.2f} ± {1000 * aa['sem_ms']:.2f} us/token "
+         f"-> {verdict}")
+    show(f"    B - A = {1000 * d['diff_b_minus_a_ms']:+.2f} ± {1000 * d['diff_sem_ms']:.2f} "
+         f"us/token; {a['launches_per_token']} -> {b['launches_per_token']} launches/token, "
+         f"{d['reps']} paired reps of {d['tokens']} tokens")
+
+
+def sim_ab(base, names, reps, tokens):
+    """The simulator's paired A/B (B: base with LAB_SPLIT_COMBINE=1) in each mode."""
+    out = {}
     for mode in ("eager", "graph"):
-        d = r[mode]
-        a, b = d["arms"]
-        label = f"{mode}, {a['toggles'].get('LAB_LAUNCH', '?')}" if mode == "eager" else mode
-        print(f"  [{label}] one kernel {a['mean_ms']:.4f} ± {a['sem_ms']:.4f}, "
-              f"two kernels {b['mean_ms']:.4f} ± {b['sem_ms']:.4f} ms/token")
-        print(f"      B - A = {1000 * d['diff_b_minus_a_ms']:+.2f} ± "
-              f"{1000 * d['diff_sem_ms']:.2f} us/token; "
-              f"A/A: A' - A = {1000 * d['aa']['diff_ms']:+.2f} ± "
-              f"{1000 * d['aa']['sem_ms']:.2f} us/token -> "
-              + ("meaningful" if d["meaningful"] else "NOT meaningful: " + d["reason"]))
-    g, e = r["graph"], r["eager"]
-    print(f"  captured: {1000 * g['diff_b_minus_a_ms'] / extra:+.2f} us per extra node, "
-          f"{g['diff_b_minus_a_ms'] / g['diff_sem_ms']:.0f} standard errors from zero; "
-          f"{g['diff_b_minus_a_ms'] / e['diff_b_minus_a_ms']:.0%} of the eager cost")
-else:
-    print("no recorded GPU figures yet")
+        a = base.replace(graph=(mode == "graph"))
+        out[mode] = bench.run_ab(model, a, a.replace(split_combine=True), reps=reps[mode],
+                                 tokens=tokens, names=names, per_token=0)
+        ab_lines(f"{mode}, {report.source_label(out[mode]['source'])}", out[mode], names)
+    return out
+
+
+REC_TOKENS = fission["fused"]["graph"]["tokens"]   # the recording's run length, contexts alike
+fused_sim = sim_ab(FUSED, ("fused", "split"), {"eager": 8, "graph": 4}, REC_TOKENS)
+for mode, est in zip(("eager", "graph"), fused_est):
+    d = fused_sim[mode]
+    dev = 1000 * d["diff_b_minus_a_ms"] - est
+    print(f"{mode}: simulated - component estimate = {dev:+.1f} us/token "
+          f"({dev / (1000 * d['diff_sem_ms']):+.1f} sem)")
+
+# %% [markdown]
+# The simulated A/B runs the recording's prompt and token count, with fewer reps and with the
+# simulated host's noise; the estimate has no noise, and its eager side prices the host at the
+# one plan whose host costs were recorded. The last two lines put the difference between the two
+# in units of the A/B's standard error. The eager A/A line shows how far two copies of the same
+# arm drift apart on a noisy host: set it beside the size of `B - A` before reading the sign.
+#
+# ## Recorded on the H200
+# The same A/B on the GPU (`scripts/record_gpu_costs.py`, `fission.json["fused"]`), both arms
+# on one shared engine (the eager line names the launch path the host used).
+
+# %%
+show(f"{fission['source']} - {fission['date']}")
+for mode in ("eager", "graph"):
+    ab_lines(f"{mode}, H200", fission["fused"][mode], ("fused", "split"))
+g, e = (fission["fused"][m] for m in ("graph", "eager"))
+print(f"captured: {g['diff_b_minus_a_ms'] / g['diff_sem_ms']:+.0f} standard errors from zero; "
+      f"eager: {e['diff_b_minus_a_ms'] / e['diff_sem_ms']:+.1f}")
 
 # %% [markdown]
 # ## The simulator's prediction beside the H200
-# The conformance check (`lab.measure.conformance`, notebook 05) re-runs each recorded lesson on the
-# simulator with the recording's settings; its two fission rows:
+# The conformance check (`lab.measure.conformance`, notebook 05) re-runs each recorded A/B on the
+# simulator at the recording's settings, without noise (the model's expectation), and puts it
+# beside the recording. Its `fission` lesson has four rows; the two for the fused step:
 
 # %%
-table = conformance.run(model, only=("fission",))   # only the lessons shown here
-rows = [row for row in table["rows"] if row.lesson.startswith("fission")]
-print(f"{'lesson':<34} {'unit':<9} {'simulated':>10} {'H200':>10}  verdict")
-for row in rows:
-    print(f"{row.lesson:<34} {row.unit:<9} {row.sim:>+10.2f} {row.gpu:>+10.2f}  "
-          f"{'PASS' if row.ok else 'FAIL'}")
-for row in rows:
-    if row.note != "fission.json":
-        show(f"  note, {row.lesson}: {row.note}")
+table = conformance.run(model, only=("fission",))   # the lesson this notebook is about
+rows = {row.lesson: row for row in table["rows"]}
+
+
+def conformance_lines(prefix):
+    print(f"{'lesson':<37} {'unit':<9} {'simulated':>9} {'H200':>8} {'± sem':>6}  verdict")
+    for row in rows.values():
+        if row.lesson.startswith(prefix):
+            print(f"{row.lesson:<37} {row.unit:<9} {row.sim:>+9.2f} {row.gpu:>+8.2f} "
+                  f"{row.gpu_sem:>6.2f}  {row.verdict}")
+
+
+conformance_lines("fused fission")
 show(f"H200: {table['gpu_source']}; simulator: {table['cost_source']}")
 
 # %% [markdown]
-# Eagerly the prediction and the measurement both show a clear cost: the pre-bound host
-# submits of four more launches, tens of microseconds per token — far more than any grid could win
-# back (through numba's dispatcher each of those launches would cost several times more). The
-# simulator's figures in this table need not match its A/B above: a conformance row is the
-# model's EXPECTATION (noise off, both arms on one engine) at the recording's settings (more
-# tokens per run, so longer contexts, where the attention kernels' node times differ), while the
-# A/B above carries the simulated host's noise. The eager row's recording is itself noisy (a
-# host-bound effect on a host whose speed drifts): its standard error, printed with the
-# recording above, is why the recorder runs it with 15 paired reps; with 5, an earlier H200
-# recording's standard error was over a third of its effect, too wide to tell a right prediction
-# from a wrong one.
+# ## One picture: the sign flips with the launch mechanism
+# Split minus fused, in microseconds per token, for each launch mechanism: the simulator's A/B
+# above, the H200's recording, and the component estimate (the marker). Error bars are one
+# standard error of the paired difference.
+
+# %%
+fig, ax = plt.subplots(figsize=(7.5, 3.9))
+x = np.arange(2)
+bars = [("simulated A/B", fused_sim, "tab:blue"),
+        ("H200 recording", fission["fused"], "tab:orange")]
+for i, (label, res, color) in enumerate(bars):
+    diff = [1000 * res[m]["diff_b_minus_a_ms"] for m in ("eager", "graph")]
+    sem = [1000 * res[m]["diff_sem_ms"] for m in ("eager", "graph")]
+    bar = ax.bar(x + (i - 0.5) * 0.36, diff, 0.36, yerr=sem, capsize=4, color=color, label=label)
+    ax.bar_label(bar, [f"{d:+.1f} ± {s:.1f}" for d, s in zip(diff, sem)], padding=2, fontsize=8)
+ax.plot(x, fused_est, "kD", label="component estimate")
+ax.axhline(0, color="grey", lw=0.8)
+ax.margins(y=0.15)
+ax.set_xticks(x, ["eager (host submits)", "graph (nodes)"])
+ax.set_ylabel("split - fused, us/token")
+ax.set_title(f"attn_fused vs its 3-kernel split, {L} layers\n"
+             f"simulated: from the components in kernel_costs.json ({costs['date']})\n"
+             f"{report.source_label(fission['source'])}: fission.json "
+             f"({fission['date'][:10]})", fontsize=9)
+ax.legend(fontsize=8, loc="upper right")
+plt.show()
+
+# %% [markdown]
+# The same split, the same bits, opposite signs. Eagerly the bars stand above zero: the split's
+# extra launches are host submits, and on a host-bound step those are the whole story — the
+# device time the split saves is idle time the device would have spent waiting for the host
+# anyway. Captured, the bars stand below zero: the host is out of the loop, an extra launch is
+# one node's floor, and the split removes the fused kernel's serial tail. The eager recording's
+# error bar is wide (a host-bound effect on a host whose speed drifts from rep to rep); the
+# captured one is barely visible. The simulator, which knows only the components, predicts both
+# signs (the conformance rows). A row marked `PASS (2 sem)` is outside the relative band but within
+# two of the recording's own standard errors: that recording is too noisy to tell the prediction
+# from what it measured, which is why the recorder runs the eager A/B with many paired reps.
 #
-# Captured, fission costs far less, but it still costs: the recording's `[graph]` line is a
-# loss of over two microseconds per token with a standard error of a few hundredths, and the
-# simulator predicts the same sign and size (the conformance row). Capture took the host's
-# submits out, as the lecture says; what is left is each extra node's device time, and this
-# model's combine is too small for the split's better grids to pay it back. (Recordings of the
-# earlier kernels, before commit 354f272 — see `git log -p data/gpu/fission.json` — measured
-# a captured gain under a microsecond: an effect that small is within what buffer placement
-# alone moves between processes, notebook 05.)
+# ## Where fission does not pay: the unfused combine
+# The unfused step (`LAB_FUSION=0`) has a split too: its combine, `attn_combine` (every block
+# re-merges all heads into shared memory, then computes its rows of `Wo · o` plus the residual),
+# against `attn_merge` then `matvec_residual`. Bit-identical again, one more launch per layer:
+
+# %%
+unf_eng, unf_out, unf_launches = {}, {}, {}
+for split in (False, True):
+    eng = unf_eng[split] = DecodeEngine(model, cfg.replace(graph=False, split_combine=split))
+    unf_out[split] = decode_after_prompt(eng, ids, TOKENS, graph=False)[0]
+    step = unf_launches[split] = eng.step_launches(eng.plan(0))
+    show(f"fusion=0 split_combine={int(split)}: {len(step)} launches/token, layer 0: "
+         f"{[l.name for l in step if l.layer == 0]}")
+print(f"logits bit-identical over {TOKENS} tokens: "
+      f"{unf_out[False].logits.tobytes() == unf_out[True].logits.tobytes()}")
+unf_extra = len(unf_launches[True]) - len(unf_launches[False])
+print(f"fission adds {unf_extra} launches per token (one per layer)")
+
+# %% [markdown]
+# The same components as for the fused pair: per layer, node times (`kernel_costs.json`) of the
+# one kernel against the merge and the `Wo` matvec, then the step-level estimates.
+
+# %%
+layer0 = [l for l in unf_launches[True] if l.layer == 0]
+wo_key = cost_key(layer0[[l.name for l in layer0].index("attn_merge") + 1])  # x += Wo o
+wo = float(np.mean([r["node_us"] for r in costs["kernels"] if r["key"] == wo_key]))
+comb = {r["context"]: r["node_us"] for r in costs["kernels"] if r["kernel"] == "attn_combine"}
+print(f"node us per layer ({report.source_label(costs['source'])}, kernel_costs.json):")
+print(f"{'context':>7} {'attn_combine':>12} {'attn_merge':>10} {'Wo matvec':>9} "
+      f"{'split - combine':>15}")
+for c in sorted(comb):
+    print(f"{c:>7} {comb[c]:>12.2f} {node['attn_merge', c]:>10.2f} {wo:>9.2f} "
+          f"{node['attn_merge', c] + wo - comb[c]:>+15.2f}")
+unf_est = estimates(unf_eng, ("combine", "split"), fission["graph"])
+
+# %% [markdown]
+# The components predict a loss in **both** modes: eagerly the same host submits as before; and
+# captured, the split's nodes cost more than the kernel they replace, because `attn_combine`
+# has no serial tail to remove. Its merge is done redundantly but in parallel by every block,
+# and its projection already spreads over the grid; the split only adds a node's floor and a
+# merge kernel, and nothing on this model's small combine wins that device time back.
 #
-# So the lecture's rule holds in its honest form: capture changes the *price* of a launch, not
-# the verdict by itself. Eagerly, fission is clearly the wrong choice here; captured, it is a
-# small, consistent loss on this model — re-measure it when the kernels or the model change.
+# The simulator's A/B and the H200's recording of this pair, then their conformance rows:
+
+# %%
+unf_sim = sim_ab(cfg, ("combine", "split"), {"eager": 6, "graph": 3}, 32)
+show(f"{fission['source']} - {fission['date']}")
+for mode in ("eager", "graph"):
+    ab_lines(f"{mode}, H200", fission[mode], ("combine", "split"))
+conformance_lines("fission (")
+per_node = {k: 1000 * d["graph"]["diff_b_minus_a_ms"] / n for k, d, n in
+            (("unfused", fission, unf_extra), ("fused", fission["fused"], fused_extra))}
+print(f"captured, H200, per extra node: unfused split {per_node['unfused']:+.2f} us, "
+      f"fused split {per_node['fused']:+.2f} us")
+
+# %% [markdown]
+# So the lecture's rule holds in its honest form: capture changes the *price* of a launch — a
+# host submit becomes a node — and with it which shape wins, but it does not decide by itself.
+# Where a kernel carries a serial tail (the fused attention), the split removes latency the
+# extra nodes cost less than, and it wins once captured while still losing eagerly. Where it
+# does not (the unfused combine), each extra node is device time with nothing to win back, and
+# the split loses in both modes — by less captured than eagerly. Re-measure either verdict
+# when the kernels, the model or the launch mechanism change.
 #
 # ## What you should now be able to do
-# - Split a kernel in two without moving a bit (same accumulation order, no atomics) and prove
-#   it with a byte-compare.
-# - Estimate what fission costs eagerly from the host's cost per launch, and check the estimate
-#   against an A/B behind an A/A gate.
-# - Say what capture removes from fission's cost (the host's submits) and what it leaves (each
-#   node's device time), and read a captured A/B's sign and standard error before calling it a
-#   win, a loss or a wash.
+# - Split a kernel into launches without moving a bit (same device functions, same accumulation
+#   order, no atomics in a result) and prove it with a byte-compare.
+# - Price a launch under each mechanism from the component measurements (a host submit eagerly,
+#   a node's device time captured) and say when an eager step is host-bound.
+# - Estimate both sides of a fission's sign flip from components — extra host submits eagerly;
+#   extra node floors against the serial tail removed, captured — before measuring it.
+# - Check the estimate with a paired A/B behind an A/A gate in each mode, read its sign and
+#   standard error, and hold the simulator's prediction against a GPU recording.
+# - Tell a split that wins under capture (it removes a serial tail) from one that does not (it
+#   only adds nodes), with the numbers to show which is which.
