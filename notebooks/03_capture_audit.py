@@ -113,7 +113,9 @@ for name in ("lazy_table", "lazy_scratch", "raw_array"):
 # upload's failure is caught and only noted by its caller, so the capture error shows at
 # `end_capture`. The scratch allocation fails at once, at each plan boundary — every plan key
 # after the first, as the scratch grows; allocated once at start-up for the largest plan (the
-# clean engine), or stream-ordered, it would not break a capture. The raw array's
+# clean engine), or stream-ordered, it would not break a capture. (On a GPU a caching allocator
+# can hide it: CuPy's pool serves a request from a block it already holds without calling
+# `cudaMalloc`, and the capture then succeeds. The detector flags the allocation either way.) The raw array's
 # synchronisation fails at its own launch, in every plan key.
 #
 # The lecture's §3 tells of an error blamed on the *next* launch. That is what an asynchronous
