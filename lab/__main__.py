@@ -259,10 +259,10 @@ def cmd_bench(args) -> int:
                            f"first; give arms that differ")
         res = bench.run_ab(model, a, b, reps=args.reps, tokens=args.tokens, per_token=args.per_token,
                            aa_threshold=args.aa_threshold, names=("A", "B"), **common)
-        print(report.format_ab(report.narrow(res)))   # the toggles that differ (the JSON: all)
+        print(report.format_ab(res))   # only the toggles that differ (the JSON: all)
     elif args.bench == "loo":
         res = bench.run_loo(model, args.factors, base=base, reps=args.reps, tokens=args.tokens, **common)
-        print(report.format_loo(report.narrow(res)))
+        print(report.format_loo(res))
     else:
         arms = {text: bench.parse_arm(text, base) for text in args.arms}
         res = bench.run_sweep(model, arms, bench.parse_contexts(args.contexts), reps=args.reps,

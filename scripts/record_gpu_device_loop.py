@@ -121,7 +121,7 @@ def main(argv=None) -> int:
                            tokens=args.tokens, names=("host loop", "device loop"), progress=None,
                            per_token=0)
         out[name] = res
-        print(f"== {name} ==\n{report.format_ab(report.narrow(res))}", flush=True)
+        print(f"== {name} ==\n{report.format_ab(res)}", flush=True)
     progress(f"lengths {lengths}, {args.reps} reps")
     out["lengths"] = lengths_sweep(model, base, lengths, args.reps, progress)
     progress(f"first generate of {args.first_tokens} tokens on a fresh engine")

@@ -154,6 +154,10 @@ def test_ab_records_the_run_order_and_per_token_percentiles(small):
         assert arm["per_token"]["n"] == 50 and arm["per_token"]["p50"] <= arm["per_token"]["p99"]
         assert len(arm["ms_per_token"]) == 4
     assert res["source"].startswith("simulated") and res["date"]
+    # every printer shows only the toggles that differ between the arms; the JSON keeps them all
+    text = report.format_ab(res)
+    assert "GRAPH=0" in text and "GRAPH=1" in text and "PLAN_SWITCH" not in text, text
+    assert "LAB_PLAN_SWITCH" in res["arms"][0]["toggles"]
 
 
 # ---- the replay gate (case study 004: a "graph" run that mostly ran eagerly) --------------------

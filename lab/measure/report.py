@@ -100,6 +100,9 @@ def _ab_rows(result: dict) -> list[tuple[str, dict]]:
 
 
 def format_ab(result: dict) -> str:
+    """The A/A gate, the arms' table (only the toggles that differ between arms: `narrow`) and
+    the verdict."""
+    result = narrow(result)
     lines = []
     aa = result.get("aa")
     if aa:
@@ -225,6 +228,8 @@ def format_peer(res: dict) -> str:
 
 
 def format_loo(result: dict) -> str:
+    """The leave-one-out arms (only the toggles that differ: `narrow`) and the table."""
+    result = narrow(result)
     tw = _tw(result["arms"])
     lines = [f"{'arm':<20} {'toggles':<{tw}} {'ms/token':>9} {'± sem us':>9} {'replays':>7}"]
     for a in result["arms"]:
