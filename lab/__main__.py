@@ -116,7 +116,7 @@ def cmd_selfcheck(args) -> int:
 
 
 def cmd_exercise(args) -> int:
-    """`exercise list|show|check`: the hands-on exercises of lab/handson (exit 1: not passed)."""
+    """`exercise list|show|check`: the hands-on exercises of lab/teach/handson (exit 1: not passed)."""
     from lab.teach import handson
 
     if args.action == "list":

@@ -61,7 +61,7 @@ def decode_plan(position: int, model_cfg, lab_cfg, splits: int | None = None) ->
     elif splits not in SPLIT_CHOICES:
         raise ValueError(f"splits={splits!r}: use one of {', '.join(map(str, SPLIT_CHOICES))}")
     # split_combine: the unfused step's combine as merge + project, or under LAB_FUSION the
-    # fused attention's phases as launches of their own (lab/step.py FusedStep.attend)
+    # fused attention's phases as launches of their own (lab/engine/step.py FusedStep.attend)
     return Plan(position, splits, lab_cfg.split_combine, model_cfg.n_head, lab_cfg.pdl,
                 lab_cfg.overlap, lab_cfg.fusion)
 

@@ -1,4 +1,4 @@
-"""The hands-on exercises (lab/handson): for every exercise the stub fails saying what is
+"""The hands-on exercises (lab/teach/handson): for every exercise the stub fails saying what is
 missing, the reference passes, and every known wrong solution fails with a verdict naming its
 mistake -- each run through the real check, in its child process, on the simulator (the GPU
 variants are marked `gpu`). Bad input gets a one-line verdict and leaves the lab untouched: a
