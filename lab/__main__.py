@@ -5,7 +5,8 @@
   decode-lab bench ab --a LAB_GRAPH=0 --b LAB_GRAPH=1 [--reps 5] [--json PATH] [--plot PATH]
   decode-lab bench loo --factors GRAPH,SPLIT_COMBINE
   decode-lab bench sweep --contexts 64,256,1000 --arms LAB_GRAPH=0 LAB_GRAPH=1 [--kv-init empty]
-  decode-lab conformance [--data DIR]   the simulator's predictions against the recorded GPU files
+  decode-lab conformance [--data DIR] [--only LESSONS]   the simulator's predictions against
+                                        the recorded GPU files
   decode-lab compare --a reference --b KV_DTYPE=float16 [--tokens N] [--json PATH]   two runs, step by step
   decode-lab selfcheck [--answers answers.json] [--solutions my_solutions.py] [--explain]
                        [--student NAME] [--attempts PATH]
@@ -214,8 +215,9 @@ def cmd_conformance(args) -> int:
     from lab.measure.conformance import format_report, run
     from lab.model import DEFAULT_WEIGHTS, load_model
 
+    only = [x.strip() for x in args.only.split(",")] if args.only else None
     report = run(load_model(args.weights or DEFAULT_WEIGHTS), data_dir=args.data,
-                 progress=args.progress)
+                 progress=args.progress, only=only)
     print(format_report(report))
     return 0 if all(r.ok for r in report["rows"]) else 1
 
@@ -354,6 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--data", default=None, metavar="DIR",
                    help="recorded GPU files (default: data/gpu)")
     c.add_argument("--weights", default=None, help="weights .npz (default: data/tiny_model.npz)")
+    c.add_argument("--only", default=None, metavar="LESSONS",
+                   help="comma-separated lessons to re-run (default: all): ladder, overlap, "
+                        "fission, device loop, context, nodes")
     c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bars (default: on a terminal only)")
     c.set_defaults(fn=cmd_conformance)

@@ -68,10 +68,18 @@ def test_cli_exits_nonzero_when_a_row_fails(tmp_path, capsys):
         if arm["name"] == "graph":
             arm["mean_ms"] *= 2                       # a GPU twice as slow as the model says
     (data / "ladder.json").write_text(json.dumps(lad))
-    assert main(["conformance", "--data", str(data)]) == 1
+    # the ladder's lesson alone (--only): the exit code and the row are what is checked here;
+    # the whole table's rows are checked against a run of every lesson above
+    assert main(["conformance", "--data", str(data), "--only", "ladder"]) == 1
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("graph: ms/token"))
     assert row.endswith("FAIL") and "rows pass" in out
+    assert not any(line.startswith("fission") for line in out.splitlines())
+
+
+def test_cli_only_an_unknown_lesson_is_a_clear_error(capsys):
+    assert main(["conformance", "--only", "ladder,fision"]) == 2
+    assert "unknown conformance lesson(s) ['fision']" in capsys.readouterr().err
 
 
 def test_cli_missing_recording_is_a_clear_error(tmp_path, capsys):
