@@ -462,3 +462,13 @@ def test_aa_false_alarm_table_is_nominal():
         assert r["nominal"] == bench.AA_ALPHA and r["draws"] == 3200
         assert r["sem"] < 0.0025, r
         assert abs(r["rate"] - r["nominal"]) <= 0.01, r
+
+
+def test_the_notebooks_printer_wraps_between_words_only():
+    """report.wrapped keeps a hyphenated word whole ("byte-identical" was split at its hyphen,
+    across two lines of a notebook's A/A gate line) and indents its continuation lines."""
+    line = "A/A gate (eager vs eager'): PASS  paired t = -0.13 (threshold 4.60, 1% false " \
+           "alarms), outputs byte-identical"
+    out = report.wrapped(line, width=100).splitlines()
+    assert len(out) == 2 and out[0].endswith("outputs") and out[1].strip() == "byte-identical"
+    assert all(len(x) <= 100 for x in out) and out[1].startswith(" ")

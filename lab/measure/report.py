@@ -30,9 +30,10 @@ def _hang(line: str, width: int) -> str:
 
 def wrapped(text: str, width: int = 100) -> str:
     """`text` with every line longer than `width` wrapped (indented continuation lines; a table
-    row's continue under its last column)."""
+    row's continue under its last column), between words only: "byte-identical" stays whole."""
     import textwrap
-    return "\n".join(textwrap.fill(line, width, subsequent_indent=_hang(line, width))
+    return "\n".join(textwrap.fill(line, width, subsequent_indent=_hang(line, width),
+                                   break_on_hyphens=False)
                      if len(line) > width else line for line in str(text).splitlines() or [""])
 
 
