@@ -259,3 +259,32 @@ def test_a_side_fed_step_by_step_cannot_claim_the_device_loop():
     assert checks["LAB_LOOP=device"]["ok"] is False
     assert "0 of" in checks["LAB_LOOP=device"]["evidence"] and checks["LAB_GRAPH=1"]["ok"] is True
     assert not res["verdict"]["ok"]
+
+
+def test_several_prompts_judge_the_device_loop_on_b_decoding_alone():
+    """compare_prompts: B decoding alone runs the whole generation as `generate` does, so its
+    LAB_LOOP=device claim is judged there (every step in the device loop), not on the fed side;
+    an engine that ran the host loop instead is still a dead fast path."""
+    res = C.compare_prompts("reference", "LOOP=device", ("ROMEO.\n",), 4, base=SIM)
+    row = res["prompts"][0]
+    check = next(c for c in row["compare"]["checks"] if c["claim"] == "LAB_LOOP=device")
+    assert check["ok"] is True and check["side"] == "B (B alone)", check
+    assert check["evidence"].startswith("10 of 10 steps in the device loop"), check
+    assert res["verdict"]["ok"] and row["greedy"]["identical"]
+
+    def host_loop(model, cfg):              # an engine that ignores the claim
+        return DecodeEngine(model, cfg.replace(loop="host"))
+    res = C.compare_prompts("reference", "LOOP=device", ("ROMEO.\n",), 4, base=SIM,
+                            engine_factory=host_loop)
+    reasons = res["prompts"][0]["compare"]["verdict"]["reasons"]
+    assert not res["verdict"]["ok"] and any("B alone claims LAB_LOOP=device" in r for r in reasons)
+
+
+def test_with_ranks_the_split_combine_claim_is_not_read_from_the_kernels():
+    """The rank step always merges, then projects each rank's shard (the all-reduce sums them):
+    its attn_merge says nothing about LAB_SPLIT_COMBINE, so the claim is not checked there."""
+    res = C.compare("reference", "RANKS=2", tokens=3, base=SIM)
+    checks = {c["claim"]: c for c in res["checks"]}
+    assert checks["LAB_SPLIT_COMBINE=0"]["ok"] is None
+    assert "always merges" in checks["LAB_SPLIT_COMBINE=0"]["evidence"]
+    assert res["verdict"]["ok"], res["verdict"]

@@ -237,6 +237,20 @@ def greedy_check(a: Run, free: Run, tie_margin: float) -> dict:
                                  "near_tie": margin < tie_margin}}
 
 
+def _judge_the_loop_on(res: dict, alone: Run) -> None:
+    """Replace, in `res` (a comparison whose B was fed step by step), the verdict on B's
+    LAB_LOOP=device claim by the evidence of `alone` (B decoding the whole generation)."""
+    loop = [c for c in path_checks(alone) if c.claim.startswith("LAB_LOOP=")]
+    for check in res["checks"]:
+        if check["side"] == "B" and check["claim"].startswith("LAB_LOOP="):
+            check.update(side=f"B ({alone.label})", ok=loop[0].ok, evidence=loop[0].evidence)
+    reasons = [r for r in res["verdict"]["reasons"]
+               if not r.startswith("dead fast path: B claims LAB_LOOP=")]
+    reasons += [f"dead fast path: {alone.label} claims {c.claim} but its run shows {c.evidence}"
+                for c in loop if c.ok is False]
+    res["verdict"] = {"ok": not reasons, "reasons": reasons}
+
+
 def compare_prompts(spec_a: str, spec_b: str, prompts=STANDARD_PROMPTS, tokens: int = 256,
                     weights_a=DEFAULT_WEIGHTS, weights_b=None, base: LabConfig | None = None,
                     thresholds: Thresholds | None = None, engine_factory: Callable | None = None,
@@ -248,6 +262,9 @@ def compare_prompts(spec_a: str, spec_b: str, prompts=STANDARD_PROMPTS, tokens: 
     b_spec = parse_spec(spec_b, base)
     weights_b = weights_a if weights_b is None else weights_b
     model_b = load_model(weights_b)
+    # B fed A's ids is stepped by the host, so a device-loop claim is judged on B alone, which
+    # decodes the whole generation as `generate` does: one launch of the device loop
+    device_loop = not b_spec.is_reference and b_spec.cfg.loop == "device"
     rows = []
     for prompt in prompts:
         res, a, _ = _compare(spec_a, spec_b, prompt, tokens, weights_a, weights_b, base, th,
@@ -256,8 +273,10 @@ def compare_prompts(spec_a: str, spec_b: str, prompts=STANDARD_PROMPTS, tokens: 
             free = a
         else:
             free = run_side("B alone", b_spec, model_b, weights_b, a.ids[:a.n_prompt], tokens,
-                            engine_factory=engine_factory, progress=progress)
+                            engine_factory=engine_factory, progress=progress, whole=device_loop)
         greedy = greedy_check(a, free, th.tie_margin)
+        if device_loop:
+            _judge_the_loop_on(res, free)
         rows.append({"prompt": prompt, "compare": res, "greedy": greedy,
                      "ok": res["verdict"]["ok"] and greedy["ok"]})
     return {"what": "decode-lab compare on several prompts, and B decoding each alone",

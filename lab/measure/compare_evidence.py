@@ -111,6 +111,9 @@ CHECKS: dict[str, Callable] = {
     "LAB_BACKEND": _check_backend, "LAB_GRAPH": _check_graph, "LAB_KV_DTYPE": _check_kv,
     "LAB_PDL": _check_pdl, "LAB_OVERLAP": _check_overlap, "LAB_LAUNCH": _check_launch,
     "LAB_SPLIT_COMBINE": lambda e, w: (
+        (None, "not checked: with ranks the step always merges, then projects each rank's shard "
+               "(the all-reduce sums them), whatever LAB_SPLIT_COMBINE says")
+        if e.cfg.ranks > 1 else
         _check_kernel(e, w, "attn_project_heads", "attn_fused") if e.cfg.fusion
         else _check_kernel(e, w, "attn_merge", "attn_combine")),
     "LAB_FUSION": lambda e, w: _check_kernel(e, w, "norm_qkv_rope", "rmsnorm"),

@@ -122,9 +122,11 @@ def _engine_logits(engine, ids: np.ndarray, n_new: int, n_prompt: int, desc: str
 
 def run_side(label: str, spec: RunSpec, model: Model, weights, prompt_ids, tokens: int = 0,
              feed: np.ndarray | None = None, engine_factory: Callable | None = None,
-             progress=False) -> Run:
+             progress=False, whole: bool = False) -> Run:
     """Decode `tokens` tokens greedily after `prompt_ids` (feed=None), or be fed the ids `feed`
-    (teacher forcing: prompt_ids, then the generated part of `feed`)."""
+    (teacher forcing: prompt_ids, then the generated part of `feed`). `whole`: an engine side
+    decodes the whole generation as `generate` does (LAB_LOOP=device: one launch of the device
+    loop) and keeps its ids only -- no step's logits (logits [0, vocab])."""
     n_prompt = len(prompt_ids)
     sha = _sha256(Path(weights))
     if spec.is_reference:
@@ -135,6 +137,13 @@ def run_side(label: str, spec: RunSpec, model: Model, weights, prompt_ids, token
         return Run(label, spec, _shown(weights), sha, "float64 NumPy oracle (lab/reference.py), CPU",
                    np.asarray(ids, np.int32), n_prompt, np.asarray(logits, np.float64))
     engine = (engine_factory or _default_engine)(model, spec.cfg)
+    if whole and feed is None:
+        engine.reset(np.asarray(prompt_ids), tokens)
+        engine.decode(n_prompt - 1 + tokens)
+        ids = engine.tokens(n_prompt + tokens)
+        return Run(label, spec, _shown(weights), sha, engine.backend.describe(),
+                   np.asarray(ids, np.int32), n_prompt,
+                   np.zeros((0, model.cfg.vocab_size), np.float64), fed=ids, engine=engine)
     if feed is None:
         logits = _engine_logits(engine, np.asarray(prompt_ids), tokens, n_prompt, label, progress)
         ids = engine.tokens(n_prompt + tokens)
