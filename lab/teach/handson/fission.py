@@ -77,16 +77,17 @@ REPS, BENCH_TOKENS = 3, 24
 _REFS = (("lab.engine.step.Step.merge_then_project", Step.merge_then_project),)
 
 
-def _launch_names(eng, layer=0):
+def launch_names(eng, layer=0) -> list[str]:
+    """The kernel names of one layer of the engine's first plan's step."""
     return [x.name for x in eng.step_launches(eng.plan(0)) if x.layer == layer]
 
 
-def _price(backend, cls) -> dict:
-    """us/token the split adds over the one-kernel combine, eagerly and captured (interleaved
-    reps on four engines)."""
+def price(backend, cls, base=Step, **toggles) -> dict:
+    """us/token step class `cls` adds over `base`, eagerly and captured (interleaved reps on
+    four engines of the small model; `toggles`: LabConfig fields both sides share)."""
     arms = []
-    for i, (graph, step) in enumerate(((False, Step), (False, cls), (True, Step), (True, cls))):
-        c = cfg(backend, graph=graph)
+    for i, (graph, step) in enumerate(((False, base), (False, cls), (True, base), (True, cls))):
+        c = cfg(backend, graph=graph, **toggles)
         be = bench.default_backend(c, i)
         arms.append(bench.Arm(f"{step.__name__}, graph={graph}", c,
                               DecodeEngine(small_model(), c, backend=be, step=step)))
@@ -101,7 +102,7 @@ def cases(sol, backend):
         raise Fail(f"SplitCombine is a {type(cls).__name__}: make it a subclass of "
                    "lab.engine.step.Step")
     split = watched(_REFS, engine, backend, graph=False, step=cls, what="building SplitCombine")
-    names, clean = _launch_names(split), _launch_names(engine(backend, graph=False))
+    names, clean = launch_names(split), launch_names(engine(backend, graph=False))
     if len(names) != len(clean) + 1:
         raise Fail(f"a layer issues {len(names)} launches, the one-kernel combine {len(clean)}: "
                    f"the split is one more (attn_merge, then the Wo projection)")
@@ -125,9 +126,9 @@ def cases(sol, backend):
     if not rep.ok:
         raise Fail(f"replays of the split differ from its eager steps: {rep.summary()}")
     yield "the one-kernel combine's tokens; 4 replays byte-identical"
-    price = _price(backend, cls)
+    cost = price(backend, cls)
     print(f"fission re-measured ({backend}, {REPS} interleaved reps): the split's extra launch "
-          f"costs {price['eager']:+.1f} us/token eagerly, {price['captured']:+.1f} us/token "
+          f"costs {cost['eager']:+.1f} us/token eagerly, {cost['captured']:+.1f} us/token "
           f"captured")     # a report: what the launch costs here, for the student to read
 
 

@@ -12,12 +12,11 @@ forms timed eagerly and captured (interleaved reps), and the split must pay only
 """
 from __future__ import annotations
 
-from lab.engine.runner import DecodeEngine
 from lab.engine.step import FusedStep
-from lab.measure import bench
 from lab.teach.verify import decode_after_prompt, replay_check
 from .base import Exercise, Fail, need, variant, watched
-from .fixtures import PROMPT, TOKENS, cfg, engine, prompt_ids, small_model
+from .fission import REPS, launch_names, price
+from .fixtures import PROMPT, TOKENS, engine, prompt_ids
 
 SPEC = """
 Lecture §6: a single kernel can be the right design eagerly and the wrong one captured. The
@@ -102,27 +101,7 @@ PROJECT_FIRST = variant(REFERENCE, '''        yield launch(attention.attn_merge,
                      (part_o, part_ml, b.o), layer)''')
 
 SPLIT = ["attn_partial_wide", "attn_merge", "attn_project_heads"]
-REPS, BENCH_TOKENS = 3, 24
 _REFS = (("lab.engine.step.FusedStep.attention_split", FusedStep.attention_split),)
-
-
-def _launch_names(eng, layer=0):
-    return [x.name for x in eng.step_launches(eng.plan(0)) if x.layer == layer]
-
-
-def _price(backend, cls) -> dict:
-    """us/token the split adds over attn_fused, eagerly and captured (interleaved reps on four
-    engines)."""
-    arms = []
-    for i, (graph, step) in enumerate(((False, FusedStep), (False, cls), (True, FusedStep),
-                                       (True, cls))):
-        c = cfg(backend, graph=graph, fusion=True)
-        be = bench.default_backend(c, i)
-        arms.append(bench.Arm(f"{step.__name__}, graph={graph}", c,
-                              DecodeEngine(small_model(), c, backend=be, step=step)))
-    bench.interleave(arms, REPS, bench.decode_run(PROMPT, BENCH_TOKENS))
-    mean = [sum(a.ms) / len(a.ms) for a in arms]
-    return {"eager": 1000 * (mean[1] - mean[0]), "captured": 1000 * (mean[3] - mean[2])}
 
 
 def _order(names: list[str]) -> None:
@@ -154,8 +133,8 @@ def cases(sol, backend):
                    "lab.engine.step.FusedStep")
     split = watched(_REFS, engine, backend, graph=False, fusion=True, step=cls,
                     what="building SplitAttention")
-    names = _launch_names(split)
-    clean = _launch_names(engine(backend, graph=False, fusion=True))
+    names = launch_names(split)
+    clean = launch_names(engine(backend, graph=False, fusion=True))
     if len(names) != len(clean) + 2:
         raise Fail(f"a layer issues {len(names)} launches, the fused step {len(clean)}: the "
                    f"split is three ({', '.join(SPLIT)}) where attn_fused is one")
@@ -175,11 +154,11 @@ def cases(sol, backend):
     if not rep.ok:
         raise Fail(f"replays of the split differ from its eager steps: {rep.summary()}")
     yield "attn_fused's tokens and logits to the bit; 4 replays byte-identical"
-    price = _price(backend, cls)
+    cost = price(backend, cls, base=FusedStep, fusion=True)
     where = "simulated" if backend == "sim" else "measured on the GPU"
-    line = (f"the split costs {price['eager']:+.1f} us/token eagerly and "
-            f"{price['captured']:+.1f} captured ({where}, {REPS} interleaved reps)")
-    if not (price["eager"] > 0 > price["captured"]):
+    line = (f"the split costs {cost['eager']:+.1f} us/token eagerly and "
+            f"{cost['captured']:+.1f} captured ({where}, {REPS} interleaved reps)")
+    if not (cost["eager"] > 0 > cost["captured"]):
         raise Fail(f"{line}: expected a loss eagerly and a win captured")
     print(f"fission_fused: {line}")    # a report: the sign flip, for the student to read
     yield "a loss eagerly, a win captured"
