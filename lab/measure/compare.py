@@ -237,18 +237,13 @@ def greedy_check(a: Run, free: Run, tie_margin: float) -> dict:
                                  "near_tie": margin < tie_margin}}
 
 
-def _judge_the_loop_on(res: dict, alone: Run) -> None:
-    """Replace, in `res` (a comparison whose B was fed step by step), the verdict on B's
-    LAB_LOOP=device claim by the evidence of `alone` (B decoding the whole generation)."""
-    loop = [c for c in path_checks(alone) if c.claim.startswith("LAB_LOOP=")]
-    for check in res["checks"]:
-        if check["side"] == "B" and check["claim"].startswith("LAB_LOOP="):
-            check.update(side=f"B ({alone.label})", ok=loop[0].ok, evidence=loop[0].evidence)
-    reasons = [r for r in res["verdict"]["reasons"]
-               if not r.startswith("dead fast path: B claims LAB_LOOP=")]
-    reasons += [f"dead fast path: {alone.label} claims {c.claim} but its run shows {c.evidence}"
-                for c in loop if c.ok is False]
-    res["verdict"] = {"ok": not reasons, "reasons": reasons}
+def _judge_the_loop_on(res: dict, a: Run, b: Run, alone: Run, th: Thresholds) -> None:
+    """Re-judge `res` (a comparison whose B was fed step by step) with B's LAB_LOOP claim read
+    from `alone` (B decoding the whole generation): its checks and its verdict."""
+    checks = path_checks(a) + path_checks(b, loop_run=alone)
+    res["checks"] = [asdict(c) for c in checks]
+    res["verdict"] = _verdict(res["weights_identical"], a, b, res["input"]["identical"], checks,
+                              res["summary"], th)
 
 
 def compare_prompts(spec_a: str, spec_b: str, prompts=STANDARD_PROMPTS, tokens: int = 256,
@@ -267,7 +262,7 @@ def compare_prompts(spec_a: str, spec_b: str, prompts=STANDARD_PROMPTS, tokens: 
     device_loop = not b_spec.is_reference and b_spec.cfg.loop == "device"
     rows = []
     for prompt in prompts:
-        res, a, _ = _compare(spec_a, spec_b, prompt, tokens, weights_a, weights_b, base, th,
+        res, a, b = _compare(spec_a, spec_b, prompt, tokens, weights_a, weights_b, base, th,
                              engine_factory, progress)
         if b_spec.is_reference:
             free = a
@@ -276,7 +271,7 @@ def compare_prompts(spec_a: str, spec_b: str, prompts=STANDARD_PROMPTS, tokens: 
                             engine_factory=engine_factory, progress=progress, whole=device_loop)
         greedy = greedy_check(a, free, th.tie_margin)
         if device_loop:
-            _judge_the_loop_on(res, free)
+            _judge_the_loop_on(res, a, b, free, th)
         rows.append({"prompt": prompt, "compare": res, "greedy": greedy,
                      "ok": res["verdict"]["ok"] and greedy["ok"]})
     return {"what": "decode-lab compare on several prompts, and B decoding each alone",

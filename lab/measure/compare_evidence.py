@@ -85,6 +85,18 @@ def _check_kernel(engine, want: str, on: str, off: str) -> tuple[bool, str]:
     return ok, f"launch log: {on} x{seen[on]}, {off} x{seen[off]}"
 
 
+def _check_split_combine(engine, want: str) -> tuple[bool | None, str]:
+    """The split's kernel, against the one-kernel form's: attn_merge vs attn_combine, or under
+    fusion attn_project_heads vs attn_fused. Not read with ranks: the rank step always merges,
+    then projects each rank's shard, whatever the toggle says."""
+    if engine.cfg.ranks > 1:
+        return None, ("not checked: with ranks the step always merges, then projects each rank's "
+                      "shard (the all-reduce sums them), whatever LAB_SPLIT_COMBINE says")
+    if engine.cfg.fusion:
+        return _check_kernel(engine, want, "attn_project_heads", "attn_fused")
+    return _check_kernel(engine, want, "attn_merge", "attn_combine")
+
+
 def _check_overlap(engine, want: str) -> tuple[bool, str]:
     side = sum(r.stream == "side" for r in _issued(engine))
     return (side > 0) == (want == "1"), f"{side} launches on the side stream"
@@ -110,20 +122,17 @@ def _check_backend(engine, want: str) -> tuple[bool, str]:
 CHECKS: dict[str, Callable] = {
     "LAB_BACKEND": _check_backend, "LAB_GRAPH": _check_graph, "LAB_KV_DTYPE": _check_kv,
     "LAB_PDL": _check_pdl, "LAB_OVERLAP": _check_overlap, "LAB_LAUNCH": _check_launch,
-    "LAB_SPLIT_COMBINE": lambda e, w: (
-        (None, "not checked: with ranks the step always merges, then projects each rank's shard "
-               "(the all-reduce sums them), whatever LAB_SPLIT_COMBINE says")
-        if e.cfg.ranks > 1 else
-        _check_kernel(e, w, "attn_project_heads", "attn_fused") if e.cfg.fusion
-        else _check_kernel(e, w, "attn_merge", "attn_combine")),
+    "LAB_SPLIT_COMBINE": _check_split_combine,
     "LAB_FUSION": lambda e, w: _check_kernel(e, w, "norm_qkv_rope", "rmsnorm"),
     "LAB_PLAN_SWITCH": _check_plan_switch, "LAB_LOOP": _check_loop,
 }
 
 
-def path_checks(run: Run) -> list[PathCheck]:
+def path_checks(run: Run, loop_run: Run | None = None) -> list[PathCheck]:
     """One check per toggle of the side's spec: does the engine's record show that path? ok is
-    None where this tool reads no evidence for the toggle, or the run never exercised it."""
+    None where this tool reads no evidence for the toggle, or the run never exercised it.
+    `loop_run`: the same spec decoding the whole generation (a side fed step by step always runs
+    the host loop), whose engine the LAB_LOOP claim is read from."""
     if run.spec.is_reference:
         return [PathCheck(run.label, REFERENCE, True, "float64 oracle: no engine, no toggles")]
     out = []
@@ -134,6 +143,9 @@ def path_checks(run: Run) -> list[PathCheck]:
             out.append(PathCheck(run.label, f"{var}={value}", None,
                                  f"not checked: compare reads no evidence of {what}"))
             continue
-        ok, evidence = check(run.engine, value)
-        out.append(PathCheck(run.label, f"{var}={value}", ok, evidence))
+        side, engine = run.label, run.engine
+        if var == "LAB_LOOP" and loop_run is not None:
+            side, engine = f"{run.label} ({loop_run.label})", loop_run.engine
+        ok, evidence = check(engine, value)
+        out.append(PathCheck(side, f"{var}={value}", ok, evidence))
     return out
