@@ -219,7 +219,7 @@ print(f"simulated: eager {sims[False]:.1f} us/token, graph {sims[True]:.1f} us/t
 # %%
 rec = Path("../data/gpu/decode_eager_vs_graph.json")
 ab = json.loads(rec.read_text()) if rec.exists() else None
-show(report.format_ab(report.narrow(ab)) if ab else "no recorded GPU figures yet")
+show(report.format_ab(ab) if ab else "no recorded GPU figures yet")
 if ab:
     ratio, n_tok = ab["sem_ratio_a_over_b"], ab["per_token_samples"]
     show(f"sems' ratio {ratio:.1f}x -> variances' ratio {ratio ** 2:.0f}x (equal reps: its "

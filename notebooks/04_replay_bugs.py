@@ -235,11 +235,11 @@ from lab.measure import bench, report
 
 naive = bench.run_ab(model, runs["eager"], runs["graph (LAB_BUG_LAZY_TABLE)"], reps=4,
                      tokens=TOKENS, per_token=0, names=("eager", "graph?"))
-print(report.wrapped(report.format_ab(report.narrow(naive))))
+print(report.wrapped(report.format_ab(naive)))
 print()
 healthy = bench.run_ab(model, runs["eager"], runs["graph"], reps=4, tokens=TOKENS, per_token=0,
                        names=("eager", "graph"))
-print(report.wrapped(report.format_ab(report.narrow(healthy))))
+print(report.wrapped(report.format_ab(healthy)))
 print()
 for res in (naive, healthy):
     arm = res["arms"][1]

@@ -69,7 +69,6 @@ def show(text):
     print(report.wrapped(text))
 
 
-narrow = report.narrow
 
 
 measured = CostModel.load()
@@ -107,7 +106,7 @@ if not aa["ok"]:
     print("(nothing differs between A and A' here: a correct A/A fails by chance about one time "
           "in 25\n at this threshold, see 'How often does a correct A/A fail?' below)")
 print()
-show(report.format_ab(narrow(ab)))
+show(report.format_ab(ab))
 
 # %% [markdown]
 # ### An A/A that fails
@@ -123,7 +122,7 @@ show(report.format_ab(narrow(ab)))
 noisy = measured.replace(host_scale=3.0, launch_jitter=1.0)
 bad = bench.run_ab(model, EAGER, GRAPH, reps=3, tokens=12, per_token=0, names=("eager", "graph"),
                    backend_factory=lambda cfg, i: SimBackend(noisy if i == 1 else measured, seed=i))
-show(report.format_ab(narrow(bad)))
+show(report.format_ab(bad))
 
 # %% [markdown]
 # ### How often does a correct A/A fail?
@@ -561,7 +560,7 @@ for kv_init in ("empty", "zeros"):
 
 # %%
 loo = bench.run_loo(model, "GRAPH,SPLIT_COMBINE", base=SIM, reps=4, tokens=16)
-show(report.format_loo(narrow(loo)))
+show(report.format_loo(loo))
 report.plot(loo)
 plt.show()
 
@@ -579,8 +578,8 @@ plt.show()
 # They are shown here next to the simulated ones when present.
 
 # %%
-FORMAT = {"bench_ab": lambda r: report.format_ab(narrow(r)), "bench_sweep": report.format_sweep,
-          "bench_loo": lambda r: report.format_loo(narrow(r))}
+FORMAT = {"bench_ab": report.format_ab, "bench_sweep": report.format_sweep,
+          "bench_loo": report.format_loo}
 SIMULATED = {"bench_ab": ab, "bench_sweep": sweep, "bench_loo": loo}
 recorded = sorted(glob.glob("../data/gpu/bench_*.json"))
 if not recorded:

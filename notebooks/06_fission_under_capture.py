@@ -92,16 +92,25 @@ show(f"measured: {costs['source']} ({costs['date']})")
 # %%
 ids = model.tokenizer.encode("ROMEO.\n")
 TOKENS = 24
-fused_eng, fused_out, fused_launches = {}, {}, {}
-for split in (False, True):
-    eng = fused_eng[split] = DecodeEngine(model, FUSED.replace(graph=False, split_combine=split))
-    fused_out[split] = decode_after_prompt(eng, ids, TOKENS, graph=False)[0]
-    step = fused_launches[split] = eng.step_launches(eng.plan(0))
-    show(f"fusion=1 split_combine={int(split)}: {len(step)} launches/token, layer 0: "
-         f"{[l.name for l in step if l.layer == 0]}")
-same = fused_out[False].logits.tobytes() == fused_out[True].logits.tobytes()
+
+
+def both_forms(base, tag):
+    """`base` without and with LAB_SPLIT_COMBINE, eager: each form's engine and step's launches
+    (layer 0's shown), whether their logits over TOKENS tokens are bit-identical, and the
+    launches per token the split adds."""
+    engines, launches, logits = {}, {}, {}
+    for split in (False, True):
+        eng = engines[split] = DecodeEngine(model, base.replace(graph=False, split_combine=split))
+        logits[split] = decode_after_prompt(eng, ids, TOKENS, graph=False)[0].logits.tobytes()
+        step = launches[split] = eng.step_launches(eng.plan(0))
+        show(f"{tag} split_combine={int(split)}: {len(step)} launches/token, layer 0: "
+             f"{[l.name for l in step if l.layer == 0]}")
+    return (engines, launches, logits[False] == logits[True],
+            len(launches[True]) - len(launches[False]))
+
+
+fused_eng, _, same, fused_extra = both_forms(FUSED, "fusion=1")
 print(f"fused vs fused+split, logits bit-identical over {TOKENS} tokens: {same}")
-fused_extra = len(fused_launches[True]) - len(fused_launches[False])
 print(f"the split adds {fused_extra} launches per token "
       f"({fused_extra // L} per layer x {L} layers)")
 
@@ -314,16 +323,8 @@ plt.show()
 # against `attn_merge` then `matvec_residual`. Bit-identical again, one more launch per layer:
 
 # %%
-unf_eng, unf_out, unf_launches = {}, {}, {}
-for split in (False, True):
-    eng = unf_eng[split] = DecodeEngine(model, cfg.replace(graph=False, split_combine=split))
-    unf_out[split] = decode_after_prompt(eng, ids, TOKENS, graph=False)[0]
-    step = unf_launches[split] = eng.step_launches(eng.plan(0))
-    show(f"fusion=0 split_combine={int(split)}: {len(step)} launches/token, layer 0: "
-         f"{[l.name for l in step if l.layer == 0]}")
-print(f"logits bit-identical over {TOKENS} tokens: "
-      f"{unf_out[False].logits.tobytes() == unf_out[True].logits.tobytes()}")
-unf_extra = len(unf_launches[True]) - len(unf_launches[False])
+unf_eng, unf_launches, same, unf_extra = both_forms(cfg, "fusion=0")
+print(f"logits bit-identical over {TOKENS} tokens: {same}")
 print(f"fission adds {unf_extra} launches per token (one per layer)")
 
 # %% [markdown]

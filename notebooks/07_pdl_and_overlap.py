@@ -54,7 +54,6 @@ def show(text):
     print(report.wrapped(text))
 
 
-narrow = report.narrow
 
 # %% [markdown]
 # ## PDL's three pieces, and what each guarantees
@@ -242,7 +241,7 @@ plt.show()
 
 # %%
 loo = bench.run_loo(model, "GRAPH,PDL,OVERLAP,SPLIT_COMBINE", base=cfg, reps=3, tokens=24)
-show(report.format_loo(narrow(loo)))
+show(report.format_loo(loo))
 
 # %% [markdown]
 # ## Recorded on the H200
@@ -262,9 +261,9 @@ for name in ("overlap_loo", "pdl", "overlap"):
         continue
     r = json.loads(rec.read_text())
     if name == "overlap_loo":
-        show(report.format_loo(narrow(r)))
+        show(report.format_loo(r))
     else:
-        show(report.format_ab(narrow(r)))
+        show(report.format_ab(r))
     if name == "pdl":
         print("graph edges:", r["edge_types"],
               f"-> PDL worth {100 * r['pdl_worth_fraction']:.1f}% of the graph arm")

@@ -263,7 +263,7 @@ else:
         if name not in dl:   # recorded before the fused step existed
             continue
         print(f"[{name}]")
-        show(report.format_ab(report.narrow(dl[name])))
+        show(report.format_ab(dl[name]))
     print("host launches per generate:", dl["launches"], "| bodies:", dl["bodies"])
 
 # %% [markdown]
