@@ -8,6 +8,8 @@
   decode-lab conformance [--data DIR] [--only LESSONS]   the simulator's predictions against
                                         the recorded GPU files
   decode-lab compare --a reference --b KV_DTYPE=float16 [--tokens N] [--json PATH]   two runs, step by step
+  decode-lab spec [--draft 4] [--tokens 256] [--prompts standard] [--curve --contexts 64,900]
+                                        speculative decoding: same tokens, or the curve
   decode-lab selfcheck [--answers answers.json] [--solutions my_solutions.py] [--explain]
                        [--student NAME] [--attempts PATH]
   decode-lab exercise list | show NAME [--stub] | check NAME --solution FILE [--backend sim|cuda]
@@ -70,6 +72,10 @@ def cmd_generate(args) -> int:
     print(f"\n[{gen.steps - args.tokens} prompt steps + {args.tokens} tokens, "
           f"{gen.ms_per_token:.3f} ms/token (per step, prompt steps included), "
           f"{'graph' if eng.cfg.graph else 'eager'}; {gen.source}]")
+    if getattr(gen, "draft", None):   # LAB_DRAFT: a step is a position here; the device's counts, read at the end
+        print(f"[LAB_DRAFT={eng.cfg.draft}: {gen.draft['verify steps']} verify steps generated "
+              f"{gen.draft['tokens generated']} tokens, {gen.draft['tokens per step']:.2f} per "
+              f"step, after {len(eng.ledger) - gen.draft['verify steps']} step(s) of prompt alone]")
     if args.ledger:
         _print_ledger(eng)
     if args.save_dot:
@@ -275,6 +281,44 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_spec(args) -> int:
+    """Speculative decoding: the same greedy tokens as one token per step (exit 1 when a prompt
+    parts from them above the tie margin), or with --curve ms per generated token against
+    context."""
+    from lab.measure import report, spec
+    from lab.measure.compare import _prompt_set
+    from lab.model import DEFAULT_WEIGHTS, load_model
+
+    if args.tokens < 1:
+        raise LabError(f"--tokens {args.tokens}: give at least 1 token to generate")
+    if args.json:
+        from lab.files import check_output
+        check_output(args.json, "--json")
+    base = from_env()
+    if args.backend:
+        base = base.replace(backend=args.backend)
+    base = base.replace(draft=0, bugs=frozenset())
+    model = load_model(args.weights or DEFAULT_WEIGHTS)
+    if args.curve:
+        contexts = [int(x) for x in args.contexts.split(",") if x.strip()]
+        limit = model.cfg.max_seq - args.tokens
+        if not contexts or any(not 1 <= c <= limit for c in contexts):
+            raise LabError(f"--contexts {args.contexts!r}: each in [1, {limit}] (max_seq minus "
+                           f"--tokens)")
+        res = spec.curve(model, drafts=(0, 2, 4, 8), contexts=contexts, new_tokens=args.tokens,
+                         reps=args.reps, base=base, bug=args.draft, progress=args.progress)
+        print(spec.format_curve(res))
+        ok = True
+    else:
+        res = spec.same_tokens(model, args.draft, prompts=_prompt_set(args.prompts),
+                               tokens=args.tokens, base=base)
+        print(spec.format_same(res))
+        ok = res["ok"]
+    for path in report.save(res, args.json):
+        print(f"wrote {path}")
+    return 0 if ok else 1
+
+
 def cmd_compare(args) -> int:
     from lab.measure.compare import main_compare
 
@@ -358,10 +402,26 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--weights", default=None, help="weights .npz (default: data/tiny_model.npz)")
     c.add_argument("--only", default=None, metavar="LESSONS",
                    help="comma-separated lessons to re-run (default: all): ladder, overlap, "
-                        "fission, device loop, context, nodes")
+                        "fission, device loop, context, nodes, spec")
     c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bars (default: on a terminal only)")
     c.set_defaults(fn=cmd_conformance)
+    sp = sub.add_parser("spec", help="speculative decoding (LAB_DRAFT): the same greedy tokens "
+                        "as one token per step on several prompts (exit 1 when not, beyond "
+                        "near-ties), or --curve: ms per generated token against context")
+    sp.add_argument("--draft", type=int, choices=(2, 4, 8), default=4,
+                    help="tokens drafted per step (the curve: its bug arm's)")
+    sp.add_argument("--tokens", type=int, default=256, help="generated tokens per prompt (the "
+                    "curve: per rep)")
+    sp.add_argument("--prompts", default="standard",
+                    help="'standard' (five prompts) or prompts separated by ';'")
+    sp.add_argument("--curve", action="store_true", help="time k = 0, 2, 4, 8 (and the "
+                    "LAB_BUG_SPEC_KEY arm) at each of --contexts, interleaved")
+    sp.add_argument("--contexts", default="64,900", help="the curve's contexts (corpus text)")
+    sp.add_argument("--reps", type=int, default=3, help="the curve's interleaved reps")
+    sp.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+    common(sp)
+    sp.set_defaults(fn=cmd_spec)
     from lab.measure.compare import add_parser as compare_parser
     compare_parser(sub, common).set_defaults(fn=cmd_compare)
     exits = ("exit 0 when all fifteen pass, 1 when any does not; with neither file it prints "

@@ -77,6 +77,21 @@ RANK_BUGS: dict[str, Bug] = {b.name: b for b in (
         ("all_reduce",)),
 )}
 
+# Bugs of the speculative step (LAB_DRAFT>0, lab/engine/spec.py): an override of the verify step,
+# so, like the rank bugs, apart from BUGS.
+SPEC_BUGS: dict[str, Bug] = {b.name: b for b in (
+    Bug("spec_key", "unreplayed",
+        "the verify graph's key: the plan key and the position the last step reached, read back "
+        "from the device after every step (a host sync the clean step never makes); drafting "
+        "moves the position by the accepted count, so every key is new: every step captures a "
+        "graph (successfully) and none is ever replayed, while the arm's label says 'graph'",
+        "ledger and replay gate",
+        "key the verify graph on what changes the captured work (the plan key and the draft "
+        "length) and nothing else; the accepted count and the position stay in device memory, "
+        "read by the kernels, and the host reads them once, at the end",
+        ("graph_key",)),
+)}
+
 # The one-op-per-kernel step's pieces the fused step (LAB_FUSION=1, `FusedStep.absent`) does not
 # have, and where their work went.
 FUSED_ABSENT: dict[str, str] = {
@@ -118,6 +133,35 @@ def loop_refusal(cfg) -> str | None:
         return ("LAB_BUG_STEP_KEY=1 keys the host loop's graph cache; LAB_LOOP=device runs one "
                 "loop graph with no cache to key. Run it with LAB_LOOP=host")
     return None
+
+
+def draft_refusal(cfg) -> str | None:
+    """Why `cfg` cannot run as configured with respect to LAB_DRAFT (None: it can), for
+    LabConfig: the verify step is the unfused step over draft + 1 positions, on one device."""
+    if "spec_key" in cfg.bugs and cfg.draft == 0:
+        return ("LAB_BUG_SPEC_KEY=1 keys the verify graph of speculative decoding: it needs "
+                "LAB_DRAFT=2, 4 or 8")
+    if cfg.draft == 0:
+        return None
+    off = [(var, why) for var, on, why in (
+        ("LAB_FUSION=1", cfg.fusion, "the verify step is the unfused step over draft + 1 positions"),
+        ("LAB_SPLIT_COMBINE=1", cfg.split_combine, "the verify step has its own merge and projection"),
+        ("LAB_OVERLAP=1", cfg.overlap, "the verify step's projections run on one stream"),
+        ("LAB_RANKS=2", cfg.ranks > 1, "the verify step runs on one device"),
+        ("LAB_LOOP=device", cfg.loop == "device", "the device loop's bodies are one-token steps"),
+        ("LAB_PLAN_SWITCH=update", cfg.plan_switch == "update",
+         "the verify step has one plan, so nothing to switch"),
+    ) if on]
+    other = sorted(set(cfg.bugs) - set(SPEC_BUGS))
+    if other:
+        off.append((", ".join(f"LAB_BUG_{b.upper()}=1" for b in other),
+                    "they override pieces of the one-token step"))
+    if not off:
+        return None
+    return (f"LAB_DRAFT={cfg.draft} runs the speculative verify step (one device, graphs or eager, "
+            f"PDL allowed) and nothing else yet: " + "; ".join(f"{v} cannot combine with it ({w})"
+                                                             for v, w in off)
+            + ". Run those with LAB_DRAFT=0")
 
 
 def ranks_refusal(cfg) -> str | None:

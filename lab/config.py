@@ -11,7 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from lab.bugspec import BUGS, RANK_BUGS, fusion_refusal, loop_refusal, ranks_refusal
+from lab.bugspec import (BUGS, RANK_BUGS, SPEC_BUGS, draft_refusal, fusion_refusal, loop_refusal,
+                         ranks_refusal)
 from lab.errors import LabError
 
 # (environment variable, LabConfig field, allowed values, default, meaning)
@@ -53,10 +54,18 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
     ("LAB_LOOP", "loop", ("host", "device"), "host",
      "generate: the host launches one graph per token, or ONE graph runs every step on the "
      "device (a WHILE node over a SWITCH of every plan's step; needs conditional nodes)"),
+    ("LAB_DRAFT", "draft", ("0", "2", "4", "8"), "0",
+     "speculative decoding: tokens drafted per step by prompt lookup on the device, verified "
+     "by one step of the model over draft + 1 positions, accepted on the device (0: one token "
+     "per step; lab/engine/spec.py). Runs the unfused step on one device, with graphs or "
+     "eagerly, PDL allowed; the other launch toggles are refused"),
+    ("LAB_DRAFT_SPLITS", "draft_splits", ("1", "2", "4", "8", "16", "32", "64"), "16",
+     "the verify attention's split count over the cache (NSPLIT): fixed for the whole "
+     "generation, so ONE graph serves every position; its workspace grows with it"),
 )
 _BOOL_FIELDS = {"graph", "split_combine", "pdl", "overlap", "fusion", "launch_blocking"}
-_INT_FIELDS = {"ranks"}
-_ALL_BUGS = {**BUGS, **RANK_BUGS}
+_INT_FIELDS = {"ranks", "draft", "draft_splits"}
+_ALL_BUGS = {**BUGS, **RANK_BUGS, **SPEC_BUGS}
 _BUG_VARS = {b.env: name for name, b in _ALL_BUGS.items()}  # LAB_BUG_<NAME> -> bug (lab/bugspec.py)
 
 
@@ -74,6 +83,8 @@ class LabConfig:
     plan_switch: str = "recapture"  # LAB_PLAN_SWITCH: a new graph per plan, or one graph updated
     loop: str = "host"              # LAB_LOOP: who runs generate's loop of steps
     ranks: int = 1                  # LAB_RANKS: tensor-parallel ranks (lab/engine/ranks.py)
+    draft: int = 0                  # LAB_DRAFT: tokens drafted per step (lab/engine/spec.py)
+    draft_splits: int = 16          # LAB_DRAFT_SPLITS: the verify attention's NSPLIT
     bugs: frozenset = frozenset()   # deliberate bugs switched on (names from lab/bugspec.py)
 
     def __post_init__(self):
@@ -94,7 +105,7 @@ class LabConfig:
         why = fusion_refusal(self.bugs) if self.fusion else None
         if why:
             raise LabError(why)
-        why = ranks_refusal(self) or loop_refusal(self)
+        why = ranks_refusal(self) or loop_refusal(self) or draft_refusal(self)
         if why:
             raise LabError(why)
 

@@ -30,13 +30,15 @@ class Plan:
     pdl: bool = False      # launches are programmatic (PDL edges in the graph)
     overlap: bool = False  # the k/v projection runs on a side stream (a parallel branch)
     fusion: bool = False   # the fused step (18 launches) instead of one op per kernel (37)
+    draft: int = 0         # LAB_DRAFT: tokens drafted per step (the verify step over draft + 1)
 
     @property
     def key(self) -> tuple:
         """What a captured graph depends on: a different key means a different graph (a fused
-        and an unfused step never share one)."""
-        return ("splits", self.splits, "split_combine", self.split_combine, "pdl", self.pdl,
-                "overlap", self.overlap, "fusion", self.fusion)
+        and an unfused step never share one; a verify step's key names its draft length)."""
+        key = ("splits", self.splits, "split_combine", self.split_combine, "pdl", self.pdl,
+               "overlap", self.overlap, "fusion", self.fusion)
+        return key + ("draft", self.draft) if self.draft else key
 
 
 def splits_for(context: int) -> int:
@@ -56,6 +58,13 @@ def decode_plan(position: int, model_cfg, lab_cfg, splits: int | None = None) ->
     policy; None (the default) follows the policy, `splits_for(position + 1)`."""
     if not 0 <= position < model_cfg.max_seq:
         raise ValueError(f"position {position} outside [0, {model_cfg.max_seq})")
+    draft = getattr(lab_cfg, "draft", 0)
+    if draft:
+        # speculative decoding: the host does not know the position between its reads (each
+        # step advances it by the accepted count, on the device), so the verify step's split
+        # count is fixed (LAB_DRAFT_SPLITS): one plan, one graph for the whole generation
+        return Plan(position, lab_cfg.draft_splits, False, model_cfg.n_head, lab_cfg.pdl,
+                    False, False, draft)
     if splits is None:
         splits = splits_for(position + 1)
     elif splits not in SPLIT_CHOICES:

@@ -4,7 +4,8 @@
 
 Measures, on the real engine's buffers and launches (nothing here decodes a token):
 - every distinct kernel launch of the step (base, split combine, overlap, fused, fused with its
-  attention split, fused with overlap: `step_configs`), at the first and last position of every
+  attention split, fused with overlap: `step_configs`; and the verify steps of speculative
+  decoding, `SPEC_STEPS`, each on an engine of its own), at the first and last position of every
   attention plan for the attention kernels (attn_fused's and attn_partial_wide's time grows
   with the context too): its time as a NODE of a graph, from chains cycling through the
   launch's instances in a step (one per layer) captured n1 and n2 times (slope = per-node time,
@@ -57,7 +58,11 @@ PROMPT = "ROMEO.\n"
 POSITIONS = (0, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512, 1000)
 BASE_POSITION = 64           # where the context-independent kernels are measured
 # kernels whose time or shapes move with the plan or the context: measured at every POSITION
-ATTENTION = ("attn_partial", "attn_merge", "attn_combine", "attn_fused", "attn_partial_wide")
+ATTENTION = ("attn_partial", "attn_merge", "attn_combine", "attn_fused", "attn_partial_wide",
+             "verify_partial", "draft_lookup")
+# the verify steps of speculative decoding (LAB_DRAFT, LAB_DRAFT_SPLITS) the cost file covers:
+# each draft length of lab.measure.spec's curve, and its split-count sweep's verify attention
+SPEC_STEPS = ((2, 16), (4, 16), (8, 16), (4, 1), (4, 4), (4, 64))
 
 
 def step_configs(base: LabConfig) -> list[LabConfig]:
@@ -79,9 +84,15 @@ def kernel_launches(eng, cfgs):
                 yield position, key, same
 
 
-def measure_kernels(eng, cfgs, progress) -> list[dict]:
+def measure_kernels(eng, cfgs, progress, seen: set | None = None) -> list[dict]:
+    """Each launch of `kernel_launches` as a graph node (a (position, key) in `seen` is
+    skipped, and every one measured is added to it)."""
     rows = []
     for position, key, same in kernel_launches(eng, cfgs):
+        if seen is not None:
+            if (position, key) in seen:
+                continue
+            seen.add((position, key))
         launch = same[0]
         row = {"key": key, "kernel": launch.name, "position": position,
                "context": position + 1, "grid": list(launch.grid), "block": list(launch.block),
@@ -101,10 +112,11 @@ def measure_kernels(eng, cfgs, progress) -> list[dict]:
     return rows
 
 
-def measure_switches(eng, cfgs, kernels, progress) -> list[dict]:
+def measure_switches(eng, cfgs, kernels, progress, seen: set | None = None) -> list[dict]:
     """What a node costs beyond its own chain time when the node before it runs ANOTHER kernel
     (a chain of one launch keeps its code and constants cached; a step alternates kernels):
-    chains of the pair [a, b] for every adjacent pair of launches in the steps of `cfgs`."""
+    chains of the pair [a, b] for every adjacent pair of launches in the steps of `cfgs` (a pair
+    in `seen` skipped; each measured added to it)."""
     eng.reset(eng.encode(PROMPT), 0)
     eng.seek(BASE_POSITION)
     alone = {(r["key"], pdl): r["node_pdl_us" if pdl else "node_us"]
@@ -114,7 +126,11 @@ def measure_switches(eng, cfgs, kernels, progress) -> list[dict]:
         eng.cfg = cfg
         launches = eng.step_launches(eng.plan(BASE_POSITION))
         for a, b in zip(launches, launches[1:]):   # keyed as the step's launches, chained as above
+            if seen is not None and (cost_key(a), cost_key(b)) in seen:
+                continue
             pairs.setdefault((cost_key(a), cost_key(b)), (for_chains(eng, a), for_chains(eng, b)))
+    if seen is not None:
+        seen.update(pairs)
     rows = []
     for (ka, kb), (a, b) in pairs.items():
         row = {"prev": ka, "key": kb}
@@ -129,6 +145,25 @@ def measure_switches(eng, cfgs, kernels, progress) -> list[dict]:
                  f"({row['extra_pdl_us']:+.3f} with PDL)")
     set_pos(eng, 0)
     return rows
+
+
+def measure_spec(model, base: LabConfig, progress) -> tuple[list[dict], list[dict]]:
+    """The verify steps' launches (SPEC_STEPS), as nodes and as switches, each on an engine of
+    its own (a draft length is allocated, not switched): (kernel rows, switch rows). A key or
+    pair already measured for another verify step is not measured again."""
+    kernels, switches, seen_k, seen_s = [], [], set(), set()
+    for draft, splits in SPEC_STEPS:
+        cfg = base.replace(draft=draft, draft_splits=splits)
+        eng = DecodeEngine(model, cfg)
+        eng.log = LaunchLog()
+        eng.bind()
+        progress(f"  verify step: LAB_DRAFT={draft}, LAB_DRAFT_SPLITS={splits}")
+        rows = measure_kernels(eng, [cfg], progress, seen_k)
+        kernels += rows
+        switches += measure_switches(eng, [cfg], kernels, progress, seen_s)
+        del eng
+        gc.collect()
+    return kernels, switches
 
 
 def measure_floors(eng, progress) -> dict:
@@ -422,6 +457,9 @@ def main(argv=None) -> int:
     kernels = measure_kernels(eng, cfgs, progress)
     progress("kernel switches")
     switches = measure_switches(eng, cfgs, kernels, progress)
+    progress("the verify steps of speculative decoding (LAB_DRAFT)")
+    spec_kernels, spec_switches = measure_spec(model, base, progress)
+    kernels, switches = kernels + spec_kernels, switches + spec_switches
     progress("host costs, interleaved with the ladder")
     _quiet_heap(eng)
     host, engine_host = host_and_ladder(eng, model, base, cfgs, out, progress)

@@ -6,8 +6,11 @@ before numba is imported). For each kernel in REGISTRY and each of its signature
 the twin's (`atol + k * eps(dtype) * |ref|`), checks that arguments it does not declare as written
 are untouched, checks matvec and rmsnorm bit for bit against lab/measure/precision.py's order
 mirrors, attn_combine bitwise against attn_merge + matvec_residual, and merge_elem (the per-element
-merge kernels/fused.py uses) bitwise against attn_merge. Exits non-zero naming the kernel on the
-first mismatch, or if a registered kernel/signature was never exercised.
+merge kernels/fused.py uses) bitwise against attn_merge, and the speculative-decoding kernels
+(family "spec": kernels/draft.py, kernels/verify.py, kernels/verify_attention.py) against their twins and, bit for bit, each
+column against its one-token kernel (matmat = matvec, rmsnorm_cols = rmsnorm, swiglu_cols =
+swiglu_up, rope_kv_append_cols = rope_kv_append, verify_merge = attn_merge). Exits non-zero
+naming the kernel on the first mismatch, or if a registered kernel/signature was never exercised.
 
   --shuffles    give the simulator lane-exact warp shuffles (`install_warp_shuffles`) BEFORE the
                 kernels are imported, so kernels/reduce.py takes its GPU path (SHUFFLES): the GPU
@@ -124,6 +127,9 @@ from kernels import reduce  # noqa: E402
 from kernels.attention import (combine_grid, merge_elem, merge_grid, partial_grid)  # noqa: E402
 from kernels.matvec import MATVEC_THREADS, row_dot2  # noqa: E402
 from kernels.matvec import grid_for as rows_grid  # noqa: E402
+from kernels import verify as VK  # noqa: E402
+from kernels import verify_attention as VKA  # noqa: E402
+from kernels.draft import ACCEPT_BLOCK, ACCEPT_GRID, DRAFT_BLOCK, DRAFT_GRID  # noqa: E402
 from lab.measure.precision import rmsnorm_order, row_dot_order  # noqa: E402
 
 if "--shuffles" in sys.argv:
@@ -159,6 +165,8 @@ FAMILIES = {
     "attention": {"attn_partial", "attn_partial_len", "attn_merge", "attn_combine"},
     "argmax_next": {"argmax_next", "argmax_next_float"},
     "advance": {"advance", "empty", "spin"},   # the position kernel and the cost recorder's probes
+    "spec": {"draft_lookup", "accept", "embed_cols", "rmsnorm_cols", "matmat", "matmat_residual",
+             "swiglu_cols", "rope_kv_append_cols", "verify_partial", "verify_merge", "argmax_cols"},
 }
 # --quick: attention's code paths, one case each, in (dtype, pos, splits) per config: several
 # slices, a float16 cache (and attn_partial_len, the last case of each dtype), empty slices
@@ -365,6 +373,180 @@ def check_partials(H, hd, S, cases, tag, Wo=None):
             check_merges(part_o, part_ml, Wo, f32(rng, D), label)
 
 
+# ---- the speculative-decoding kernels (family "spec": kernels/draft.py, kernels/verify.py, kernels/verify_attention.py)
+
+SPEC_T = 3   # verify columns at the tiny shapes: T = k + 1 with k = 2 drafted tokens
+
+
+def _i32(*v):
+    return np.array(v, np.int32)
+
+
+def check_drafts(S):
+    """draft_lookup on hand-made texts (integer outputs: exact against the twin) and accept on
+    hand-made verdicts. The texts: a periodic continuation, the latest of several matches, a
+    3-gram beating a later 1-gram, the fallback, p = 0, prompt-forced columns, the limit, and a
+    match past the first stride of the 128 threads."""
+    T = 6
+    def run_draft(tokens, p, n_prompt, limit, label):
+        buf = np.full(max(S, len(tokens)), 3, np.int32)
+        buf[:len(tokens)] = tokens
+        run_case("draft_lookup", DRAFT_GRID, DRAFT_BLOCK,
+                 [buf, _i32(p), _i32(n_prompt), _i32(limit), np.full(T, -1, np.int32)], (0.0, 0),
+                 label=f"draft {label} p={p} n_prompt={n_prompt} limit={limit}")
+    run_draft([5, 1, 2, 1, 2], 4, 1, S - 1, "periodic")                 # (1, 2) at j = 2, period 2
+    run_draft([5, 1, 2, 9, 5, 1, 2, 7, 5, 1, 2], 10, 1, S - 1, "latest")  # ends 2 and 6: 6 wins
+    run_draft([1, 2, 3, 8, 4, 3, 6, 1, 2, 3], 9, 1, S - 1, "longest")   # 3-gram at 2, '3' at 5
+    run_draft(list(range(20, 32)), 11, 1, S - 1, "fallback")
+    run_draft([4, 4], 0, 1, S - 1, "p=0")
+    run_draft([1, 2, 3, 1, 2, 3, 50, 51], 5, 8, S - 1, "prompt")       # 6, 7 forced; loop reads them
+    run_draft([1, 2, 3, 1, 2, 3, 50, 51], 5, 8, 7, "limit")             # 8.. past limit: tokens[p]
+    big = np.arange(300, dtype=np.int32) + 10                           # distinct: no match but ...
+    big[198:201] = big[287:290]                                         # ... this 3-gram (j = 200)
+    big[250] = big[289]                                                 # and a later 1-gram
+    run_draft(big, 289, 1, 299, "stride")
+    rng = case_rng("draft random")
+    for p in (7, S - 4, S - 2):
+        run_draft(rng.integers(0, 3, S).astype(np.int32), p, 1, S - 1, "random")
+
+    def run_accept(cols, pred, p, n_prompt, limit, label):
+        tokens = np.arange(S, dtype=np.int32) + 100
+        run_case("accept", ACCEPT_GRID, ACCEPT_BLOCK,
+                 [_i32(*cols), _i32(*pred), _i32(p), _i32(n_prompt), _i32(limit), tokens, _i32(2, 5)],
+                 (0.0, 0), label=f"accept {label} p={p} n_prompt={n_prompt} limit={limit}")
+    run_accept([103, 7, 8, 9], [7, 8, 9, 4], 3, 2, S - 1, "all")
+    run_accept([103, 7, 8, 9], [7, 5, 9, 4], 3, 2, S - 1, "mismatch")
+    run_accept([103, 7, 8, 9], [6, 8, 9, 4], 3, 2, S - 1, "bonus only")
+    run_accept([102, 103, 104, 9], [0, 0, 9, 4], 2, 5, S - 1, "prompt")
+    run_accept([100, 101, 102, 103], [5, 5, 5, 5], 0, 10, S - 1, "all prompt")
+    run_accept([104, 7, 8, 9], [7, 8, 9, 4], 4, 2, 6, "limit")
+    run_accept([106, 7, 8, 9], [7, 8, 9, 4], 6, 2, 6, "at limit")       # a no-op
+
+
+def _causal64(q, kc, vc, p, H, hd, scale):
+    """float64 softmax attention: column t over rows 0 .. min(p + t, max_seq - 1)."""
+    T, S = q.shape[0], kc.shape[0]
+    o = np.empty((T, H * hd))
+    for t in range(T):
+        L = min(p + t, S - 1) + 1
+        for h in range(H):
+            sl = slice(h * hd, (h + 1) * hd)
+            s = scale * (kc[:L, sl].astype(np.float64) @ q[t, sl].astype(np.float64))
+            e = np.exp(s - s.max())
+            o[t, sl] = (e / e.sum()) @ vc[:L, sl].astype(np.float64)
+    return o
+
+
+def check_verify_attention(H, hd, S, cases, tag):
+    """verify_partial then verify_merge for each (dtype, pos, splits) against the twins, the
+    merged output against float64 causal attention, and each column's merge bit for bit against
+    attn_merge on that column's partials."""
+    D, T = H * hd, SPEC_T
+    scale = np.float32(1.0 / np.sqrt(hd))
+    for dt, p, splits in cases:
+        label = f"{tag} verify pos={p} splits={splits} cache={np.dtype(dt).name}"
+        r = case_rng(label)
+        q, kc, vc = f32(r, T, D, scale=2.0), f32(r, S, D).astype(dt), f32(r, S, D).astype(dt)
+        g, b = VKA.verify_grid(H, splits, hd)
+        part_o, part_ml = run_case(
+            "verify_partial", g, b,
+            [q, kc, vc, _i32(p), np.full((H, T, splits + 1, hd), np.nan, np.float32),
+             np.full((H, T, splits + 1, 2), np.nan, np.float32), scale], (1e-5, 64), dt, label=label)[4:6]
+        g, b = VKA.merge_cols_grid(H, hd, T)
+        o = run_case("verify_merge", g, b, [part_o, part_ml, np.full((T, D), np.nan, np.float32)],
+                     (1e-6, 16), label=label)[2]
+        ok, err = close(o, _causal64(q, kc, vc, p, H, hd, scale), 1e-5, 64, EPS32)
+        if not ok:
+            raise Mismatch(f"{label}: verify_partial + verify_merge vs float64 causal attention: {err:.3g}")
+        mg, mb = merge_grid(H, hd)
+        for t in range(T):   # contract: column t merged as attn_merge merges a step's slices
+            o1 = np.zeros(D, np.float32)
+            compiled("attn_merge", REGISTRY["attn_merge"].signatures[0])[mg, mb](
+                np.ascontiguousarray(part_o[:, t]), np.ascontiguousarray(part_ml[:, t]), o1)
+            same_bits(o[t], o1, f"kernel verify_merge {label} col {t}: attn_merge")
+
+
+def check_verify(rng, cfg, tag):
+    """The verify step's column kernels against their twins, and their contracts: matmat's column
+    t is matvec's bits (and row_dot_order's), rmsnorm_cols' row rmsnorm's, swiglu_cols' column
+    swiglu_up's, rope_kv_append_cols' column rope_kv_append's at p + t, verify_merge's column
+    attn_merge's; verify_partial + verify_merge against float64 causal attention."""
+    D, H, hd, F, V, S = cfg["D"], cfg["n_head"], cfg["hd"], cfg["F"], cfg["V"], cfg["max_seq"]
+    T = SPEC_T
+    g, b = VK.embed_cols_grid(D, T)
+    run_case("embed_cols", g, b, [_i32(3, 0, V - 1), f32(rng, V, D), np.full((T, D), np.nan, np.float32)],
+             (0.0, 0), label=tag)
+
+    g, b = VK.cols_grid(T)
+    for n in (D, 300):
+        X, w = f32(rng, T, n), f32(rng, n)
+        out = run_case("rmsnorm_cols", g, b, [X, w, np.zeros((T, n), np.float32), np.float32(1e-5)],
+                       (1e-6, 16), label=f"n={n}")[2]
+        for t in range(T):
+            same_bits(out[t], rmsnorm_order(X[t], w, np.float32(1e-5), FUSED),
+                      f"kernel rmsnorm_cols n={n} row {t}: rmsnorm_order")
+        one = np.zeros(n, np.float32)
+        compiled("rmsnorm", REGISTRY["rmsnorm"].signatures[0])[(1,), (256,)](X[1], w, one, np.float32(1e-5))
+        same_bits(out[1], one, f"kernel rmsnorm_cols n={n} row 1: rmsnorm")
+
+    for N, K in ((V, D), (5, 40)):   # V rows: a tail of the 4 rows per block; 40 > 32 lanes
+        g, b = VK.matmat_grid(N)
+        W, Xc = f32(rng, N, K, scale=K ** -0.5), f32(rng, T, K)
+        out = run_case("matmat", g, b, [W, Xc, np.full((T, N), np.nan, np.float32)], (1e-5, 8),
+                       label=f"N={N} K={K}")[2]
+        for t in range(T):
+            same_bits(out[t], row_dot_order(W, Xc[t], FUSED), f"kernel matmat N={N} K={K} col {t}: row_dot_order")
+        one = np.zeros(N, np.float32)
+        compiled("matvec", REGISTRY["matvec"].signatures[0])[g, b](W, Xc[T - 1], one)
+        same_bits(out[T - 1], one, f"kernel matmat N={N} K={K} col {T - 1}: matvec")
+        res = f32(rng, T, N)
+        out = run_case("matmat_residual", g, b, [W, Xc, res], (1e-5, 8), label=f"N={N} K={K}")[2]
+        for t in range(T):
+            same_bits(out[t], res[t] + row_dot_order(W, Xc[t], FUSED),
+                      f"kernel matmat_residual N={N} K={K} col {t}: row_dot_order")
+
+    g, b = VK.matmat_grid(F)
+    Wg, Wu, Xc = f32(rng, F, D, scale=D ** -0.5), f32(rng, F, D, scale=D ** -0.5), f32(rng, T, D)
+    act = run_case("swiglu_cols", g, b, [Wg, Wu, Xc, np.full((T, F), np.nan, np.float32)], (1e-5, 16),
+                   label=tag)[3]
+    for t in range(T):
+        one = np.zeros(F, np.float32)
+        compiled("swiglu_up", REGISTRY["swiglu_up"].signatures[0])[g, b](Wg, Wu, Xc[t], one)
+        same_bits(act[t], one, f"kernel swiglu_cols {tag} col {t}: swiglu_up")
+
+    ang = np.arange(S)[:, None] * (10000.0 ** (-np.arange(hd // 2) / (hd // 2)))[None, :]
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    g, b = VK.rope_cols_grid(H, hd, T)
+    for dt in (np.float32, np.float16):
+        for p in (0, 5, S - 2):      # S - 2: column 2 is past max_seq (no row, q = 0)
+            qkv, kc, vc = f32(rng, T, 3 * D), f32(rng, S, D).astype(dt), f32(rng, S, D).astype(dt)
+            out = run_case("rope_kv_append_cols", g, b,
+                           [qkv, _i32(p), cos, sin, np.full((T, D), np.nan, np.float32), kc, vc],
+                           (1e-6, 4), dt, label=f"{tag} pos={p}")
+            for t in range(T):
+                if p + t >= S:
+                    continue
+                q1, kc1, vc1 = np.zeros(D, np.float32), kc.copy(), vc.copy()
+                compiled("rope_kv_append", sig_for("rope_kv_append", dt))[(H,), (hd,)](
+                    qkv[t], _i32(p + t), cos, sin, q1, kc1, vc1)
+                same_bits(out[4][t], q1, f"kernel rope_kv_append_cols pos={p} col {t}: q")
+                if not (np.array_equal(out[5][p + t], kc1[p + t]) and np.array_equal(out[6][p + t], vc1[p + t])):
+                    raise Mismatch(f"kernel rope_kv_append_cols pos={p} col {t}: cache rows differ from rope_kv_append's")
+
+    # verify attention: p = 0 (every cache slice empty), p on a slice boundary (6 = 2 x 3) and
+    # inside one (7), more slices than rows (p = 3, S = 4), a float16 cache, a column past max_seq
+    check_verify_attention(H, hd, S, [(np.float32, 0, 2), (np.float32, 6, 2), (np.float32, 7, 2),
+                                      (np.float16, 9, 2), (np.float32, 3, 4), (np.float16, S - 2, 1)], tag)
+
+    g, b = VK.cols_grid(T)
+    tie = f32(rng, V); tie[[2, V - 1]] = 9.0
+    nan = np.full(V, np.nan, np.float32); nan[V - 2] = -np.inf
+    run_case("argmax_cols", g, b, [np.stack([tie, nan, np.full(V, np.nan, np.float32)]),
+                                   np.full(T, -1, np.int32)], (0.0, 0), label="ties, NaN")
+    big = f32(rng, T, 300); big[:, [299, 257, 200]] = 7.0                # 200 beats thread 1's 257
+    run_case("argmax_cols", g, b, [big, np.full(T, -1, np.int32)], (0.0, 0), label="V=300")
+
+
 def main() -> int:
     # the simulator runs a Python thread per CUDA thread and its block manager polls them in a
     # loop: shorter GIL time slices let the threads it waits for run sooner (measured: the whole
@@ -532,6 +714,17 @@ def main() -> int:
                 run_case("empty", (1,), (32,), [np.array([3], np.int32)], (0.0, 0))
                 run_case("spin", (1,), (1,), [np.int32(50), np.zeros(1, np.float32)], (0.0, 4))
         timed("advance", t_advance)
+
+        # ---- the speculative-decoding kernels: the drafter and the acceptance (integers, exact)
+        # and the verify step's column kernels, each against its twin and its one-token kernel
+        def t_spec(rng):
+            check_drafts(S)
+            check_verify(rng, cfg, tag)
+            if first:  # slices of more than one tile of rows (the rescale across tiles), head_dim
+                # 96 (tiles of 21 rows; T * hd > 256: three o slots per thread)
+                check_verify_attention(1, 96, 40, [(np.float32, 37, 1)], "D=96 H=1 hd=96")
+        if first or "--gpu" in sys.argv:  # the simulator runs a thread per CUDA thread: tiny dims
+            timed("spec", t_spec)
 
     mine = {n: spec for n, spec in REGISTRY.items() if n in set().union(*(FAMILIES[f] for f in families))}
     skipped = QUICK_SKIPS if "--quick" in sys.argv else set()

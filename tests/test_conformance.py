@@ -38,7 +38,33 @@ def test_the_table_covers_the_lessons(report):
         assert needle in lessons, needle
     if "fused" in json.loads((conformance.DATA_GPU / "fission.json").read_text()):
         assert "fused fission (eager)" in lessons and "fused fission (graph)" in lessons
+    if (conformance.DATA_GPU / "spec.json").is_file():
+        assert "spec (context 900): draft 4 - draft 0" in lessons and "bug arm's replays" in lessons
     assert report["gpu_source"].startswith("measured on NVIDIA")
+
+
+def test_spec_rows_judge_the_saving_the_tokens_per_step_and_the_bug_arm():
+    def curve(d0, d4, tps, bug_replays):
+        rows = []
+        for ctx in (64, 900):
+            rows += [{"context": ctx, "arm": "draft 0", "ms_per_token": d0, "tokens_per_step": 1.0,
+                      "replay_fraction": 1.0},
+                     {"context": ctx, "arm": "draft 4", "ms_per_token": d4, "tokens_per_step": tps,
+                      "replay_fraction": 1.0},
+                     {"context": ctx, "arm": "draft 4 + LAB_BUG_SPEC_KEY", "ms_per_token": 0.5,
+                      "tokens_per_step": tps, "replay_fraction": bug_replays}]
+        return {"rows": rows}
+    rows = []
+    # spec_rows(recorded, simulated, ...)
+    conformance.spec_rows(curve(0.08, 0.06, 1.5, 0.0), curve(0.08, 0.062, 1.6, 0.0), (64, 900), rows)
+    assert [r.lesson for r in rows[:3]] == ["spec (context 64): draft 4 - draft 0",
+                                            "spec (context 64): tokens per verify step",
+                                            "spec (context 64): bug arm's replays"]
+    assert rows[0].sim == pytest.approx(-18.0) and rows[0].gpu == pytest.approx(-20.0)
+    assert all(r.ok for r in rows)
+    rows = []      # the simulator's bug arm replaying what the GPU's never did: an exact miss
+    conformance.spec_rows(curve(0.08, 0.06, 1.5, 0.0), curve(0.08, 0.062, 1.6, 0.5), (64,), rows)
+    assert [r.ok for r in rows] == [True, True, False]
 
 
 @pytest.mark.parametrize("row,ok", [

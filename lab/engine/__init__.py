@@ -7,6 +7,7 @@
   buffers      every device buffer, allocated once before any capture
   graphs       the graph cache keyed by plan, and the plan switch by update
   device_loop  the whole generation in one launch (LAB_LOOP=device)
+  spec         speculative decoding (LAB_DRAFT): the verify step, its buffers, decode in rounds
   requests     prompts, generate, decode
 
 Imports: the ground floor (lab/*.py) and lab.backend only.

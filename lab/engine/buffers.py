@@ -24,6 +24,7 @@ import numpy as np
 from kernels import fused
 from lab.plan import plan_boundaries
 from .ranks import shard, vocab_rows
+from .spec import alloc_spec
 from lab.reference import rope_tables
 
 
@@ -64,6 +65,7 @@ class Device:
     w: dict = field(default_factory=dict)           # weight name -> buffer (ranks: the shard)
     partials: dict = field(default_factory=dict)    # splits -> the attention scratch's views
     vocab_view: object = None                       # the logits of the real vocabulary
+    spec: object = None                             # LAB_DRAFT>0: the verify step's buffers
 
 
 def scratch_views(be, part_o, part_ml, n_head: int, head_dim: int, splits: int) -> dict:
@@ -112,6 +114,8 @@ class Allocation:
             be.upload(b.sin, sin)
         if R == 1:
             self._alloc_one_device_modes(d)
+        if self.cfg.draft:                                  # the verify step's (lab/engine/spec.py)
+            d.spec = alloc_spec(be, c, self.cfg.draft, self.cfg.draft_splits)
         kv = np.dtype(self.cfg.kv_dtype)
         for i in range(c.n_layer):
             b.k_cache.append(be.alloc(f"k_cache.{i}", (c.max_seq, D // R), kv, init=kv_init))

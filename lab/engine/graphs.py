@@ -107,6 +107,14 @@ class GraphCache:
             be.abort_capture()
         return f"capture failed on a rank: {exc.reason}"
 
+    def drop_graphs(self) -> None:
+        """Forget every graph (and capture failure): the next step of each plan captures anew,
+        as on a fresh engine, with the buffers and the position kept."""
+        self._graphs.clear()
+        self._defs.clear()
+        self._failed.clear()
+        self._live = None
+
     @property
     def graphs(self) -> dict:
         """{plan key: its graph} (with ranks: a list, one graph per rank)."""

@@ -18,6 +18,7 @@ class Generation:
     steps: int
     seconds: float
     source: str             # "simulated ..." or "measured on ..."
+    draft: dict | None = None   # LAB_DRAFT>0: the engine's spec_stats() (read once, at the end)
 
     @property
     def ms_per_token(self) -> float:
@@ -41,14 +42,17 @@ class Requests:
     def generate(self, prompt: str, n_tokens: int, progress: bool | None = False) -> Generation:
         """Greedy generation of `n_tokens` after `prompt`; times the whole decode. `progress`:
         True shows a bar, None shows one on a terminal once the decode takes over a second.
-        LAB_LOOP=device: one launch of the device loop runs every step (no bar: the host waits)."""
+        LAB_LOOP=device: one launch of the device loop runs every step (no bar: the host waits).
+        LAB_DRAFT=k: `steps` positions in rounds of verify steps; `Generation.draft` holds the
+        device's counts (verify steps, tokens generated), read once at the end."""
         ids = self.encode(prompt)
         self.reset(ids, n_tokens)
         steps = ids.size - 1 + n_tokens
         seconds = self.decode(steps, progress)
         tokens = self.tokens(ids.size + n_tokens)
         text = self.model.tokenizer.decode(tokens[ids.size:])
-        return Generation(prompt, text, tokens, steps, seconds, self.describe())
+        return Generation(prompt, text, tokens, steps, seconds, self.describe(),
+                          self.spec_stats() if self.cfg.draft else None)
 
     def decode(self, steps: int, progress: bool | None = False) -> float:
         """Decode `steps` steps from the current position (after reset, or seek); the seconds
@@ -57,6 +61,8 @@ class Requests:
         if self.position + steps >= self.model.cfg.max_seq:
             raise LabError(f"{steps} steps from position {self.position} would exceed max_seq "
                            f"{self.model.cfg.max_seq}")
+        if self.cfg.draft:                 # speculative: rounds of verify steps (lab/engine/spec.py)
+            return self._decode_spec(steps, progress)
         loop = self.device_loop() if self.cfg.loop == "device" else None
         if loop is not None:
             return self._run_device_loop(loop, steps)
@@ -121,8 +127,11 @@ class Requests:
         return toks[0]
 
     def logits(self, rank: int = 0) -> np.ndarray:
-        """The logits of the real vocabulary (with ranks: gathered, as rank `rank` holds them)."""
+        """The logits of the real vocabulary (with ranks: gathered, as rank `rank` holds them;
+        LAB_DRAFT>0: the last verify step's, one row per column, [k + 1, vocab])."""
         d = self.devices[rank]
+        if d.spec is not None:
+            return d.backend.download(d.spec.logits)
         return d.backend.download(d.vocab_view)
 
     def device_position(self, rank: int = 0) -> int:

@@ -11,6 +11,8 @@ on a miss: `capture`) or the eager launches. The optional modes, each one place 
                                              rank's step is issued in lockstep, collective by
                                              collective; a graph per rank per plan key
   LAB_FUSION=1 (18 launches per token)       lab/engine/step.py (FusedStep): swaps the step's pieces
+  LAB_DRAFT=k (speculative decoding)         lab/engine/spec.py (SpecStep, SpecDecode): the verify
+                                             step over k + 1 positions, decoded in rounds
   deliberate bugs                            lab/engine/bugs.py: overrides of the step's pieces
 
 A clean engine builds each plan's step once and issues the SAME Launch objects at every later
@@ -45,6 +47,7 @@ from lab.model import Model, check_request
 from lab.plan import Plan, decode_plan
 from .ranks import TensorParallel, check_divisible, rank_step_class
 from .requests import Generation, Requests  # noqa: F401 (Generation: where it was)
+from .spec import SpecDecode, spec_step_class
 from .step import FusedStep, HostWork, Step
 
 
@@ -59,6 +62,8 @@ def step_for(cfg: LabConfig, base: type[Step] = Step) -> type[Step]:
     overrides on top."""
     if cfg.ranks > 1:
         return rank_step_class(cfg.bugs, base)
+    if cfg.draft:
+        return spec_step_class(cfg.bugs, base)
     if cfg.fusion and not issubclass(base, FusedStep):
         if base is not Step:
             raise LabError(f"step={base.__name__} is a variant of the one-op-per-kernel step; "
@@ -69,7 +74,7 @@ def step_for(cfg: LabConfig, base: type[Step] = Step) -> type[Step]:
     return bugs.step_class(cfg.bugs, base)
 
 
-class DecodeEngine(Requests, Allocation, GraphCache, DeviceLoop, TensorParallel):
+class DecodeEngine(Requests, Allocation, GraphCache, DeviceLoop, TensorParallel, SpecDecode):
     def __init__(self, model: Model, cfg: LabConfig | None = None, backend=None,
                  kv_init: str = "zeros", warm_up: bool = True, step: type[Step] = Step,
                  group=None):
@@ -124,6 +129,9 @@ class DecodeEngine(Requests, Allocation, GraphCache, DeviceLoop, TensorParallel)
             be.upload(b.tokens, host)
             be.upload(b.pos, np.zeros(1, np.int32))
             be.upload(b.n_prompt, np.array([ids.size], np.int32))
+        if self.cfg.draft:   # the verify step stops at `limit` (decode sets it); counts from 0
+            be.upload(b.limit, np.array([c.max_seq - 1], np.int32))
+            be.upload(self.dev_spec.stats, np.zeros(2, np.int32))
         self.position, self.n_prompt = 0, int(ids.size)
 
     def step(self) -> LedgerEntry:
@@ -274,7 +282,7 @@ class DecodeEngine(Requests, Allocation, GraphCache, DeviceLoop, TensorParallel)
         that changes them (LAUNCH does not: both mechanisms capture the same graph). FUSION
         swaps the step's pieces (the host state lazy code recorded carries over). Toggles that
         change allocation (KV dtype, the lazy-allocation bugs, ranks) need a new engine."""
-        alloc = ("kv_dtype", "bugs", "ranks")
+        alloc = ("kv_dtype", "bugs", "ranks", "draft", "draft_splits")
         if any(getattr(value, f) != getattr(self._cfg, f) for f in alloc):
             raise LabError(f"{', '.join(alloc)} change what the engine allocates: build a new "
                            f"DecodeEngine for them")

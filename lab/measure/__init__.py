@@ -10,6 +10,7 @@
   precision    float32/float16 KV and reductions against the float64 oracle
   kernel_run   one kernel on its own, eager or captured, for costs and checks
   compare      two runs of one prompt, step by step (+ compare_sides, compare_evidence)
+  spec         speculative decoding: the same tokens, the curve against context, NSPLIT
 
 Imports: the ground floor, lab.backend and lab.engine.
 """

@@ -266,6 +266,10 @@ def per_token_pass(arms: list[Arm], prompt: str, samples: int, tokens: int,
     out = {a.name: [] for a in arms}
     if samples <= 0:
         return out
+    drafting = [a.name for a in arms if a.cfg.draft]
+    if drafting:
+        raise LabError(f"per-token timing times one step per position; a verify step "
+                       f"(LAB_DRAFT>0: {', '.join(drafting)}) covers several: use --per-token 0")
     bar = _bar(samples * len(arms), "per-token", progress)
     k = 0
     while min(len(v) for v in out.values()) < samples:

@@ -175,7 +175,7 @@ def _sweep_slope_us(result: dict, arm: str) -> tuple[float, int, int]:
 
 
 # the lessons, in the table's order: `run(only=...)` re-runs a subset (a notebook shows its own)
-LESSONS = ("ladder", "overlap", "fission", "device loop", "context", "nodes")
+LESSONS = ("ladder", "overlap", "fission", "device loop", "context", "nodes", "spec")
 _SIMULATED: dict = {}   # (what, model, costs, settings) -> result: see _once
 
 
@@ -291,10 +291,48 @@ def _table(model, data_dir, rec, loop_file, only, cost, base, reps, progress, dr
         rows.append(Row(f"graph: context {lo} -> {hi}", "us/token", _sweep_slope_us(s_sw, arm)[0],
                         g_slope, note="bench_sweep.json"))
 
+    spec_file = data_dir / "spec.json"          # recorded since LAB_DRAFT: older sets lack it
+    if "spec" in only and spec_file.is_file():
+        rec_sp = _field(_load(data_dir, "spec.json"), "curve", "spec")
+        ctxs = tuple(sorted({r["context"] for r in rec_sp["rows"]}))
+
+        def simulate_spec():
+            from lab.measure import spec
+            return spec.curve(model, drafts=(0, SPEC_DRAFT), contexts=ctxs,
+                              new_tokens=rec_sp["new_tokens"], reps=reps, base=sim, bug=SPEC_DRAFT,
+                              progress=progress, backend_factory=factory)
+        s_sp = result(base and (*base, "spec", ctxs, rec_sp["new_tokens"]), simulate_spec, rec_sp)
+        spec_rows(rec_sp, s_sp, ctxs, rows)
     if "nodes" in only:
         node_rows(cost, rows)
     return {"rows": rows, "cost_source": cost.describe(), "gpu_source": lad["source"],
             "gpu_date": lad.get("date", "?"), "data_dir": str(data_dir)}
+
+
+SPEC_DRAFT = 4    # the draft length whose lesson conformance re-runs (spec.json's bug arm's too)
+
+
+def spec_rows(rec: dict, sim: dict, contexts, rows: list) -> None:
+    """Speculative decoding (spec.json's curve): at each context, what drafting SPEC_DRAFT
+    tokens saves per generated token, the tokens each verify step yields, and the replay share
+    of LAB_BUG_SPEC_KEY's arm (0: no graph is ever replayed)."""
+    def row(res, ctx, arm):
+        for r in res["rows"]:
+            if r["context"] == ctx and r["arm"] == arm:
+                return r
+        raise LabError(f"spec.json: no row for {arm!r} at context {ctx}")
+    k, bug = f"draft {SPEC_DRAFT}", f"draft {SPEC_DRAFT} + LAB_BUG_SPEC_KEY"
+    for ctx in contexts:
+        def saved(res):
+            return 1000.0 * (row(res, ctx, k)["ms_per_token"] - row(res, ctx, "draft 0")["ms_per_token"])
+        rows.append(Row(f"spec (context {ctx}): draft {SPEC_DRAFT} - draft 0", "us/token",
+                        saved(sim), saved(rec), note="spec.json"))
+        rows.append(Row(f"spec (context {ctx}): tokens per verify step", "tokens",
+                        row(sim, ctx, k)["tokens_per_step"], row(rec, ctx, k)["tokens_per_step"],
+                        note="spec.json"))
+        rows.append(Row(f"spec (context {ctx}): bug arm's replays", "% of steps",
+                        100 * (row(sim, ctx, bug)["replay_fraction"] or 0),
+                        100 * (row(rec, ctx, bug)["replay_fraction"] or 0), True, "spec.json"))
 
 
 def ladder_rows(lad: dict, s_lad: dict, rows: list) -> None:

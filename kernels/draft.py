@@ -1,0 +1,199 @@
+"""Speculative decoding's two bookkeeping kernels: the drafter and the acceptance.
+
+Owns
+- `draft_lookup`: prompt-lookup drafting on the device. It fills the verify step's columns
+  cols [T] (T = k + 1 <= MAX_COLS): column 0 is the current token tokens[p], columns 1..T-1
+  are guesses for positions p+1 .. p+T-1, copied from an earlier occurrence of the text's
+  last tokens.
+- `accept`: after the verify step, keeps the longest prefix of the guesses that the model's own
+  greedy choices confirm, appends the model's next token (the "bonus"), and advances pos.
+
+Device state (never a host value, so a captured graph replays at any position): tokens
+[max_seq] int32 (prompt, then generated ids), pos [1] (p: the step's column 0 is position p),
+n_prompt [1], limit [1] (the last position a generation may reach, limit <= max_seq - 1).
+
+draft_lookup's rule, for column i = 1 .. T-1 at position q = p + i, first rule that applies:
+  1. q > limit: tokens[p] (a filler: accept never takes a position past limit - 1);
+  2. q < n_prompt: tokens[q] (a prompt token: known, forced, whatever the match says);
+  3. a match: for n = NGRAM (3), 2, 1, the LATEST j with n-1 <= j < p whose n-gram
+     tokens[j-n+1 .. j] equals the text's last one tokens[p-n+1 .. p]; the first n that has
+     one wins (a longer context beats a later occurrence of a shorter one). The text after
+     that occurrence is the guess: position p+i gets tokens[j+i] if j+i <= p (a known token),
+     else cols[j+i-p], a guess made just before (j < p, so j+i-p < i): the continuation runs
+     into the draft itself, which continues a periodic loop (period p - j);
+  4. the fallback, when no n matches (p = 0, or tokens[p] never seen before): tokens[p].
+Only tokens at positions <= p are read for the match (the rest are not known yet).
+
+draft_lookup's layout: grid (1,), block DRAFT_THREADS = 128. Thread x scans the candidate ends
+j = x, x + 128, ... < p; at each it extends the match backwards, n = 1, 2, 3 while the tokens
+agree, and keeps per n the latest j (its j only increase). A shared-memory max tree over the
+block (stride 64 .. 1, a barrier per stride, every thread takes part) gives each n's latest j
+(a max: exact, the order does not matter); then thread 0 writes the T columns in increasing i.
+
+accept's rule (grid (1,), block (1,); one thread, no atomics): p = pos[0]; if p >= limit the
+generation is done and the step changes nothing. Otherwise draft i = 1, 2, ... is accepted while
+  i <= T-1  and  p + i <= limit - 1 (room for the bonus)  and
+  (p + i < n_prompt  or  cols[i] == pred[i-1])     (pred[t]: the model's argmax after column t),
+a = the number accepted. Generated positions among p+1 .. p+a get tokens[p+i] = cols[i]; the
+bonus q = p+a+1 gets tokens[q] = pred[a] if q >= n_prompt (a prompt slot is never overwritten);
+pos[0] = p + a + 1. stats[1] += g, the positions of p+1 .. p+a+1 at or past n_prompt, and
+stats[0] += 1 if g > 0 (a step that generated). As pred[t] is the greedy choice given columns
+0..t, and every accepted column equals that choice, the sequence is exactly the one a step per
+token writes (a prompt column is the prompt token, which both paths feed).
+"""
+import numba
+import numpy as np
+from numba import cuda
+
+from kernels._spec import kernel
+from kernels.pdl import pdl_launch_dependents, pdl_wait
+
+NGRAM = 3             # longest n-gram the drafter matches (then 2, then 1)
+MAX_COLS = 9          # columns of a verify step: T = k + 1, k <= 8 drafted tokens
+DRAFT_THREADS = 128   # draft_lookup's block: candidate ends scanned in parallel
+DRAFT_GRID = (1,)
+DRAFT_BLOCK = (DRAFT_THREADS,)
+ACCEPT_GRID = (1,)
+ACCEPT_BLOCK = (1,)
+
+
+# ---------------------------------------------------------------- draft_lookup
+
+def latest_match(tokens, p: int) -> tuple[int, int]:
+    """(n, j): the longest n <= NGRAM with a match and its latest end j < p, or (0, -1)."""
+    for n in range(NGRAM, 0, -1):
+        tail = tokens[p - n + 1:p + 1]                       # [n] the text's last n tokens
+        for j in range(p - 1, n - 2, -1):                    # latest first, j >= n - 1
+            if np.array_equal(tokens[j - n + 1:j + 1], tail):
+                return n, j
+    return 0, -1
+
+
+def draft_lookup_twin(grid, block, tokens, pos, n_prompt, limit, cols):
+    p, n_p, lim = int(pos[0]), int(n_prompt[0]), int(limit[0])
+    _, j = latest_match(tokens, p)
+    cols[0] = tokens[p]
+    for i in range(1, cols.shape[0]):
+        q = p + i
+        if q > lim:                  # past the generation's end: never accepted
+            cols[i] = tokens[p]
+        elif q < n_p:                # a prompt token: forced
+            cols[i] = tokens[q]
+        elif j < 0:                  # no match for any n: the fallback
+            cols[i] = tokens[p]
+        elif j + i <= p:             # the occurrence's continuation, a known token
+            cols[i] = tokens[j + i]
+        else:                        # ... or one drafted just before (a periodic loop)
+            cols[i] = cols[j + i - p]
+
+
+@kernel("void(int32[::1], int32[::1], int32[::1], int32[::1], int32[::1])",
+        twin=draft_lookup_twin, reads=(0, 1, 2, 3), writes=(4,))
+def draft_lookup(tokens, pos, n_prompt, limit, cols):
+    """cols[0] = tokens[p]; cols[1..T-1] = prompt tokens or prompt-lookup drafts (see the module
+    docstring); tokens [max_seq], pos/n_prompt/limit [1], cols [T]; grid (1,), block (128,)."""
+    pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
+    best = cuda.shared.array((NGRAM, DRAFT_THREADS), numba.int32)  # [n-1, threads] latest end j
+    tid = cuda.threadIdx.x
+    p = pos[0]
+    mine = cuda.local.array(NGRAM, numba.int32)                    # [n-1] this thread's latest j
+    for n in range(NGRAM):
+        mine[n] = -1
+    for j in range(tid, p, DRAFT_THREADS):  # increasing j: a later match overwrites
+        n = 0
+        while n < NGRAM and j - n >= 0 and tokens[j - n] == tokens[p - n]:
+            mine[n] = j                     # tokens[j-n .. j] == tokens[p-n .. p]
+            n += 1
+    for n in range(NGRAM):
+        best[n, tid] = mine[n]
+    cuda.syncthreads()
+    s = DRAFT_THREADS // 2
+    while s > 0:                            # max tree; uniform: every thread, every stride
+        if tid < s:
+            for n in range(NGRAM):
+                best[n, tid] = max(best[n, tid], best[n, tid + s])
+        cuda.syncthreads()
+        s //= 2
+    if tid == 0:
+        j = numba.int32(-1)
+        n = NGRAM
+        while n > 0 and j < 0:              # the longest n-gram that has a match
+            j = best[n - 1, 0]
+            n -= 1
+        cur = tokens[p]
+        lim = limit[0]
+        n_p = n_prompt[0]
+        cols[0] = cur
+        for i in range(1, cols.shape[0]):   # increasing i: cols[j+i-p] (< i) is written
+            q = p + i
+            v = cur                         # past limit, or the fallback
+            if q <= lim:
+                if q < n_p:
+                    v = tokens[q]
+                elif j >= 0:
+                    v = tokens[j + i] if j + i <= p else cols[j + i - p]
+            cols[i] = v
+
+
+# ---------------------------------------------------------------- accept
+
+def accepted(cols, pred, p: int, n_prompt: int, limit: int) -> int:
+    """a: how many drafts (columns 1, 2, ...) the verify step keeps."""
+    a = 0
+    while (a + 1 <= cols.shape[0] - 1 and p + a + 1 <= limit - 1
+           and (p + a + 1 < n_prompt or cols[a + 1] == pred[a])):
+        a += 1
+    return a
+
+
+def accept_twin(grid, block, cols, pred, pos, n_prompt, limit, tokens, stats):
+    p, n_p, lim = int(pos[0]), int(n_prompt[0]), int(limit[0])
+    if p >= lim:                                  # the generation is done: a no-op step
+        return
+    a = accepted(cols, pred, p, n_p, lim)
+    for i in range(1, a + 1):
+        if p + i >= n_p:
+            tokens[p + i] = cols[i]
+    q = p + a + 1                                 # the bonus token's position
+    if q >= n_p:
+        tokens[q] = pred[a]
+    pos[0] = q
+    g = sum(1 for x in range(p + 1, q + 1) if x >= n_p)
+    if g > 0:
+        stats[0] += 1
+        stats[1] += g
+
+
+@kernel("void(int32[::1], int32[::1], int32[::1], int32[::1], int32[::1], int32[::1], int32[::1])",
+        twin=accept_twin, reads=(0, 1, 2, 3, 4, 5, 6), writes=(2, 5, 6))
+def accept(cols, pred, pos, n_prompt, limit, tokens, stats):
+    """Keep the confirmed drafts and the bonus token, advance pos (see the module docstring).
+
+    cols, pred [T], pos/n_prompt/limit [1], tokens [max_seq], stats [2] = (steps that generated,
+    tokens generated); grid (1,), block (1,) (thread 0 of block 0 does the work).
+    """
+    pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
+    if cuda.threadIdx.x != 0 or cuda.blockIdx.x != 0:  # robust to a wider launch
+        return
+    p = pos[0]
+    lim = limit[0]
+    n_p = n_prompt[0]
+    if p >= lim:
+        return
+    T = cols.shape[0]
+    a = 0
+    while a + 1 <= T - 1 and p + a + 1 <= lim - 1 and (p + a + 1 < n_p or cols[a + 1] == pred[a]):
+        a += 1
+    for i in range(1, a + 1):
+        if p + i >= n_p:
+            tokens[p + i] = cols[i]
+    q = p + a + 1
+    if q >= n_p:
+        tokens[q] = pred[a]
+    pos[0] = q
+    g = q - max(p + 1, n_p) + 1  # positions of p+1 .. q at or past n_prompt
+    if g > 0:
+        stats[0] += 1
+        stats[1] += g

@@ -1,0 +1,202 @@
+"""Speculative decoding (LAB_DRAFT=k): draft k tokens on the device, verify them with ONE step of
+the model over k + 1 positions, accept on the device -- and replay all of it from one graph.
+
+The verify step at position p (the device's `pos`; the host does not know it between its reads):
+
+  draft_lookup      cols[0] = tokens[p]; cols[1..k] = the drafts for positions p+1 .. p+k:
+                    prompt lookup (kernels/draft.py): the latest earlier occurrence of the
+                    last n tokens (n = 3, then 2, then 1), and the k tokens that followed it;
+                    a prompt position's own token where p+i is still inside the prompt
+  embed_cols        X [T, D] = the embeddings of the T = k + 1 columns
+  per layer         rmsnorm_cols, matmat (qkv: each weight row loaded once for all T columns),
+                    rope_kv_append_cols (T positions' RoPE, KV rows p .. p+k appended),
+                    verify_partial (split-K over the cache rows [0, p) in NSPLIT slices + the
+                    causal block over the rows appended this step), verify_merge,
+                    matmat_residual (Wo), rmsnorm_cols, swiglu_cols, matmat_residual (W_down)
+  head              rmsnorm_cols, matmat (LM head: logits [T, V]), argmax_cols (pred [T])
+  accept            the longest prefix of drafts the model agrees with (cols[i] == pred[i-1]),
+                    then the model's own next token: tokens written, pos += accepted + 1;
+                    the counts added to `stats` (read by the host once, at the end)
+
+2 + 9 * n_layer + 4 = 42 launches for the tiny model, whatever k (the one-token step: 37). A
+rejected draft's KV row is simply overwritten by a later step (the next step starts at the
+first rejected position). The split count is fixed (LAB_DRAFT_SPLITS, `decode_plan`): the
+host cannot choose a plan from a position it does not know, so ONE graph per (splits, k) serves
+the whole generation; every slice's length grows with the context on the device.
+
+`decode` (lab/engine/requests.py) runs a speculative decode in ROUNDS: it sets the device's
+`limit` to the target position, issues the fewest steps that could reach it (ceil(remaining /
+(k + 1)): no step of a round can be idle), then reads `pos` once; a step at the limit does
+nothing. So the host syncs once per round (about log of the tokens), never between steps.
+Greedy tokens equal LAB_DRAFT=0's up to the order of a few sums (the verify attention slices
+the context differently): a difference shows only at a near-tie, which tests and
+`lab.measure.spec` report with the float64 oracle's margin.
+
+LAB_BUG_SPEC_KEY (case study 004 on its own ground): the verify graph keyed on the position
+read back after every step. Every step captures, successfully; no graph is replayed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernels import draft, verify, verify_attention as va
+from lab.errors import LabError
+from lab.plan import Plan
+from .step import Step, launch
+
+STATS = ("verify steps", "tokens generated")   # what `stats` [2] int32 counts, in order
+
+
+@dataclass
+class SpecBuffers:
+    """The verify step's own buffers ([T, .]: one row per column), allocated once."""
+    cols: object = None      # [T] int32: the ids the step feeds: tokens[p], then the drafts
+    pred: object = None      # [T] int32: the model's argmax after each column
+    x: object = None         # [T, D] the residual streams
+    h: object = None         # [T, D] normalised
+    qkv: object = None       # [T, 3 D]
+    q: object = None         # [T, D] after RoPE
+    o: object = None         # [T, D] merged heads
+    act: object = None       # [T, F]
+    logits: object = None    # [T, V]
+    part_o: object = None    # [H, T, splits + 1, hd] the verify attention's partials
+    part_ml: object = None   # [H, T, splits + 1, 2]
+    stats: object = None     # [2] int32: STATS
+
+
+def alloc_spec(be, model_cfg, draft_len: int, splits: int) -> SpecBuffers:
+    """The verify step's buffers for `draft_len` drafts and `splits` cache slices."""
+    c, T, f32 = model_cfg, draft_len + 1, np.float32
+    D, H, hd = c.d_model, c.n_head, c.head_dim
+    if max(D, c.d_ff) > verify.MATMAT_MAX_K:
+        raise LabError(f"LAB_DRAFT needs d_model and d_ff <= {verify.MATMAT_MAX_K} (the verify "
+                       f"step's products stage their columns in shared memory); this model has "
+                       f"d_model {D}, d_ff {c.d_ff}: run it with LAB_DRAFT=0")
+    s = SpecBuffers()
+    s.cols = be.alloc("spec_cols", (T,), np.int32)
+    s.pred = be.alloc("spec_pred", (T,), np.int32)
+    for name, width in (("x", D), ("h", D), ("qkv", 3 * D), ("q", D), ("o", D), ("act", c.d_ff),
+                        ("logits", c.vocab_size)):
+        setattr(s, name, be.alloc(f"spec_{name}", (T, width), f32))
+    s.part_o = be.alloc("spec_part_o", (H, T, splits + 1, hd), f32)
+    s.part_ml = be.alloc("spec_part_ml", (H, T, splits + 1, 2), f32)
+    s.stats = be.alloc("spec_stats", (len(STATS),), np.int32)
+    return s
+
+
+class SpecStep(Step):
+    """The verify step (LAB_DRAFT=k): draft, the model over k + 1 columns, accept. Its pieces,
+    in order: `draft` (the drafter's launch), `columns` (embed + every layer + the LM head's
+    argmax over the k + 1 columns) and `accept` (the acceptance's launch); a variant (the
+    hands-on exercise's, a deliberate bug) overrides one."""
+
+    def draft(self, plan: Plan):
+        b, s = self.dev.buf, self.dev.spec
+        return launch(draft.draft_lookup, (draft.DRAFT_GRID, draft.DRAFT_BLOCK),
+                      (b.tokens, b.pos, b.n_prompt, b.limit, s.cols))
+
+    def columns(self, plan: Plan):
+        c, b, w, s = self.engine.model.cfg, self.dev.buf, self.dev.w, self.dev.spec
+        T, H, D = plan.draft + 1, c.n_head, c.d_model
+        eps, scale = np.float32(c.norm_eps), np.float32(1.0 / np.sqrt(c.head_dim))
+        norm = verify.cols_grid(T)
+        yield launch(verify.embed_cols, verify.embed_cols_grid(D, T), (s.cols, w["tok_emb"], s.x))
+        for i in range(c.n_layer):
+            p = f"layers.{i}."
+            yield launch(verify.rmsnorm_cols, norm, (s.x, w[p + "attn_norm"], s.h, eps), i)
+            yield launch(verify.matmat, _ROWS(3 * D, D), (w[p + "wqkv"], s.h, s.qkv), i)
+            yield launch(verify.rope_kv_append_cols, verify.rope_cols_grid(H, c.head_dim, T),
+                         (s.qkv, b.pos, b.cos, b.sin, s.q, b.k_cache[i], b.v_cache[i]), i)
+            yield launch(va.verify_partial, va.verify_grid(H, plan.splits, c.head_dim),
+                         (s.q, b.k_cache[i], b.v_cache[i], b.pos, s.part_o, s.part_ml, scale), i)
+            yield launch(va.verify_merge, va.merge_cols_grid(H, c.head_dim, T),
+                         (s.part_o, s.part_ml, s.o), i)
+            yield launch(verify.matmat_residual, _ROWS(D, D), (w[p + "wo"], s.o, s.x), i)
+            yield launch(verify.rmsnorm_cols, norm, (s.x, w[p + "mlp_norm"], s.h, eps), i)
+            yield launch(verify.swiglu_cols, _ROWS(c.d_ff, D),
+                         (w[p + "w_gate"], w[p + "w_up"], s.h, s.act), i)
+            yield launch(verify.matmat_residual, _ROWS(D, c.d_ff), (w[p + "w_down"], s.act, s.x), i)
+        yield launch(verify.rmsnorm_cols, norm, (s.x, w["final_norm"], s.h, eps))
+        yield launch(verify.matmat, _ROWS(c.vocab_size, D), (w["lm_head"], s.h, s.logits))
+        yield launch(verify.argmax_cols, verify.cols_grid(T), (s.logits, s.pred))
+
+    def accept(self, plan: Plan):
+        b, s = self.dev.buf, self.dev.spec
+        return launch(draft.accept, (draft.ACCEPT_GRID, draft.ACCEPT_BLOCK),
+                      (s.cols, s.pred, b.pos, b.n_prompt, b.limit, b.tokens, s.stats))
+
+    def items(self, plan: Plan):
+        yield self.draft(plan)
+        yield from self.columns(plan)
+        yield self.accept(plan)
+
+
+class SpecKey(SpecStep):
+    """LAB_BUG_SPEC_KEY: the verify graph filed under the plan key AND the position the device
+    reached, read back after every step (a host sync the clean step never makes). Drafting
+    moves the position by the accepted count, so no key comes back: every step captures a
+    graph that is right, and no later step looks it up."""
+
+    def graph_key(self, plan: Plan) -> tuple:
+        return (*plan.key, "pos", self.engine.device_position())
+
+
+_ROWS = verify.matmat_grid      # one warp per output row, as matvec (K <= MATMAT_MAX_K)
+
+
+def spec_step_class(bugs, base: type[Step] = Step) -> type[Step]:
+    """The verify step for LAB_DRAFT>0, with LAB_BUG_SPEC_KEY's override when it is on (the
+    config refuses every other bug with drafting)."""
+    if base is not Step and not issubclass(base, SpecStep):
+        raise LabError(f"step={base.__name__} is a variant of the one-token step; LAB_DRAFT>0 "
+                       f"runs the verify step (pass a subclass of SpecStep)")
+    base = SpecStep if base is Step else base
+    return type(f"{base.__name__}+spec_key", (SpecKey, base), {}) if "spec_key" in bugs else base
+
+
+class SpecDecode:
+    """The speculative decode's host side (a mixin of DecodeEngine): rounds of steps with one
+    read of `pos` per round, and the counts read once at the end."""
+
+    def _decode_spec(self, steps: int, progress) -> float:
+        """Advance the device position by `steps` (as `decode` does one step each), in rounds
+        of ceil(remaining / (k + 1)) verify steps with one read of `pos` after each."""
+        start = self.device_position()
+        target = start + steps
+        self.backend.upload(self.buf.limit, np.array([target], np.int32))
+        width, pos = self.cfg.draft + 1, start
+        bar = None
+        if progress is not False:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=steps, desc=f"decode (draft {self.cfg.draft})", unit="pos",
+                       disable=None if progress is None else False, delay=0.0 if progress else 1.0)
+        t0 = self.group.clock()
+        while pos < target:
+            for _ in range(-(-(target - pos) // width)):
+                self.step()
+            new = self.device_position()          # the round's one read
+            if bar is not None:
+                bar.update(new - pos)
+            if new <= pos:
+                raise LabError(f"speculative decode stalled at position {pos}: no step of the "
+                               f"round advanced it (limit {target})")
+            pos = self.position = new
+        seconds = self.group.clock() - t0
+        if bar is not None:
+            bar.close()
+        return seconds
+
+    def spec_stats(self) -> dict:
+        """{"verify steps": n, "tokens generated": m, "tokens per step": m / n} since the last
+        reset (generated tokens only: prompt positions are not counted)."""
+        if not self.cfg.draft:
+            raise LabError("spec_stats needs LAB_DRAFT=2, 4 or 8")
+        steps, made = (int(v) for v in self.backend.download(self.dev_spec.stats))
+        return {"verify steps": steps, "tokens generated": made,
+                "tokens per step": made / steps if steps else float("nan")}
+
+    @property
+    def dev_spec(self) -> SpecBuffers:
+        return self.devices[0].spec

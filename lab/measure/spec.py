@@ -1,0 +1,230 @@
+"""Speculative decoding measured: does drafting keep the tokens, and when does it pay?
+
+- `same_tokens(model, draft)`: greedy ids with LAB_DRAFT=k against LAB_DRAFT=0 on the standard
+  prompts; where they part, the float64 oracle's margin (top-1 minus top-2 logit) at that
+  position on the shared prefix says whether it is a near-tie (the verify step sums the
+  attention in another order) or a bug.
+- `curve(model, drafts, contexts)`: ms per generated token and tokens per verify step against the
+  context (case study 003's curve), arms interleaved rep by rep, each on its own engine that
+  ingested the same real text (the drafter's acceptance depends on the values: no `seek` over
+  zeros here); every arm's replay share from its ledger (the replay gate).
+- `splits_sweep(model, draft, splits, contexts)`: the verify attention's split count (NSPLIT)
+  against its workspace and the context, as 003 weighed it.
+
+Prompts of a given context come from the model's training corpus (data/corpus.txt): real text,
+so prompt lookup finds what it finds on text like the model's own.
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from lab.config import LabConfig
+from lab.engine.runner import DecodeEngine
+from lab.errors import LabError
+from lab.measure.arms import replay_fraction
+from lab.measure.compare import STANDARD_PROMPTS
+from lab.reference import Reference
+
+CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus.txt"
+TIE_MARGIN = 1e-3       # the lecture's near-tie: an oracle margin below this is rounding's to break
+
+
+def corpus_prompt(model, context: int, offset: int = 0) -> str:
+    """`context` characters of the training corpus from `offset` (every character is in the
+    model's vocabulary: the corpus is what it was trained on)."""
+    text = CORPUS.read_text(encoding="utf-8")
+    if not 1 <= context <= len(text) - offset:
+        raise LabError(f"context {context} from offset {offset}: the corpus has {len(text)} characters")
+    out = text[offset:offset + context]
+    model.tokenizer.encode(out)          # raises, naming the characters, if any is outside
+    return out
+
+
+def oracle_margin(model, ids, position: int) -> float:
+    """The float64 oracle's top-1 minus top-2 logit for the token after `position`, fed `ids`
+    up to it (the shared prefix of two runs that part right after it)."""
+    ref = Reference(model)
+    for p in range(position + 1):
+        logits = ref.step(int(ids[p]), p)
+    top = np.sort(logits)[::-1]
+    return float(top[0] - top[1])
+
+
+def same_tokens(model, draft: int, prompts=STANDARD_PROMPTS, tokens: int = 256,
+                base: LabConfig | None = None, tie_margin: float = TIE_MARGIN) -> dict:
+    """Greedy ids of LAB_DRAFT=`draft` against LAB_DRAFT=0 (both on `base`'s backend, graphs
+    on) for each prompt: identical, or where they part with the oracle's margin there (ok when
+    below `tie_margin`). Also each drafting run's counts (verify steps, tokens per step)."""
+    base = base or LabConfig()
+    one = DecodeEngine(model, base.replace(draft=0))
+    spec = DecodeEngine(model, base.replace(draft=draft))
+    rows = []
+    for prompt in prompts:
+        a = one.generate(prompt, tokens)
+        b = spec.generate(prompt, tokens)
+        n = len(model.tokenizer.encode(prompt))
+        differ = np.flatnonzero(a.tokens != b.tokens)
+        row = {"prompt": prompt, "identical": differ.size == 0, "ok": differ.size == 0,
+               "first_divergence": None, "draft_stats": b.draft}
+        if differ.size:
+            pos = int(differ[0]) - 1               # the position whose next token differs
+            margin = oracle_margin(model, a.tokens, pos)
+            row["first_divergence"] = {"position": pos, "generated_index": pos + 1 - n,
+                                       "id_one": int(a.tokens[pos + 1]),
+                                       "id_draft": int(b.tokens[pos + 1]),
+                                       "oracle_margin": margin, "near_tie": margin < tie_margin}
+            row["ok"] = margin < tie_margin
+        rows.append(row)
+    return {"what": f"greedy ids, LAB_DRAFT={draft} against LAB_DRAFT=0", "draft": draft,
+            "tokens": tokens, "tie_margin": tie_margin, "source": one.describe(),
+            "prompts": rows, "ok": all(r["ok"] for r in rows)}
+
+
+def _engines(model, arms: dict, prompt: str, backend_factory=None):
+    """Each arm's engine, with `prompt` ingested (untimed: its graph is captured there, before
+    anything is timed). `backend_factory(cfg, index)`: each arm's backend (the default: the
+    config's)."""
+    out = {}
+    for i, (name, cfg) in enumerate(arms.items()):
+        eng = DecodeEngine(model, cfg, backend=backend_factory(cfg, i) if backend_factory else None)
+        ids = eng.encode(prompt)
+        eng.reset(ids)
+        eng.decode(ids.size - 1)          # the prompt, once: later reps start after it
+        out[name] = eng
+    return out
+
+
+def _timed(eng, start: int, new_tokens: int) -> tuple[float, dict, dict]:
+    """One rep: from the position after the prompt, `new_tokens` positions; (seconds, draft
+    counts or None, ledger outcomes of this rep's steps). Every rep decodes the same positions,
+    so a graph keyed on the position would be found again in the next rep, which a server's
+    requests, always further on, never do: an arm with a deliberate bug starts each rep with
+    no graph, as a fresh engine."""
+    if eng.cfg.draft:
+        eng.backend.upload(eng.dev_spec.stats, np.zeros(2, np.int32))
+    if eng.cfg.bugs:
+        eng.drop_graphs()
+    eng.seek(start)
+    first = len(eng.ledger)
+    seconds = eng.decode(new_tokens)
+    outcomes: dict = {}
+    for e in eng.ledger[first:]:
+        outcomes[e.outcome] = outcomes.get(e.outcome, 0) + 1
+    return seconds, (eng.spec_stats() if eng.cfg.draft else None), outcomes
+
+
+def curve(model, drafts=(0, 2, 4, 8), contexts=(64, 900), new_tokens: int = 64, reps: int = 3,
+          base: LabConfig | None = None, bug: int | None = 4, splits: int | None = None,
+          progress=None, backend_factory=None) -> dict:
+    """ms per generated token and tokens per verify step for each draft length at each context,
+    arms interleaved rep by rep (one engine per arm, the same corpus prompt). `bug`: also
+    LAB_BUG_SPEC_KEY with that draft length (None: not), whose replay share the ledger shows."""
+    base = base or LabConfig()
+    arms = {f"draft {k}": base.replace(draft=k, **({"draft_splits": splits} if splits and k else {}))
+            for k in drafts}
+    if bug:
+        arms[f"draft {bug} + LAB_BUG_SPEC_KEY"] = base.replace(draft=bug, bugs={"spec_key"})
+    rows = []
+    bar = _bar(progress, len(contexts) * reps * len(arms), "spec curve")
+    for ctx in contexts:
+        prompt = corpus_prompt(model, ctx)
+        engines = _engines(model, arms, prompt, backend_factory)
+        start = ctx - 1
+        runs = {name: [] for name in arms}
+        for _ in range(reps):
+            for name, eng in engines.items():        # interleaved: every arm in every rep
+                runs[name].append(_timed(eng, start, new_tokens))
+                if bar is not None:
+                    bar.update(1)
+        for name, eng in engines.items():
+            secs = [r[0] for r in runs[name]]
+            ms = [1e3 * s / new_tokens for s in secs]
+            outcomes: dict = {}
+            for r in runs[name]:                     # the ledger over every timed rep
+                for k, n in r[2].items():
+                    outcomes[k] = outcomes.get(k, 0) + n
+            stats = runs[name][-1][1]
+            rows.append({
+                "arm": name, "draft": eng.cfg.draft, "context": ctx, "bug": bool(eng.cfg.bugs),
+                "splits": eng.cfg.draft_splits if eng.cfg.draft else None,
+                "ms_per_token": statistics.fmean(ms),
+                "se": statistics.stdev(ms) / len(ms) ** 0.5 if len(ms) > 1 else float("nan"),
+                "reps_ms": ms,
+                "tokens_per_step": stats["tokens per step"] if stats else 1.0,
+                "verify_steps": stats["verify steps"] if stats else new_tokens,
+                "replay_fraction": replay_fraction(outcomes), "ledger": outcomes,
+                "text": model.tokenizer.decode(eng.tokens(start + 1 + new_tokens)[start + 1:]),
+            })
+    if bar is not None:
+        bar.close()
+    return {"what": "speculative decoding: ms per generated token and tokens per verify step "
+                    "against context (lab.measure.spec.curve)",
+            "new_tokens": new_tokens, "reps": reps, "source": _source(base, model),
+            "rows": rows}
+
+
+def splits_sweep(model, draft: int = 4, splits=(1, 4, 16, 64), contexts=(64, 900),
+                 new_tokens: int = 32, reps: int = 3, base: LabConfig | None = None,
+                 progress=None) -> dict:
+    """The verify step's ms per generated token for each NSPLIT at each context, with the
+    partials' workspace: how 003 chose its split count."""
+    from kernels.verify_attention import workspace_bytes
+    base = base or LabConfig()
+    c = model.cfg
+    rows = []
+    for s in splits:
+        r = curve(model, drafts=(draft,), contexts=contexts, new_tokens=new_tokens, reps=reps,
+                  base=base, bug=None, splits=s, progress=progress)
+        for row in r["rows"]:
+            row["workspace_bytes"] = workspace_bytes(c.n_head, draft + 1, s, c.head_dim)
+            rows.append(row)
+    return {"what": f"the verify attention's split count against workspace and context "
+                    f"(LAB_DRAFT={draft})", "new_tokens": new_tokens, "reps": reps,
+            "source": _source(base, model), "rows": rows}
+
+
+def format_same(res: dict) -> str:
+    """One line per prompt: identical, or where drafting parted from one token per step and
+    the oracle's margin there; the tokens each verify step yielded."""
+    lines = [f"{res['what']}, {res['tokens']} tokens per prompt (near-tie: oracle margin < "
+             f"{res['tie_margin']:g})"]
+    for r in res["prompts"]:
+        d, st = r["first_divergence"], r["draft_stats"]
+        verdict = "identical" if d is None else (
+            f"parts at generated token {d['generated_index']} ({d['id_one']} vs {d['id_draft']}), "
+            f"oracle margin {d['oracle_margin']:.2g}: {'near-tie' if d['near_tie'] else 'NOT a near-tie'}")
+        lines.append(f"  {'PASS' if r['ok'] else 'FAIL'}  {r['prompt']!r:<28} {verdict}; "
+                     f"{st['tokens per step']:.2f} tokens per verify step")
+    lines.append(f"{'PASS' if res['ok'] else 'FAIL'} ({res['source']})")
+    return "\n".join(lines)
+
+
+def format_curve(res: dict) -> str:
+    """The curve as a table: one row per (context, arm)."""
+    lines = [f"{'context':>7}  {'arm':<28} {'ms/token':>9} {'± se':>8} {'tok/step':>8} "
+             f"{'replays':>8}" + ("  workspace" if "workspace_bytes" in res["rows"][0] else "")]
+    for r in res["rows"]:
+        f = r["replay_fraction"]
+        rep = "eager" if f is None else f"{100 * f:.0f}%"
+        name = r["arm"] + (f" (splits {r['splits']})" if "workspace_bytes" in r else "")
+        lines.append(f"{r['context']:>7}  {name:<28} {r['ms_per_token']:>9.4f} {r['se']:>8.4f} "
+                     f"{r['tokens_per_step']:>8.2f} {rep:>8}"
+                     + (f"  {r['workspace_bytes'] / 1024:.0f} KiB" if "workspace_bytes" in r else ""))
+    lines.append(f"({res['source']}; {res['new_tokens']} generated tokens per rep, {res['reps']} "
+                 f"reps interleaved)")
+    return "\n".join(lines)
+
+
+def _source(base: LabConfig, model) -> str:
+    return DecodeEngine(model, base.replace(draft=0), warm_up=False).describe()
+
+
+def _bar(progress, total: int, desc: str):
+    if progress is False:
+        return None
+    from tqdm.auto import tqdm
+    return tqdm(total=total, desc=desc, disable=None if progress is None else False,
+                delay=0.0 if progress else 1.0)
