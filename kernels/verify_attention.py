@@ -103,23 +103,20 @@ def verify_partial_twin(grid, block, q, k_cache, v_cache, pos, part_o, part_ml, 
     n_head, T, nblk, hd = part_o.shape                   # nblk = S + 1
     assert tuple(grid) == (n_head, nblk) and hd <= MAX_HEAD_DIM, "grid must be (n_head, S + 1)"
     p, S, scale = int(pos[0]), nblk - 1, np.float32(scale)
-    for h in range(n_head):
-        hs = slice(h * hd, (h + 1) * hd)
-        for s in range(nblk):
-            r0, r1 = verify_rows(p, S, s, T, k_cache.shape[0])
-            for t in range(T):
-                end = min(r1, p + t + 1)                 # causal: column t sees rows <= p + t
-                if r0 >= end:                            # no row: the empty partial
-                    part_ml[h, t, s] = (-np.inf, 0.0)
-                    part_o[h, t, s] = 0.0
-                    continue
-                k = k_cache[r0:end, hs].astype(np.float32)   # [n, hd]
-                v = v_cache[r0:end, hs].astype(np.float32)   # [n, hd]
-                sc = scale * (k @ q[t, hs])                  # [n]
-                m = sc.max()
-                e = np.exp(sc - m)                           # [n]
-                part_ml[h, t, s] = (m, e.sum(dtype=np.float32))
-                part_o[h, t, s] = e @ v
+    qh = q.reshape(T, n_head, hd)                              # [T, H, hd]
+    for s in range(nblk):
+        r0, r1 = verify_rows(p, S, s, T, k_cache.shape[0])
+        # causal: column t sees rows <= p + t (every row of a cache slice, a prefix of the block's)
+        seen = np.arange(r0, r1)[None, :] <= p + np.arange(T)[:, None]       # [T, n]
+        live = seen.any(axis=1)                                # [T] columns with a row here
+        k = k_cache[r0:r1].astype(np.float32).reshape(-1, n_head, hd)     # [n, H, hd]
+        v = v_cache[r0:r1].astype(np.float32).reshape(-1, n_head, hd)     # [n, H, hd]
+        sc = np.where(seen, scale * np.einsum("thd,nhd->htn", qh, k), -np.inf)  # [H, T, n]
+        m = sc.max(axis=2, initial=-np.inf)                    # [H, T]: -inf where no row
+        e = np.exp(sc - np.where(live, m, 0.0)[..., None])     # [H, T, n]: 0 where not seen
+        part_ml[:, :, s, 0] = m                                # an empty partial: m = -inf,
+        part_ml[:, :, s, 1] = e.sum(axis=2, dtype=np.float32)  # l = 0, o = 0
+        part_o[:, :, s] = np.einsum("htn,nhd->htd", e, v)
 
 
 _VERIFY_SIG = ("void(float32[:, ::1], {kv}[:, ::1], {kv}[:, ::1], int32[::1], "

@@ -6,8 +6,10 @@
 # GPUs (on one it exits 2 with a message, and the pass goes on).
 # Each step has a time limit (STEP_LIMIT seconds, default 240; LIMIT=N before a step sets its
 # own): a step that hangs is stopped, logged with exit 124, and the pass goes on to the next. The
-# hands-on exercises' GPU checks run last, with 900 s: each compiles and runs a child process
-# (24 checks, about 25 s each on the H200), and the recorders should not wait for them.
+# hands-on exercises' GPU checks run last, with 900 s: each reference solution compiles and runs
+# in a child process (about 25 s each on the H200), and the recorders should not wait for them;
+# their stubs fail on the simulator in `make test`, where nothing about them is GPU-specific.
+# GPU_TESTS=0 skips both test steps: a recording pass alone, for a lease too short for both.
 #   scripts/gpu_run.sh OUTDIR
 set -uo pipefail
 out=${1:?usage: scripts/gpu_run.sh OUTDIR}
@@ -15,7 +17,9 @@ mkdir -p "$out/gpu"
 export PYTHONUNBUFFERED=1
 step() { echo "== $* ($(date +%T))"; timeout "${LIMIT:-${STEP_LIMIT:-240}}" "$@"; echo "== exit $? ($(date +%T))"; }
 {
-  LIMIT=420 step python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/test_notebooks.py --ignore=tests/test_handson.py
+  if [ "${GPU_TESTS:-1}" = 1 ]; then
+    LIMIT=420 step python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/test_notebooks.py --ignore=tests/test_handson.py
+  fi
   step python3 tests/_cudasim_kernels.py --gpu
   step python3 tests/_cudasim_fused.py --gpu
   step python3 -m lab demo --backend cuda
@@ -28,8 +32,11 @@ step() { echo "== $* ($(date +%T))"; timeout "${LIMIT:-${STEP_LIMIT:-240}}" "$@"
   step python3 scripts/record_gpu_precision.py --out "$out/gpu"
   step python3 scripts/record_gpu_plan_switch.py --out "$out/gpu"
   step python3 scripts/record_gpu_device_loop.py --out "$out/gpu"
+  step python3 scripts/record_gpu_spec.py --out "$out/gpu"
   step python3 scripts/record_gpu_ranks.py --out "$out/gpu"
   step python3 -m lab conformance --data "$out/gpu"
   step python3 scripts/record_gpu_peer.py --out "$out/gpu" --reps 5
-  LIMIT=900 step python3 -m pytest -q -m gpu tests/test_handson.py -p no:cacheprovider
+  if [ "${GPU_TESTS:-1}" = 1 ]; then
+    LIMIT=900 step python3 -m pytest -q -m gpu tests/test_handson.py -k reference -p no:cacheprovider
+  fi
 } 2>&1 | tee "$out/gpu_run.log"

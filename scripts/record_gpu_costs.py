@@ -190,6 +190,38 @@ def measure_floors(eng, progress) -> dict:
     out["graph_submit_us"] = host_per_call(be, g1.launch, 2000)
     progress(f"  graph launch, host: {out['graph_submit_us']:.3f} us")
     out["loop"] = loop_floor(eng, progress)
+    out["capture"] = capture_floor(be, empty, progress)
+    return out
+
+
+def capture_floor(be, empty, progress, lengths=(8, 64), rounds: int = 15) -> dict:
+    """Host time to capture a graph of n launches (begin_capture .. end_capture, not
+    instantiated) and to instantiate it, for chains of n empty launches: medians over `rounds`,
+    per node (slope over n) and per graph (intercept). What a step that captures instead of
+    replaying pays on the host (the simulator charges it: LAB_BUG_STEP_KEY, LAB_BUG_SPEC_KEY)."""
+    times = {what: {n: [] for n in lengths} for what in ("capture", "instantiate")}
+    for _ in range(rounds):
+        for n in lengths:
+            t0 = time.perf_counter()
+            be.begin_capture()
+            for _ in range(n):
+                be.launch(empty)
+            source = be.end_capture(instantiate=False)
+            t1 = time.perf_counter()
+            graph = be.instantiate(source)
+            t2 = time.perf_counter()
+            times["capture"][n].append(1e6 * (t1 - t0))
+            times["instantiate"][n].append(1e6 * (t2 - t1))
+            del graph, source
+    out = {}
+    n1, n2 = lengths
+    for what, by_n in times.items():
+        med = {n: statistics.median(v) for n, v in by_n.items()}
+        per_node = (med[n2] - med[n1]) / (n2 - n1)
+        out[what] = {"per_node_us": per_node, "intercept_us": med[n1] - per_node * n1,
+                     "median_us": {str(n): med[n] for n in lengths}}
+        progress(f"  {what}: {per_node:.3f} us per node + {out[what]['intercept_us']:.1f} us "
+                 f"per graph (host)")
     return out
 
 

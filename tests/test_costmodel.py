@@ -122,3 +122,31 @@ def test_pipeline_eager_is_host_bound_and_graph_device_bound(model):
     assert host > device                  # pre-bound eager still waits for the host
     assert cost.graph_submit_us + cost.engine_host_us["graph"] < device / 4
     assert np.isfinite([cost.launch_jitter, cost.drift, cost.node_jitter]).all()
+
+
+def test_a_capture_costs_the_host_what_was_measured(model, recorded, tmp_path):
+    """floors.capture (record_gpu_costs.py's capture_floor): the simulator charges a capture
+    and an instantiation on the host, per graph and per node, so a step that captures every
+    time (LAB_BUG_SPEC_KEY) costs what it would; a file without the recording charges 0."""
+    data = json.loads(json.dumps(recorded))
+    data["floors"].pop("capture", None)
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(data))
+    data["floors"]["capture"] = {"capture": {"per_node_us": 5.0, "intercept_us": 150.0},
+                                 "instantiate": {"per_node_us": 4.0, "intercept_us": 50.0}}
+    timed = tmp_path / "capture.json"
+    timed.write_text(json.dumps(data))
+    none, cap = CostModel.load(plain), CostModel.load(timed)
+    assert none.capture_host_us(42) == 0.0 and none.instantiate_host_us(42) == 0.0
+    assert cap.capture_host_us(42) == pytest.approx(150 + 5 * 42)
+    assert cap.instantiate_host_us(42) == pytest.approx(50 + 4 * 42)
+    ms = {}
+    for name, cost in (("none", none), ("capture", cap)):
+        for bugs in ((), ("spec_key",)):
+            eng = DecodeEngine(model, LabConfig(backend="sim", draft=4, bugs=set(bugs)),
+                               backend=SimBackend(cost.replace(launch_jitter=0.0, drift=0.0,
+                                                               node_jitter=0.0)))
+            ms[name, bugs] = eng.generate("ROMEO.\n", 24).ms_per_token
+    # the clean arm captures once; the bug arm every step: only it pays, about 0.57 ms a step
+    assert ms["capture", ()] - ms["none", ()] < 0.05
+    assert ms["capture", ("spec_key",)] - ms["none", ("spec_key",)] > 0.3

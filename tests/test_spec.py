@@ -181,3 +181,18 @@ def test_gpu_drafting_keeps_the_tokens_and_graph_equals_eager(model):
     graph, g = _gen(model, backend="cuda", draft=4)
     assert (e.backend.download(e.dev_spec.logits).tobytes()
             == g.backend.download(g.dev_spec.logits).tobytes())
+
+
+def test_the_curve_reports_each_arms_replays_and_the_bug_arm_has_none(model):
+    from lab.measure import spec
+    res = spec.curve(model, drafts=(0, 4), contexts=(40,), new_tokens=16, reps=2,
+                     base=LabConfig(backend="sim"), progress=False)
+    rows = {r["arm"]: r for r in res["rows"]}
+    assert set(rows) == {"draft 0", "draft 4", "draft 4 + LAB_BUG_SPEC_KEY"}
+    assert rows["draft 4"]["replay_fraction"] == 1.0          # captured while ingesting the prompt
+    assert rows["draft 0"]["replay_fraction"] >= 0.99
+    # every rep of the bug arm starts with no graph, as a server's ever-new positions would
+    assert rows["draft 4 + LAB_BUG_SPEC_KEY"]["replay_fraction"] == 0.0
+    assert rows["draft 4"]["tokens_per_step"] >= 1.0 and rows["draft 0"]["tokens_per_step"] == 1.0
+    assert rows["draft 4"]["text"] == rows["draft 4 + LAB_BUG_SPEC_KEY"]["text"]
+    assert "context" in spec.format_curve(res) and "simulated" in res["source"]

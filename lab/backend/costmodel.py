@@ -61,6 +61,19 @@ KV_ARGS = ("k_cache", "v_cache")
 CONTEXT_KERNELS = ("attn_partial", "attn_partial_len", "attn_fused", "attn_partial_wide", "verify_partial")
 
 
+def _per_graph(fit: tuple | None, nodes: int) -> float:
+    return 0.0 if fit is None else fit[0] + fit[1] * nodes
+
+
+def _fit_or_none(data: dict, what: str, path) -> tuple | None:
+    """(intercept, per node) of floors.capture.<what>, or None when the file has no such
+    recording (recorded before scripts/record_gpu_costs.py measured captures)."""
+    if what not in data.get("floors", {}).get("capture", {}):
+        return None
+    return (_num(data, f"floors.capture.{what}.intercept_us", path, positive=False),
+            _num(data, f"floors.capture.{what}.per_node_us", path, positive=False))
+
+
 def _buffer(a):
     return a.buf if isinstance(a, RawArray) else a
 
@@ -231,6 +244,8 @@ class CostModel:
     node_jitter: float                # lognormal sigma per graph node     noise.graph.rep_cv
     host_scale: float = 1.0           # 1 = the measured host; notebooks make a slower, noisier one
     loop_overhead_us: float | None = None   # device loop, per iteration  floors.loop.overhead_us
+    capture_us: tuple | None = None   # host (per graph, per node) to capture   floors.capture.capture
+    instantiate_us: tuple | None = None   # host (per graph, per node) to instantiate   ... .instantiate
     misses: set = field(default_factory=set, compare=False, repr=False)
 
     @property
@@ -250,7 +265,9 @@ class CostModel:
                 "drift": "noise.prebound.rep_cv beyond per-token jitter",
                 "drift_us": "noise.prebound.rep_seconds",
                 "node_jitter": "noise.graph.rep_cv x sqrt(launches_per_token x tokens_per_rep)",
-                "loop_overhead_us": "floors.loop.overhead_us (only LAB_LOOP=device needs it)"}
+                "loop_overhead_us": "floors.loop.overhead_us (only LAB_LOOP=device needs it)",
+                "capture_us": "floors.capture.capture (0 when not recorded)",
+                "instantiate_us": "floors.capture.instantiate (0 when not recorded)"}
 
     # ---- loading ---------------------------------------------------------------------------
     @classmethod
@@ -320,7 +337,18 @@ class CostModel:
                 lpt * _num(data, "noise.graph.tokens_per_rep", path)),
             loop_overhead_us=(_num(data, "floors.loop.overhead_us", path, positive=False)
                               if "overhead_us" in data.get("floors", {}).get("loop", {}) else None),
+            capture_us=_fit_or_none(data, "capture", path),
+            instantiate_us=_fit_or_none(data, "instantiate", path),
         )
+
+    def capture_host_us(self, nodes: int) -> float:
+        """Host us to capture a graph of `nodes` launches, as measured (floors.capture); 0 for
+        a cost file recorded without it."""
+        return _per_graph(self.capture_us, nodes) * self.host_scale
+
+    def instantiate_host_us(self, nodes: int) -> float:
+        """Host us to instantiate a captured graph of `nodes` launches (floors.capture)."""
+        return _per_graph(self.instantiate_us, nodes) * self.host_scale
 
     def loop_iteration_us(self) -> float:
         """What the device loop adds per iteration (WHILE + SWITCH + two condition kernels), as

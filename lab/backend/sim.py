@@ -234,6 +234,7 @@ class SimBackend(DeviceQueues, _Views, Backend):
         self._issued = 0
 
     def instantiate(self, source: SimGraph) -> SimGraph:
+        self.host_us += self.cost.instantiate_host_us(len(source.nodes)) * self._host_speed()
         return SimGraph(self, source.nodes, source.deps, pdl=source.pdl)
 
     def end_capture(self, stream: str = "main", instantiate: bool = True) -> SimGraph:
@@ -248,6 +249,10 @@ class SimBackend(DeviceQueues, _Views, Backend):
                 raise CaptureError(f"stream {st!r} was not joined back into {stream!r} before "
                                    f"end_capture (cudaErrorStreamCaptureUnjoined)",
                                    f"unjoined work on stream {st!r}")
+        # the host's time to capture (and instantiate) the graph, as measured (floors.capture)
+        self.host_us += self.cost.capture_host_us(len(cap.nodes)) * self._host_speed()
+        if instantiate:
+            self.host_us += self.cost.instantiate_host_us(len(cap.nodes)) * self._host_speed()
         return SimGraph(self, cap.nodes, cap.deps, pdl=self.pdl, executable=instantiate)
 
     # ---- memory ------------------------------------------------------------------------------
