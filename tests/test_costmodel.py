@@ -150,3 +150,51 @@ def test_a_capture_costs_the_host_what_was_measured(model, recorded, tmp_path):
     # the clean arm captures once; the bug arm every step: only it pays, about 0.57 ms a step
     assert ms["capture", ()] - ms["none", ()] < 0.05
     assert ms["capture", ("spec_key",)] - ms["none", ("spec_key",)] > 0.3
+
+
+def test_a_key_measured_at_many_contexts_is_interpolated_between_them():
+    from lab.backend.costmodel import _fit
+    rows = [{"context": c, "node_us": u, "node_pdl_us": u - 0.5, "bytes": 1}
+            for c, u in ((1, 9.0), (64, 21.0), (256, 75.0), (1000, 300.0))]
+    fit = _fit(rows)
+    for c, u in ((1, 9.0), (64, 21.0), (256, 75.0), (1000, 300.0)):
+        assert fit.node(c, False) == pytest.approx(u) and fit.node(c, True) == pytest.approx(u - 0.5)
+    assert fit.node(160, False) == pytest.approx(48.0)              # halfway between 64 and 256
+    assert fit.node(1024, False) > 300.0                             # extended by the last slope
+    two = _fit(rows[:2])                                             # two contexts: the line
+    assert not two.knots and two.node(127, False) == pytest.approx(33.0)
+
+
+def test_the_supplement_adds_what_the_cost_file_lacks(recorded, tmp_path):
+    from lab.backend.costmodel import SUPPLEMENT, with_supplement
+    row = {"key": "verify_partial grid=(4, 17) block=(128,) [x]", "kernel": "verify_partial",
+           "context": 65, "node_us": 10.0, "node_pdl_us": 9.5, "bytes": 100}
+    old = dict(recorded["kernels"][0], node_us=99.0)           # a key the file has: the file wins
+    extra = {"source": "measured on NVIDIA X, v", "date": "d", "kernels": [row, old],
+             "switches": [], "floors": {"capture": {"capture": {"per_node_us": 4.0, "intercept_us": 19.0},
+                                                    "instantiate": {"per_node_us": 3.0, "intercept_us": 26.0}}}}
+    merged = with_supplement({k: v for k, v in recorded.items()}, extra)
+    assert row["key"] in {r["key"] for r in merged["kernels"]}
+    assert ([r for r in merged["kernels"] if r["key"] == old["key"]]
+            == [r for r in recorded["kernels"] if r["key"] == old["key"]])
+    base = tmp_path / "kernel_costs.json"
+    base.write_text(json.dumps({**recorded, "floors": {k: v for k, v in recorded["floors"].items()
+                                                       if k != "capture"}}))
+    (tmp_path / SUPPLEMENT).write_text(json.dumps(extra))
+    cost = CostModel.load(base)
+    assert cost.kernels[row["key"]].node(65, False) == pytest.approx(10.0)
+    assert cost.capture_host_us(10) == pytest.approx(59.0)
+    assert "spec_costs.json: measured on NVIDIA X" in cost.describe()
+
+
+def test_the_committed_supplement_is_read_from_the_committed_log():
+    """data/gpu/spec_costs.json is what scripts/costs_from_log.py reads from data/gpu/spec_run.log
+    (the cost recorder's run cut by its time limit): every measured row, every switch."""
+    from scripts.costs_from_log import parse
+    from lab.model import load_model
+    data = COSTS_FILE.parent
+    committed = json.loads((data / "spec_costs.json").read_text())
+    again = parse((data / "spec_run.log").read_text(), load_model())
+    assert again["kernels"] == committed["kernels"] and again["switches"] == committed["switches"]
+    assert again["floors"] == committed["floors"]
+    assert committed["source"].startswith("measured on NVIDIA H200")

@@ -11,7 +11,13 @@ The functional form, and why:
   copies, so the per-node time includes the gap to the next node; a step's nodes run back to
   back, so their times add. Attention's work per block grows with the slice each block walks,
   context / splits, and `splits` is part of the key (the partial buffers' shape): within one key
-  the time is linear in context. Kernels measured at one context get b = 0.
+  the time is linear in context. Kernels measured at one context get b = 0. A key measured at
+  more than two contexts (the verify step's attention: one split count for every context, so
+  flat while its launch overheads dominate, then linear) is interpolated piecewise between them.
+- A supplement beside the cost file (`spec_costs.json`, written by scripts/costs_from_log.py
+  from a recorder's log) adds measured launches, switches and the capture floor the file lacks.
+- A capture costs the host the measured per-graph + per-node time (`floors.capture`), and so
+  does an instantiation.
 - With PDL a node has its own measured time (`node_pdl_us`): the launch of a dependent overlaps
   its predecessor's tail.
 - A chain of one launch keeps that kernel's code and constants cached; in a step every node
@@ -59,6 +65,25 @@ TWIN_OF = {"rmsnorm_late_wait": "rmsnorm", "attn_partial_len": "attn_partial",
 KV_ARGS = ("k_cache", "v_cache")
 # kernels that read `context` rows of the KV cache (the others touch one row: an append)
 CONTEXT_KERNELS = ("attn_partial", "attn_partial_len", "attn_fused", "attn_partial_wide", "verify_partial")
+
+
+SUPPLEMENT = "spec_costs.json"   # measured costs a cost file lacks, beside it (costs_from_log.py)
+
+
+def with_supplement(data: dict, extra: dict) -> dict:
+    """The cost file's data with a supplement's measurements added: its kernels and switches
+    (keys the file lacks; the file wins on a key both hold) and floors.capture (when the file
+    has none). `supplement` in the result names the supplement's source and date."""
+    out = json.loads(json.dumps(data))
+    have = {r["key"] for r in out["kernels"]}
+    out["kernels"] += [r for r in extra.get("kernels", []) if r["key"] not in have]
+    pairs = {(r["prev"], r["key"]) for r in out["switches"]}
+    out["switches"] += [r for r in extra.get("switches", []) if (r["prev"], r["key"]) not in pairs]
+    capture = extra.get("floors", {}).get("capture")
+    if capture and "capture" not in out.get("floors", {}):
+        out["floors"]["capture"] = capture
+    out["supplement"] = f"{SUPPLEMENT}: {extra.get('source', '?').split(',')[0]}, {extra.get('date', '?')}"
+    return out
 
 
 def _per_graph(fit: tuple | None, nodes: int) -> float:
@@ -121,7 +146,11 @@ def launch_context(launch: Launch, arrays) -> int:
 
 @dataclass(frozen=True)
 class KernelFit:
-    """Node time of one cost key: a + b * context (us), without and with PDL."""
+    """Node time of one cost key against the context (us), without and with PDL: the straight
+    line through its measured contexts when there are one or two (a + b * context), piecewise
+    linear between them when there are more (a kernel whose slices grow with a context it
+    covers with a fixed split count, verify_partial: flat at first, then linear), extended
+    beyond the first and last by their segments' slopes."""
     a: float
     b: float
     a_pdl: float
@@ -129,23 +158,34 @@ class KernelFit:
     bytes: int
     contexts: tuple[int, ...]
     measured: tuple[tuple[int, float, float], ...]    # (context, node_us, node_pdl_us)
+    knots: tuple = ()     # (contexts, node_us, node_pdl_us), sorted: more than two contexts
 
     def node(self, context: int, pdl: bool) -> float:
-        return (self.a_pdl + self.b_pdl * context) if pdl else (self.a + self.b * context)
+        if not self.knots:
+            return (self.a_pdl + self.b_pdl * context) if pdl else (self.a + self.b * context)
+        x, y = self.knots[0], self.knots[2 if pdl else 1]
+        i = min(max(int(np.searchsorted(x, context)), 1), len(x) - 1)   # its segment
+        return float(y[i - 1] + (y[i] - y[i - 1]) * (context - x[i - 1]) / (x[i] - x[i - 1]))
 
 
 def _fit(rows) -> KernelFit:
     ctx = np.array([r["context"] for r in rows], float)
     us = np.array([r["node_us"] for r in rows], float)
     pdl = np.array([r["node_pdl_us"] for r in rows], float)
-    if len(set(ctx.tolist())) >= 2:
+    distinct = sorted(set(ctx.tolist()))
+    knots = ()
+    if len(distinct) >= 2:
         b, a = np.polyfit(ctx, us, 1)
         b_p, a_p = np.polyfit(ctx, pdl, 1)
+        if len(distinct) > 2:
+            x = np.array(distinct)
+            knots = (x, np.array([us[ctx == c].mean() for c in x]),
+                     np.array([pdl[ctx == c].mean() for c in x]))
     else:
         a, b, a_p, b_p = us.mean(), 0.0, pdl.mean(), 0.0
     return KernelFit(float(a), float(b), float(a_p), float(b_p), int(rows[0]["bytes"]),
                      tuple(int(c) for c in ctx),
-                     tuple((int(c), float(u), float(p)) for c, u, p in zip(ctx, us, pdl)))
+                     tuple((int(c), float(u), float(p)) for c, u, p in zip(ctx, us, pdl)), knots)
 
 
 def _get(data: dict, path: str, source: Path):
@@ -246,6 +286,7 @@ class CostModel:
     loop_overhead_us: float | None = None   # device loop, per iteration  floors.loop.overhead_us
     capture_us: tuple | None = None   # host (per graph, per node) to capture   floors.capture.capture
     instantiate_us: tuple | None = None   # host (per graph, per node) to instantiate   ... .instantiate
+    supplement: str = ""              # the supplement merged in, if any (SUPPLEMENT)
     misses: set = field(default_factory=set, compare=False, repr=False)
 
     @property
@@ -267,7 +308,8 @@ class CostModel:
                 "node_jitter": "noise.graph.rep_cv x sqrt(launches_per_token x tokens_per_rep)",
                 "loop_overhead_us": "floors.loop.overhead_us (only LAB_LOOP=device needs it)",
                 "capture_us": "floors.capture.capture (0 when not recorded)",
-                "instantiate_us": "floors.capture.instantiate (0 when not recorded)"}
+                "instantiate_us": "floors.capture.instantiate (0 when not recorded)",
+                "supplement": f"{SUPPLEMENT} beside the cost file, if any (scripts/costs_from_log.py)"}
 
     # ---- loading ---------------------------------------------------------------------------
     @classmethod
@@ -281,6 +323,12 @@ class CostModel:
                            f"by scripts/record_gpu_costs.py (part of scripts/gpu_run.sh)") from None
         except (OSError, ValueError) as exc:
             raise LabError(f"the simulator's cost file {path} is unreadable: {exc}") from None
+        extra = path.with_name(SUPPLEMENT)
+        if extra.is_file():
+            try:
+                data = with_supplement(data, json.loads(extra.read_text()))
+            except (OSError, ValueError) as exc:
+                raise LabError(f"the cost file's supplement {extra} is unreadable: {exc}") from None
         return cls.from_dict(data, path)
 
     @classmethod
@@ -338,6 +386,7 @@ class CostModel:
             loop_overhead_us=(_num(data, "floors.loop.overhead_us", path, positive=False)
                               if "overhead_us" in data.get("floors", {}).get("loop", {}) else None),
             capture_us=_fit_or_none(data, "capture", path),
+            supplement=str(data.get("supplement", "")),
             instantiate_us=_fit_or_none(data, "instantiate", path),
         )
 
@@ -363,7 +412,8 @@ class CostModel:
         return dataclasses.replace(self, misses=set(), **changes)
 
     def describe(self) -> str:
-        return f"component costs from {Path(self.path).name}, {self.source.split(',')[0]}, {self.date}"
+        return (f"component costs from {Path(self.path).name}, {self.source.split(',')[0]}, "
+                f"{self.date}" + (f" (+ {self.supplement})" if self.supplement else ""))
 
     # ---- device ------------------------------------------------------------------------------
     def _fit_for(self, launch: Launch):
