@@ -313,6 +313,12 @@ def leave_one_out(run, factors, reps):
 result = check("loo", globals())
 
 # %% [markdown]
+# ## Beyond the checklist: speculative decoding's acceptance (notebook 14)
+# Exercise `accept` (listed as step 11: the lecture's case studies 003 and 004) asks for the
+# acceptance kernel of speculative decoding and the verify step's piece that launches it. It
+# lives in notebook 14, beside the drafter and the verify step it completes; its reference is
+# checked with the others below.
+#
 # ## The reference solutions (the lab's, not yours)
 # Each exercise ships a reference solution, and known wrong ones, one per common mistake
 # (`EXERCISES[name].wrong`: the tests check that each fails naming its mistake). Here the

@@ -4,6 +4,7 @@ mistake -- each run through the real check, in its child process, on the simulat
 variants are marked `gpu`). Bad input gets a one-line verdict and leaves the lab untouched: a
 solution that does not import, raises, loops for ever, writes outside its scratch folder, or
 calls the lab's own implementation. And the command line: list, show, check."""
+import numpy as np
 import pytest
 
 import kernels
@@ -19,7 +20,23 @@ def _check(name, solution, **kw):
 
 
 def test_every_checklist_step_has_an_exercise():
-    assert {e.step for e in EXERCISES.values()} == set(range(1, 11))
+    """Steps 1-10: the lecture's checklist; 11: beyond it (the case studies 003/004, `accept`)."""
+    assert {e.step for e in EXERCISES.values()} == set(range(1, 12))
+    assert [n for n, e in EXERCISES.items() if e.step == 11] == ["accept"]
+
+
+def test_the_accept_check_s_mistake_models_start_from_the_lab_s_rule():
+    """The accept check names a mistake by matching a flawed model of the rule; with no flaw the
+    model must be the lab's own acceptance (kernels.draft.accept_twin) on every hand-made case,
+    and each flaw must change the outcome of some case."""
+    from lab.teach.handson import accept
+    for case in accept.CASES:
+        want = accept.expected(case, 128)
+        got = accept.model_outcome(case, 128)
+        assert got[0] == want[0] and all(map(np.array_equal, got[1:], want[1:])), case[0]
+    for flaws, _ in accept.MISTAKES:
+        assert any(accept.model_outcome(c, 128, **flaws)[0] != accept.expected(c, 128)[0]
+                   for c in accept.CASES), flaws
 
 
 @pytest.mark.parametrize("name", EXERCISES)
@@ -155,11 +172,15 @@ def test_cli_bad_input_is_one_line(capsys):
     assert "no such file" in capsys.readouterr().out
 
 
+NOTEBOOK_OF = {"accept": "14_speculative_decoding.py"}   # beyond the checklist: its own notebook
+
+
 def test_the_notebook_holds_every_stub_and_check():
-    """notebooks/13_hands_on.py: a stub cell per exercise, verbatim, and its check."""
+    """notebooks/13_hands_on.py (or, for an exercise beyond the checklist, the notebook that
+    teaches it): a stub cell per exercise, verbatim, and its check."""
     from scripts.build_notebooks import NB_DIR
-    text = (NB_DIR / "13_hands_on.py").read_text()
     for name, ex in EXERCISES.items():
+        text = (NB_DIR / NOTEBOOK_OF.get(name, "13_hands_on.py")).read_text()
         assert f'# %%\n{ex.stub.strip()}\n\n# %%\nresult = check("{name}", globals())' in text, name
 
 

@@ -1,7 +1,8 @@
 """Hands-on exercises: one or more per step of the lecture's checklist ("make your decode step
 graph-resident"), each a spec, a stub the student edits, a check that runs the student's code in
 the real engine (the simulator, or the GPU: `backend="cuda"`), the reference solution and the
-known wrong solutions, one per common mistake.
+known wrong solutions, one per common mistake. Step 11 goes beyond the checklist's ten: the
+lecture's case studies 003/004, speculative decoding with one graph for the whole generation.
 
   step  exercise      what the student writes                         module
    1    launch_count  count one token's launches; does capture pay?    count.py
@@ -16,21 +17,24 @@ known wrong solutions, one per common mistake.
    9    fission       split the combine; re-measure it under capture   fission.py
    9    fission_fused split the fused attention: pays only captured    fission_fused.py
   10    loo           the leave-one-out table                          loo.py
+  11    accept        speculative decoding's acceptance, replayed      accept.py
+                      (beyond the ten steps: case studies 003/004)
 
 `check(name, solution)` runs one check in a child process (lab/teach/handson/base.py): the verdict
 is one line; the lab's state is untouched whatever the solution does. `decode-lab exercise
-list|show|check` is the command line; notebook 13_hands_on walks through them.
+list|show|check` is the command line; notebook 13_hands_on walks through steps 1-10, notebook
+14_speculative_decoding through step 11.
 """
 from __future__ import annotations
 
 from lab.errors import LabError
-from . import (aa_control, aa_gate, advance, audit_values, count, fallback, fission,
+from . import (aa_control, aa_gate, accept, advance, audit_values, count, fallback, fission,
                fission_fused, loo, prewarm, replay_test, variance)
 from .base import CheckResult, Exercise, Source, check_in_child, issue, kernel
 
 EXERCISES: dict[str, Exercise] = {e.name: e for e in sorted(
     (m.EXERCISE for m in (count, audit_values, advance, prewarm, fallback, replay_test,
-                          aa_control, aa_gate, variance, fission, fission_fused, loo)),
+                          aa_control, aa_gate, variance, fission, fission_fused, loo, accept)),
     key=lambda e: e.step)}
 
 __all__ = ["EXERCISES", "Exercise", "CheckResult", "Source", "kernel", "issue", "exercise", "show",

@@ -89,7 +89,7 @@ class Source:
 @dataclass(frozen=True)
 class Exercise:
     name: str
-    step: int                      # the lecture checklist step it serves (1..10)
+    step: int                      # the checklist step it serves (1..10; 11: the case studies)
     title: str
     section: str                   # the lecture section the spec draws on
     spec: str                      # what to write: the contract the check holds you to
