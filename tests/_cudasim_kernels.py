@@ -21,7 +21,8 @@ naming the kernel on the first mismatch, or if a registered kernel/signature was
   --family A,B  only these kernel families (FAMILIES), each on inputs of its own seed, so a
                 family gives the same bits whichever others run; tests/test_kernels.py runs one
                 family per test, so the families spread over pytest-xdist's workers
-  --quick       attention on one case per code path (QUICK_ATTENTION) instead of every case:
+  --quick       attention on one case per code path (QUICK_ATTENTION) instead of every case, and
+                the verify step's column kernels (family spec_cols) on one case each:
                 for the shuffle path, whose emulated warps make attention the slowest thing
                 here; each case's inputs come from its own seed, so its bits can be held
                 against the full tree run's same case
@@ -165,8 +166,12 @@ FAMILIES = {
     "attention": {"attn_partial", "attn_partial_len", "attn_merge", "attn_combine"},
     "argmax_next": {"argmax_next", "argmax_next_float"},
     "advance": {"advance", "empty", "spin"},   # the position kernel and the cost recorder's probes
-    "spec": {"draft_lookup", "accept", "embed_cols", "rmsnorm_cols", "matmat", "matmat_residual",
-             "swiglu_cols", "rope_kv_append_cols", "verify_partial", "verify_merge", "argmax_cols"},
+    # speculative decoding: the kernels with no reduction of kernels/reduce.py (the shuffle path
+    # changes nothing in them: tests/test_kernels.py runs them on the trees only) ...
+    "spec": {"draft_lookup", "accept", "embed_cols", "rope_kv_append_cols", "verify_partial",
+             "verify_merge"},
+    # ... and the verify step's column kernels that reduce (warp_sum, block_sum, block_argmax)
+    "spec_cols": {"rmsnorm_cols", "matmat", "matmat_residual", "swiglu_cols", "argmax_cols"},
 }
 # --quick: attention's code paths, one case each, in (dtype, pos, splits) per config: several
 # slices, a float16 cache (and attn_partial_len, the last case of each dtype), empty slices
@@ -466,53 +471,81 @@ def check_verify_attention(H, hd, S, cases, tag):
             same_bits(o[t], o1, f"kernel verify_merge {label} col {t}: attn_merge")
 
 
-def check_verify(rng, cfg, tag):
-    """The verify step's column kernels against their twins, and their contracts: matmat's column
-    t is matvec's bits (and row_dot_order's), rmsnorm_cols' row rmsnorm's, swiglu_cols' column
-    swiglu_up's, rope_kv_append_cols' column rope_kv_append's at p + t, verify_merge's column
-    attn_merge's; verify_partial + verify_merge against float64 causal attention."""
-    D, H, hd, F, V, S = cfg["D"], cfg["n_head"], cfg["hd"], cfg["F"], cfg["V"], cfg["max_seq"]
-    T = SPEC_T
-    g, b = VK.embed_cols_grid(D, T)
-    run_case("embed_cols", g, b, [_i32(3, 0, V - 1), f32(rng, V, D), np.full((T, D), np.nan, np.float32)],
-             (0.0, 0), label=tag)
-
+def check_verify_cols(cfg, tag):
+    """The verify step's reducing column kernels against their twins, and their contracts:
+    matmat's column t is matvec's bits (and row_dot_order's), rmsnorm_cols' row rmsnorm's,
+    swiglu_cols' column swiglu_up's; argmax_cols' ties and NaNs. Each case's inputs come from
+    its label (`case_rng`). --quick (the shuffle path): one case per kernel, without the
+    one-token kernels beside them (their own families run those on both paths)."""
+    D, F, V = cfg["D"], cfg["F"], cfg["V"]
+    T, quick = SPEC_T, "--quick" in sys.argv
     g, b = VK.cols_grid(T)
-    for n in (D, 300):
+    for n in (D,) if quick else (D, 300):
+        label = f"rmsnorm_cols {tag} n={n}"
+        rng = case_rng(label)
         X, w = f32(rng, T, n), f32(rng, n)
         out = run_case("rmsnorm_cols", g, b, [X, w, np.zeros((T, n), np.float32), np.float32(1e-5)],
-                       (1e-6, 16), label=f"n={n}")[2]
+                       (1e-6, 16), label=label)[2]
         for t in range(T):
             same_bits(out[t], rmsnorm_order(X[t], w, np.float32(1e-5), FUSED),
                       f"kernel rmsnorm_cols n={n} row {t}: rmsnorm_order")
-        one = np.zeros(n, np.float32)
-        compiled("rmsnorm", REGISTRY["rmsnorm"].signatures[0])[(1,), (256,)](X[1], w, one, np.float32(1e-5))
-        same_bits(out[1], one, f"kernel rmsnorm_cols n={n} row 1: rmsnorm")
+        if not quick:
+            one = np.zeros(n, np.float32)
+            compiled("rmsnorm", REGISTRY["rmsnorm"].signatures[0])[(1,), (256,)](X[1], w, one, np.float32(1e-5))
+            same_bits(out[1], one, f"kernel rmsnorm_cols n={n} row 1: rmsnorm")
 
-    for N, K in ((V, D), (5, 40)):   # V rows: a tail of the 4 rows per block; 40 > 32 lanes
-        g, b = VK.matmat_grid(N)
+    for N, K in ((V, D),) if quick else ((V, D), (5, 40)):   # V rows: a tail of the 4 rows per
+        g, b = VK.matmat_grid(N)                             # block; 40 > 32 lanes
+        label = f"matmat {tag} N={N} K={K}"
+        rng = case_rng(label)
         W, Xc = f32(rng, N, K, scale=K ** -0.5), f32(rng, T, K)
         out = run_case("matmat", g, b, [W, Xc, np.full((T, N), np.nan, np.float32)], (1e-5, 8),
-                       label=f"N={N} K={K}")[2]
+                       label=label)[2]
         for t in range(T):
             same_bits(out[t], row_dot_order(W, Xc[t], FUSED), f"kernel matmat N={N} K={K} col {t}: row_dot_order")
-        one = np.zeros(N, np.float32)
-        compiled("matvec", REGISTRY["matvec"].signatures[0])[g, b](W, Xc[T - 1], one)
-        same_bits(out[T - 1], one, f"kernel matmat N={N} K={K} col {T - 1}: matvec")
+        if not quick:
+            one = np.zeros(N, np.float32)
+            compiled("matvec", REGISTRY["matvec"].signatures[0])[g, b](W, Xc[T - 1], one)
+            same_bits(out[T - 1], one, f"kernel matmat N={N} K={K} col {T - 1}: matvec")
         res = f32(rng, T, N)
-        out = run_case("matmat_residual", g, b, [W, Xc, res], (1e-5, 8), label=f"N={N} K={K}")[2]
+        out = run_case("matmat_residual", g, b, [W, Xc, res], (1e-5, 8),
+                       label=f"matmat_residual {tag} N={N} K={K}")[2]
         for t in range(T):
             same_bits(out[t], res[t] + row_dot_order(W, Xc[t], FUSED),
                       f"kernel matmat_residual N={N} K={K} col {t}: row_dot_order")
 
     g, b = VK.matmat_grid(F)
+    label = f"swiglu_cols {tag}"
+    rng = case_rng(label)
     Wg, Wu, Xc = f32(rng, F, D, scale=D ** -0.5), f32(rng, F, D, scale=D ** -0.5), f32(rng, T, D)
     act = run_case("swiglu_cols", g, b, [Wg, Wu, Xc, np.full((T, F), np.nan, np.float32)], (1e-5, 16),
-                   label=tag)[3]
-    for t in range(T):
+                   label=label)[3]
+    for t in range(T if not quick else 0):
         one = np.zeros(F, np.float32)
         compiled("swiglu_up", REGISTRY["swiglu_up"].signatures[0])[g, b](Wg, Wu, Xc[t], one)
         same_bits(act[t], one, f"kernel swiglu_cols {tag} col {t}: swiglu_up")
+
+    g, b = VK.cols_grid(T)
+    label = f"argmax_cols {tag} ties, NaN"
+    tie = f32(case_rng(label), V); tie[[2, V - 1]] = 9.0
+    nan = np.full(V, np.nan, np.float32); nan[V - 2] = -np.inf
+    run_case("argmax_cols", g, b, [np.stack([tie, nan, np.full(V, np.nan, np.float32)]),
+                                   np.full(T, -1, np.int32)], (0.0, 0), label=label)
+    if not quick:
+        label = f"argmax_cols {tag} V=300"
+        big = f32(case_rng(label), T, 300); big[:, [299, 257, 200]] = 7.0   # 200 beats thread 1's 257
+        run_case("argmax_cols", g, b, [big, np.full(T, -1, np.int32)], (0.0, 0), label=label)
+
+
+def check_verify(rng, cfg, tag):
+    """The verify step's other kernels against their twins, and their contracts:
+    rope_kv_append_cols' column rope_kv_append's at p + t, verify_merge's column attn_merge's;
+    verify_partial + verify_merge against float64 causal attention."""
+    D, H, hd, V, S = cfg["D"], cfg["n_head"], cfg["hd"], cfg["V"], cfg["max_seq"]
+    T = SPEC_T
+    g, b = VK.embed_cols_grid(D, T)
+    run_case("embed_cols", g, b, [_i32(3, 0, V - 1), f32(rng, V, D), np.full((T, D), np.nan, np.float32)],
+             (0.0, 0), label=tag)
 
     ang = np.arange(S)[:, None] * (10000.0 ** (-np.arange(hd // 2) / (hd // 2)))[None, :]
     cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
@@ -537,14 +570,6 @@ def check_verify(rng, cfg, tag):
     # inside one (7), more slices than rows (p = 3, S = 4), a float16 cache, a column past max_seq
     check_verify_attention(H, hd, S, [(np.float32, 0, 2), (np.float32, 6, 2), (np.float32, 7, 2),
                                       (np.float16, 9, 2), (np.float32, 3, 4), (np.float16, S - 2, 1)], tag)
-
-    g, b = VK.cols_grid(T)
-    tie = f32(rng, V); tie[[2, V - 1]] = 9.0
-    nan = np.full(V, np.nan, np.float32); nan[V - 2] = -np.inf
-    run_case("argmax_cols", g, b, [np.stack([tie, nan, np.full(V, np.nan, np.float32)]),
-                                   np.full(T, -1, np.int32)], (0.0, 0), label="ties, NaN")
-    big = f32(rng, T, 300); big[:, [299, 257, 200]] = 7.0                # 200 beats thread 1's 257
-    run_case("argmax_cols", g, b, [big, np.full(T, -1, np.int32)], (0.0, 0), label="V=300")
 
 
 def main() -> int:
@@ -725,6 +750,7 @@ def main() -> int:
                 check_verify_attention(1, 96, 40, [(np.float32, 37, 1)], "D=96 H=1 hd=96")
         if first or "--gpu" in sys.argv:  # the simulator runs a thread per CUDA thread: tiny dims
             timed("spec", t_spec)
+            timed("spec_cols", lambda rng: check_verify_cols(cfg, tag))
 
     mine = {n: spec for n, spec in REGISTRY.items() if n in set().union(*(FAMILIES[f] for f in families))}
     skipped = QUICK_SKIPS if "--quick" in sys.argv else set()
