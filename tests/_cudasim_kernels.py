@@ -411,7 +411,7 @@ def check_drafts(S):
     big[250] = big[289]                                                 # and a later 1-gram
     run_draft(big, 289, 1, 299, "stride")
     rng = case_rng("draft random")
-    for p in (7, S - 4, S - 2):
+    for p in (7, S - 2):
         run_draft(rng.integers(0, 3, S).astype(np.int32), p, 1, S - 1, "random")
 
     def run_accept(cols, pred, p, n_prompt, limit, label):
@@ -489,7 +489,7 @@ def check_verify_cols(cfg, tag):
         for t in range(T):
             same_bits(out[t], rmsnorm_order(X[t], w, np.float32(1e-5), FUSED),
                       f"kernel rmsnorm_cols n={n} row {t}: rmsnorm_order")
-        if not quick:
+        if not quick and n == D:   # the mirror above holds every row; the kernel itself once
             one = np.zeros(n, np.float32)
             compiled("rmsnorm", REGISTRY["rmsnorm"].signatures[0])[(1,), (256,)](X[1], w, one, np.float32(1e-5))
             same_bits(out[1], one, f"kernel rmsnorm_cols n={n} row 1: rmsnorm")
@@ -503,7 +503,7 @@ def check_verify_cols(cfg, tag):
                        label=label)[2]
         for t in range(T):
             same_bits(out[t], row_dot_order(W, Xc[t], FUSED), f"kernel matmat N={N} K={K} col {t}: row_dot_order")
-        if not quick:
+        if not quick and N == V:   # the mirror above holds every column; the kernel itself once
             one = np.zeros(N, np.float32)
             compiled("matvec", REGISTRY["matvec"].signatures[0])[g, b](W, Xc[T - 1], one)
             same_bits(out[T - 1], one, f"kernel matmat N={N} K={K} col {T - 1}: matvec")
@@ -520,7 +520,7 @@ def check_verify_cols(cfg, tag):
     Wg, Wu, Xc = f32(rng, F, D, scale=D ** -0.5), f32(rng, F, D, scale=D ** -0.5), f32(rng, T, D)
     act = run_case("swiglu_cols", g, b, [Wg, Wu, Xc, np.full((T, F), np.nan, np.float32)], (1e-5, 16),
                    label=label)[3]
-    for t in range(T if not quick else 0):
+    for t in range(0 if quick else 1):    # column 0 (no row mirror: the kernel itself)
         one = np.zeros(F, np.float32)
         compiled("swiglu_up", REGISTRY["swiglu_up"].signatures[0])[g, b](Wg, Wu, Xc[t], one)
         same_bits(act[t], one, f"kernel swiglu_cols {tag} col {t}: swiglu_up")

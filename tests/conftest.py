@@ -2,6 +2,13 @@
 from __future__ import annotations
 
 import functools
+import os
+
+# The simulator multiplies tiny matrices: BLAS threads only contend for the cores with the other
+# pytest-xdist worker (measured on a 2-core machine: the whole suite 5:54 with OpenBLAS's
+# default threads, 5:32 with one). Set before NumPy loads its BLAS; child processes (notebook
+# kernels, the CUDA-simulator harnesses, hands-on checks) inherit it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import pytest
 
