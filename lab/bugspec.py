@@ -135,6 +135,16 @@ def loop_refusal(cfg) -> str | None:
     return None
 
 
+def _refused(toggles, bugs, allowed_bugs, why_bugs: str) -> list[tuple[str, str]]:
+    """(variable, why) for each (variable, on, why) of `toggles` that is on, and one entry for
+    the switched-on bugs not in `allowed_bugs`."""
+    off = [(var, why) for var, on, why in toggles if on]
+    other = sorted(set(bugs) - set(allowed_bugs))
+    if other:
+        off.append((", ".join(f"LAB_BUG_{b.upper()}=1" for b in other), why_bugs))
+    return off
+
+
 def draft_refusal(cfg) -> str | None:
     """Why `cfg` cannot run as configured with respect to LAB_DRAFT (None: it can), for
     LabConfig: the verify step is the unfused step over draft + 1 positions, on one device."""
@@ -143,7 +153,7 @@ def draft_refusal(cfg) -> str | None:
                 "LAB_DRAFT=2, 4 or 8")
     if cfg.draft == 0:
         return None
-    off = [(var, why) for var, on, why in (
+    off = _refused((
         ("LAB_FUSION=1", cfg.fusion, "the verify step is the unfused step over draft + 1 positions"),
         ("LAB_SPLIT_COMBINE=1", cfg.split_combine, "the verify step has its own merge and projection"),
         ("LAB_OVERLAP=1", cfg.overlap, "the verify step's projections run on one stream"),
@@ -151,11 +161,7 @@ def draft_refusal(cfg) -> str | None:
         ("LAB_LOOP=device", cfg.loop == "device", "the device loop's bodies are one-token steps"),
         ("LAB_PLAN_SWITCH=update", cfg.plan_switch == "update",
          "the verify step has one plan, so nothing to switch"),
-    ) if on]
-    other = sorted(set(cfg.bugs) - set(SPEC_BUGS))
-    if other:
-        off.append((", ".join(f"LAB_BUG_{b.upper()}=1" for b in other),
-                    "they override pieces of the one-token step"))
+    ), cfg.bugs, SPEC_BUGS, "they override pieces of the one-token step")
     if not off:
         return None
     return (f"LAB_DRAFT={cfg.draft} runs the speculative verify step (one device, graphs or eager, "
@@ -170,17 +176,13 @@ def ranks_refusal(cfg) -> str | None:
         return ("LAB_BUG_RANK_SKEW=1 is a disagreement between ranks: it needs LAB_RANKS=2")
     if cfg.ranks < 2:
         return None
-    off = [(var, why) for var, on, why in (
+    off = _refused((
         ("LAB_FUSION=1", cfg.fusion, "the fused kernels take whole heads and the whole residual"),
         ("LAB_PDL=1", cfg.pdl, "a collective is no programmatic launch"),
         ("LAB_OVERLAP=1", cfg.overlap, "the side stream is not part of the rank's step"),
         ("LAB_LOOP=device", cfg.loop == "device", "the loop graph is one device's"),
         ("LAB_PLAN_SWITCH=update", cfg.plan_switch == "update", "each rank's graph is its own"),
-    ) if on]
-    one_gpu = sorted(set(cfg.bugs) - set(RANK_BUGS))
-    if one_gpu:
-        off.append((", ".join(f"{BUGS[b].env}=1" for b in one_gpu),
-                    "the one-GPU bugs override pieces of the one-GPU step"))
+    ), cfg.bugs, RANK_BUGS, "the one-GPU bugs override pieces of the one-GPU step")
     if not off:
         return None
     return (f"LAB_RANKS={cfg.ranks} runs the one-op-per-kernel step with graphs or eagerly, and "

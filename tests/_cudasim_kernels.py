@@ -130,6 +130,7 @@ from kernels.matvec import MATVEC_THREADS, row_dot2  # noqa: E402
 from kernels.matvec import grid_for as rows_grid  # noqa: E402
 from kernels import verify as VK  # noqa: E402
 from kernels import verify_attention as VKA  # noqa: E402
+from _oracle import causal64  # noqa: E402
 from kernels.draft import ACCEPT_BLOCK, ACCEPT_GRID, DRAFT_BLOCK, DRAFT_GRID  # noqa: E402
 from lab.measure.precision import rmsnorm_order, row_dot_order  # noqa: E402
 
@@ -428,20 +429,6 @@ def check_drafts(S):
     run_accept([106, 7, 8, 9], [7, 8, 9, 4], 6, 2, 6, "at limit")       # a no-op
 
 
-def _causal64(q, kc, vc, p, H, hd, scale):
-    """float64 softmax attention: column t over rows 0 .. min(p + t, max_seq - 1)."""
-    T, S = q.shape[0], kc.shape[0]
-    o = np.empty((T, H * hd))
-    for t in range(T):
-        L = min(p + t, S - 1) + 1
-        for h in range(H):
-            sl = slice(h * hd, (h + 1) * hd)
-            s = scale * (kc[:L, sl].astype(np.float64) @ q[t, sl].astype(np.float64))
-            e = np.exp(s - s.max())
-            o[t, sl] = (e / e.sum()) @ vc[:L, sl].astype(np.float64)
-    return o
-
-
 def check_verify_attention(H, hd, S, cases, tag):
     """verify_partial then verify_merge for each (dtype, pos, splits) against the twins, the
     merged output against float64 causal attention, and each column's merge bit for bit against
@@ -460,7 +447,7 @@ def check_verify_attention(H, hd, S, cases, tag):
         g, b = VKA.merge_cols_grid(H, hd, T)
         o = run_case("verify_merge", g, b, [part_o, part_ml, np.full((T, D), np.nan, np.float32)],
                      (1e-6, 16), label=label)[2]
-        ok, err = close(o, _causal64(q, kc, vc, p, H, hd, scale), 1e-5, 64, EPS32)
+        ok, err = close(o, causal64(q, kc, vc, p, H, hd, scale), 1e-5, 64, EPS32)
         if not ok:
             raise Mismatch(f"{label}: verify_partial + verify_merge vs float64 causal attention: {err:.3g}")
         mg, mb = merge_grid(H, hd)

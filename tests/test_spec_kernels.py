@@ -14,6 +14,7 @@ from kernels.rmsnorm import rmsnorm_twin
 from kernels.rope import rope_kv_append_twin
 from kernels import verify as V
 from kernels import verify_attention as VA
+from _oracle import causal64
 
 EPS32 = float(np.finfo(np.float32).eps)
 I32 = np.int32
@@ -264,20 +265,6 @@ def test_rope_cols_is_rope_per_column_and_stops_at_max_seq(cache_dtype, p):
     assert not np.array_equal(kc[p:p + written], kc0[p:p + written])
 
 
-def _causal64(q, kc, vc, p, H, hd, scale):
-    """float64 softmax attention: column t over rows 0 .. min(p + t, max_seq - 1)."""
-    T, S = q.shape[0], kc.shape[0]
-    o = np.empty((T, H * hd))
-    for t in range(T):
-        L = min(p + t, S - 1) + 1
-        for h in range(H):
-            sl = slice(h * hd, (h + 1) * hd)
-            s = scale * (kc[:L, sl].astype(np.float64) @ q[t, sl].astype(np.float64))
-            e = np.exp(s - s.max())
-            o[t, sl] = (e / e.sum()) @ vc[:L, sl].astype(np.float64)
-    return o
-
-
 @pytest.mark.parametrize("cache_dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("p, splits", [(0, 1), (0, 4), (1, 2), (6, 2), (7, 2), (9, 3), (12, 5),
                                        (14, 1), (15, 2)])
@@ -305,7 +292,7 @@ def test_verify_attention_twins_are_causal_softmax(cache_dtype, p, splits):
     o = np.full((T, D), np.nan, np.float32)
     with np.errstate(all="raise"):  # exp(-inf - M) must be a clean 0
         VA.verify_merge_twin(*VA.merge_cols_grid(H, hd, T), part_o, part_ml, o)
-    np.testing.assert_allclose(o, _causal64(q, kc, vc, p, H, hd, scale), rtol=64 * EPS32, atol=1e-5)
+    np.testing.assert_allclose(o, causal64(q, kc, vc, p, H, hd, scale), rtol=64 * EPS32, atol=1e-5)
     for t in range(T):             # the merge is attn_merge's, column by column
         o1 = np.zeros(D, np.float32)
         attn_merge_twin((H,), (hd,), np.ascontiguousarray(part_o[:, t]),
