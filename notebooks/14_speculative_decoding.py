@@ -385,10 +385,10 @@ print("spec_stats(), one read at the end:", counts(eng))
 # yields 1 to k + 1 tokens. Drafting pays when the tokens per verify step exceed the cost of a
 # (k + 1)-wide step over a one-token step. `lab.measure.spec.curve` times both, arms interleaved
 # rep by rep, each engine fed the same real text of the given context (the acceptance depends on
-# the text: no `seek` over zeros here). Small here: contexts 64 and 300, 32 tokens, 2 reps.
+# the text: no `seek` over zeros here). Small here: contexts 64 and 300, 24 tokens, 2 reps.
 
 # %%
-curve = spec.curve(model, drafts=(0, 2, 4, 8), contexts=(64, 300), new_tokens=32, reps=2,
+curve = spec.curve(model, drafts=(0, 2, 4, 8), contexts=(64, 300), new_tokens=24, reps=2,
                    base=SIM, bug=None, progress=False)
 show(spec.format_curve(curve))
 stand_ins = sorted({key.split(" ")[0] for key in ver.backend.cost.misses})
@@ -500,7 +500,7 @@ else:
 # %% [markdown]
 # The H200 says the same: at contexts 64 and 900 a verify step costs 2.2 to 3.2 one-token steps
 # and yields 1.1 to 1.2 tokens; drafting loses at every k. The tokens per step depend on the
-# text and the model only, not on the machine (here 32 tokens were generated, there 64: other
+# text and the model only, not on the machine (here 24 tokens were generated, there 64: other
 # counts); `decode-lab conformance --only spec` re-runs the recording's own settings on the
 # simulator, finds the same tokens per step, and puts each ms/token difference beside the H200's.
 #

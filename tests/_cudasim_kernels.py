@@ -181,10 +181,11 @@ FAMILIES = {
 # odd head count, D not a multiple of the rows per block: the merge and combine's row tail).
 QUICK_ATTENTION = ([(np.float32, 15, 3), (np.float16, 6, 2), (np.float32, 1, 5)],
                    [(np.float32, 11, 1)])
-# --quick leaves out attn_partial_len: the same device function as attn_partial (partial_slice)
+# --quick leaves out matmat_residual and swiglu_cols (family spec_cols): their reductions are
+# matmat's (the same warp_sum per column), and attn_partial_len: the same device function as attn_partial (partial_slice)
 # with the context length by value, so its shuffle path is attn_partial's; the full tree run
 # holds it bit for bit against attn_partial on every case
-QUICK_SKIPS = {"attn_partial_len"}
+QUICK_SKIPS = {"attn_partial_len", "matmat_residual", "swiglu_cols"}
 
 
 def family_rng(family: str, config: int) -> np.random.Generator:
@@ -494,6 +495,8 @@ def check_verify_cols(cfg, tag):
             one = np.zeros(N, np.float32)
             compiled("matvec", REGISTRY["matvec"].signatures[0])[g, b](W, Xc[T - 1], one)
             same_bits(out[T - 1], one, f"kernel matmat N={N} K={K} col {T - 1}: matvec")
+        if quick:   # matmat_residual and swiglu_cols reduce as matmat does (matmat_rows,
+            continue  # lane_dots2: the same warp_sum per column): their shuffle path is matmat's
         res = f32(rng, T, N)
         out = run_case("matmat_residual", g, b, [W, Xc, res], (1e-5, 8),
                        label=f"matmat_residual {tag} N={N} K={K}")[2]
@@ -501,16 +504,16 @@ def check_verify_cols(cfg, tag):
             same_bits(out[t], res[t] + row_dot_order(W, Xc[t], FUSED),
                       f"kernel matmat_residual N={N} K={K} col {t}: row_dot_order")
 
-    g, b = VK.matmat_grid(F)
-    label = f"swiglu_cols {tag}"
-    rng = case_rng(label)
-    Wg, Wu, Xc = f32(rng, F, D, scale=D ** -0.5), f32(rng, F, D, scale=D ** -0.5), f32(rng, T, D)
-    act = run_case("swiglu_cols", g, b, [Wg, Wu, Xc, np.full((T, F), np.nan, np.float32)], (1e-5, 16),
-                   label=label)[3]
-    for t in range(0 if quick else 1):    # column 0 (no row mirror: the kernel itself)
-        one = np.zeros(F, np.float32)
-        compiled("swiglu_up", REGISTRY["swiglu_up"].signatures[0])[g, b](Wg, Wu, Xc[t], one)
-        same_bits(act[t], one, f"kernel swiglu_cols {tag} col {t}: swiglu_up")
+    if not quick:
+        g, b = VK.matmat_grid(F)
+        label = f"swiglu_cols {tag}"
+        rng = case_rng(label)
+        Wg, Wu, Xc = f32(rng, F, D, scale=D ** -0.5), f32(rng, F, D, scale=D ** -0.5), f32(rng, T, D)
+        act = run_case("swiglu_cols", g, b, [Wg, Wu, Xc, np.full((T, F), np.nan, np.float32)],
+                       (1e-5, 16), label=label)[3]
+        one = np.zeros(F, np.float32)     # column 0 (no row mirror: the kernel itself)
+        compiled("swiglu_up", REGISTRY["swiglu_up"].signatures[0])[g, b](Wg, Wu, Xc[0], one)
+        same_bits(act[0], one, f"kernel swiglu_cols {tag} col 0: swiglu_up")
 
     g, b = VK.cols_grid(T)
     label = f"argmax_cols {tag} ties, NaN"
