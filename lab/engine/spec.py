@@ -28,6 +28,8 @@ the whole generation; every slice's length grows with the context on the device.
 `limit` to the target position, issues the fewest steps that could reach it (ceil(remaining /
 (k + 1)): no step of a round can be idle), then reads `pos` once; a step at the limit does
 nothing. So the host syncs once per round (about log of the tokens), never between steps.
+Between two reads the host's `position` (and so each ledger entry's) is a lower bound: it
+counts one position per step, and each read sets it to the device's.
 Greedy tokens equal LAB_DRAFT=0's up to the order of a few sums (the verify attention slices
 the context differently): a difference shows only at a near-tie, which tests and
 `lab.measure.spec` report with the float64 oracle's margin.
