@@ -384,8 +384,9 @@ print("spec_stats(), one read at the end:", counts(eng))
 # A verify step costs more than a one-token step (wider launches, an extra one per layer) and
 # yields 1 to k + 1 tokens. Drafting pays when the tokens per verify step exceed the cost of a
 # (k + 1)-wide step over a one-token step. `lab.measure.spec.curve` times both, arms interleaved
-# rep by rep, each engine fed the same real text of the given context (the acceptance depends on
-# the text: no `seek` over zeros here). Small here: contexts 64 and 300, 24 tokens, 2 reps.
+# rep by rep, each drafting engine fed the same real text of the given context (the acceptance
+# depends on the text; the one-token engine seeks over it: its work does not). Small here:
+# contexts 64 and 300, 24 tokens, 2 reps.
 
 # %%
 curve = spec.curve(model, drafts=(0, 2, 4, 8), contexts=(64, 300), new_tokens=24, reps=2,

@@ -5,9 +5,10 @@
   position on the shared prefix says whether it is a near-tie (the verify step sums the
   attention in another order) or a bug.
 - `curve(model, drafts, contexts)`: ms per generated token and tokens per verify step against the
-  context (case study 003's curve), arms interleaved rep by rep, each on its own engine that
-  ingested the same real text (the drafter's acceptance depends on the values: no `seek` over
-  zeros here); every arm's replay share from its ledger (the replay gate).
+  context (case study 003's curve), arms interleaved rep by rep, each on its own engine: a
+  drafting arm ingests the real text (the drafter's acceptance depends on the values), the
+  one-token arm `seek`s over it (its work does not); every arm's replay share from its ledger
+  (the replay gate).
 - `splits_sweep(model, draft, splits, contexts)`: the verify attention's split count (NSPLIT)
   against its workspace and the context, as 003 weighed it.
 
