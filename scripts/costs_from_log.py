@@ -38,11 +38,16 @@ SWITCH = re.compile(r"^\[[ \d.]+s\]\s+(\w+) -> (\w+)\s+switch ([+-][\d.]+) us \(
 FLOOR = re.compile(r"^\[[ \d.]+s\]\s+(capture|instantiate): ([\d.]+) us per node \+ ([\d.]+) us per graph")
 
 
-def step_launches(model, draft: int, splits: int, position: int):
-    """The verify step's launches at `position` (on the simulator: the same shapes)."""
+def step_engine(model, draft: int, splits: int):
+    """An engine of the verify step (on the simulator: the same shapes), for its launches."""
     eng = DecodeEngine(model, LabConfig(backend="sim", graph=False, draft=draft,
                                         draft_splits=splits), warm_up=False)
     eng.reset(eng.encode("ROMEO.\n"), 0)
+    return eng
+
+
+def step_launches(eng, position: int):
+    """The verify step's launches at `position` (a query: nothing is issued)."""
     eng.seek(position)
     return eng.step_launches(eng.plan(position))
 
@@ -65,7 +70,8 @@ def parse(log: str, model) -> dict:
         m = STEP.search(line)
         if m:
             step = (int(m.group(1)), int(m.group(2)))
-            launches = step_launches(model, *step, 64)
+            eng = step_engine(model, *step)
+            launches = step_launches(eng, 64)
             keys = [cost_key(x) for x in launches]
             pending_pairs = [p for p in dict.fromkeys(zip(keys, keys[1:])) if p not in seen_pairs]
             continue
@@ -73,7 +79,7 @@ def parse(log: str, model) -> dict:
         if m and step is not None:
             name, pos, node, node_pdl, key = m.groups()
             pos = int(pos)
-            same = [x for x in step_launches(model, *step, pos) if cost_key(x) == key]
+            same = [x for x in step_launches(eng, pos) if cost_key(x) == key]
             if not same:
                 raise LabError(f"{key}: no launch of LAB_DRAFT={step[0]}, LAB_DRAFT_SPLITS="
                                f"{step[1]} has this key (another version's log?)")

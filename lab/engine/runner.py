@@ -131,7 +131,7 @@ class DecodeEngine(Requests, Allocation, GraphCache, DeviceLoop, TensorParallel,
             be.upload(b.n_prompt, np.array([ids.size], np.int32))
         if self.cfg.draft:   # the verify step stops at `limit` (decode sets it); counts from 0
             be.upload(b.limit, np.array([c.max_seq - 1], np.int32))
-            be.upload(self.dev_spec.stats, np.zeros(2, np.int32))
+            self.clear_spec_stats()
         self.position, self.n_prompt = 0, int(ids.size)
 
     def step(self) -> LedgerEntry:

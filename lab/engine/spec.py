@@ -190,6 +190,10 @@ class SpecDecode:
             bar.close()
         return seconds
 
+    def clear_spec_stats(self) -> None:
+        """Zero the device's counts (`stats`): a request, or a timed rep, starts from none."""
+        self.backend.upload(self.dev_spec.stats, np.zeros(len(STATS), np.int32))
+
     def spec_stats(self) -> dict:
         """{"verify steps": n, "tokens generated": m, "tokens per step": m / n} since the last
         reset (generated tokens only: prompt positions are not counted)."""

@@ -111,7 +111,7 @@ def _timed(eng, start: int, new_tokens: int) -> tuple[float, dict, dict]:
     requests, always further on, never do: an arm with a deliberate bug starts each rep with
     no graph, as a fresh engine."""
     if eng.cfg.draft:
-        eng.backend.upload(eng.dev_spec.stats, np.zeros(2, np.int32))
+        eng.clear_spec_stats()
     if eng.cfg.bugs:
         eng.drop_graphs()
     eng.seek(start)
@@ -134,11 +134,12 @@ def curve(model, drafts=(0, 2, 4, 8), contexts=(64, 900), new_tokens: int = 64, 
             for k in drafts}
     if bug:
         arms[f"draft {bug} + LAB_BUG_SPEC_KEY"] = base.replace(draft=bug, bugs={"spec_key"})
-    rows = []
+    rows, source = [], None
     bar = _bar(progress, len(contexts) * reps * len(arms), "spec curve")
     for ctx in contexts:
         prompt = corpus_prompt(model, ctx)
         engines = _engines(model, arms, prompt, backend_factory)
+        source = next(iter(engines.values())).describe()
         start = ctx - 1
         runs = {name: [] for name in arms}
         for eng in engines.values():                  # one untimed rep each: every plan the
@@ -172,8 +173,7 @@ def curve(model, drafts=(0, 2, 4, 8), contexts=(64, 900), new_tokens: int = 64, 
         bar.close()
     return {"what": "speculative decoding: ms per generated token and tokens per verify step "
                     "against context (lab.measure.spec.curve)",
-            "new_tokens": new_tokens, "reps": reps, "source": _source(base, model),
-            "rows": rows}
+            "new_tokens": new_tokens, "reps": reps, "source": source, "rows": rows}
 
 
 def splits_sweep(model, draft: int = 4, splits=(1, 4, 16, 64), contexts=(64, 900),
@@ -188,12 +188,13 @@ def splits_sweep(model, draft: int = 4, splits=(1, 4, 16, 64), contexts=(64, 900
     for s in splits:
         r = curve(model, drafts=(draft,), contexts=contexts, new_tokens=new_tokens, reps=reps,
                   base=base, bug=None, splits=s, progress=progress)
+        source = r["source"]
         for row in r["rows"]:
             row["workspace_bytes"] = workspace_bytes(c.n_head, draft + 1, s, c.head_dim)
             rows.append(row)
     return {"what": f"the verify attention's split count against workspace and context "
                     f"(LAB_DRAFT={draft})", "new_tokens": new_tokens, "reps": reps,
-            "source": _source(base, model), "rows": rows}
+            "source": source, "rows": rows}
 
 
 def format_same(res: dict) -> str:
@@ -226,10 +227,6 @@ def format_curve(res: dict) -> str:
     lines.append(f"({res['source']}; {res['new_tokens']} generated tokens per rep, {res['reps']} "
                  f"reps interleaved)")
     return "\n".join(lines)
-
-
-def _source(base: LabConfig, model) -> str:
-    return DecodeEngine(model, base.replace(draft=0), warm_up=False).describe()
 
 
 def _bar(progress, total: int, desc: str):
