@@ -196,3 +196,17 @@ def test_the_curve_reports_each_arms_replays_and_the_bug_arm_has_none(model):
     assert rows["draft 4"]["tokens_per_step"] >= 1.0 and rows["draft 0"]["tokens_per_step"] == 1.0
     assert rows["draft 4"]["text"] == rows["draft 4 + LAB_BUG_SPEC_KEY"]["text"]
     assert "context" in spec.format_curve(res) and "simulated" in res["source"]
+
+
+def test_decode_checks_max_seq_against_the_device_position_not_the_hosts_lower_bound(model):
+    """After verify steps issued one by one the host's position counts one per step; decode
+    reads the device's before it sets the limit, and refuses a limit past the cache."""
+    eng = DecodeEngine(model, LabConfig(backend="sim", draft=8))
+    eng.reset(eng.encode("First Citizen:\nBefore we"))
+    for _ in range(6):
+        eng.step()                       # the prompt's 24 positions: 9 a step
+    ahead = eng.device_position() - eng.position
+    assert ahead > 0
+    steps = model.cfg.max_seq - 1 - eng.position    # fits the host's bound, not the device's
+    with pytest.raises(LabError, match="max_seq"):
+        eng.decode(steps)

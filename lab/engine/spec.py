@@ -167,6 +167,9 @@ class SpecDecode:
         of ceil(remaining / (k + 1)) verify steps with one read of `pos` after each."""
         start = self.device_position()
         target = start + steps
+        if target >= self.model.cfg.max_seq:   # decode checked the host's lower bound only
+            raise LabError(f"{steps} steps from position {start} would exceed max_seq "
+                           f"{self.model.cfg.max_seq}")
         self.backend.upload(self.buf.limit, np.array([target], np.int32))
         width, pos = self.cfg.draft + 1, start
         bar = None
