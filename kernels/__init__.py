@@ -19,8 +19,9 @@ from kernels import verify      # embed_cols, rmsnorm_cols, matmat, matmat_resid
 from kernels import fused_device  # (device fns only) xw_dot2, xw_dot, inv_rms (the norm folded into a row), head_dots, heads_dots, slice_partial
 from kernels import fused       # norm_qkv_rope, attn_fused, norm_swiglu, norm_lm_head_argmax (LAB_FUSION=1); device fn arrive_last
 from kernels import fused_split  # attn_partial_wide, attn_project_heads (attn_fused split in launches: LAB_SPLIT_COMBINE=1 under fusion)
+from kernels import persistent  # step_persistent: the whole fused step in one cooperative kernel (LAB_PERSISTENT=1)
 from kernels import probe       # empty, spin (cost-recorder probes, not part of a step)
 from kernels import loop        # loop_plan, loop_continue (CUDA C for conditional nodes; LAB_LOOP=device)
 
 __all__ = ["REGISTRY", "KernelSpec", "reduce", "embed", "rmsnorm", "matvec", "rope", "attention", "mlp",
-           "sample", "position", "draft", "verify_attention", "verify", "fused_device", "fused", "fused_split", "probe", "loop"]
+           "sample", "position", "draft", "verify_attention", "verify", "fused_device", "fused", "fused_split", "persistent", "probe", "loop"]

@@ -9,6 +9,8 @@ decorator records everything a backend needs:
   output arrays in place, exactly like the kernel. The `sim` backend executes twins.
 - `reads` / `writes`: argument indices the kernel reads / writes. The simulator uses them to
   order work (fork/join, PDL) and to detect races; the capture audit uses them to name buffers.
+- `jit_options`: extra keyword arguments for numba's `cuda.jit` when the `cuda` backend compiles
+  it (e.g. `launch_bounds`); empty for almost every kernel.
 
 Nothing here imports CUDA or compiles anything: importing `kernels` is safe on any machine.
 """
@@ -32,6 +34,7 @@ class KernelSpec:
     reads: tuple[int, ...]
     writes: tuple[int, ...]
     doc: str = field(default="", compare=False)
+    jit_options: tuple = ()           # ((name, value), ...) for cuda.jit (hashable: frozen)
 
     @functools.cached_property
     def arg_names(self) -> tuple[str, ...]:
@@ -43,14 +46,16 @@ class KernelSpec:
         return f"<kernel {self.name}>"
 
 
-def kernel(*signatures: str, twin: Callable, reads: tuple[int, ...], writes: tuple[int, ...]):
-    """Register a kernel with its explicit numba signatures and its NumPy twin."""
+def kernel(*signatures: str, twin: Callable, reads: tuple[int, ...], writes: tuple[int, ...],
+           jit_options: dict | None = None):
+    """Register a kernel with its explicit numba signatures and its NumPy twin (and, rarely,
+    options for numba's cuda.jit)."""
     if not signatures:
         raise ValueError("a kernel needs at least one explicit signature")
 
     def wrap(fn: Callable) -> KernelSpec:
         spec = KernelSpec(fn.__name__, fn, tuple(signatures), twin, tuple(reads), tuple(writes),
-                          (fn.__doc__ or "").strip())
+                          (fn.__doc__ or "").strip(), tuple(sorted((jit_options or {}).items())))
         if spec.name in REGISTRY:
             raise ValueError(f"kernel {spec.name!r} registered twice")
         REGISTRY[spec.name] = spec

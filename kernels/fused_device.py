@@ -15,10 +15,10 @@ Owns
   vector, the loads of all of them in flight together; attn_fused's per-head output projection.
   `heads_dots`: one row against PROJ_HEADS heads' slices at once, each head's dot the same
   arithmetic (attn_project_heads, the split form: the same bits).
-- `slice_partial`: one block's split-K partials on a block of any number of groups of head_dim
-  lanes (kernels/attention.py's `attn_partial` keeps a 128-thread layout that a 512-thread block
-  cannot call); attn_fused's and attn_partial_wide's first phase. The same math as attn_partial,
-  another summation order.
+- `slice_partial` (`slice_partial_at` for an explicit item (h, s)): one block's split-K
+  partials on a block of any number of groups of head_dim lanes (kernels/attention.py's
+  `attn_partial` keeps a 128-thread layout that a 512-thread block cannot call); attn_fused's and
+  attn_partial_wide's first phase. The same math as attn_partial, another summation order.
 Device functions only: no kernel is registered here. They sit apart from kernels/fused.py so the
 kernels there read as the step they replace; the "last block done" counter (`arrive_last`) stays
 with them.
@@ -164,8 +164,18 @@ def heads_dots(W, r, h0, H, hd, vec, tid, red, out):
 
 @cuda.jit(device=True)
 def slice_partial(q, k_cache, v_cache, L, part_o, part_ml, scale, q_sh, sc, red):
-    """Block (h, s): online softmax over its slice of a context of L timesteps (the slicing of
-    kernels/attention.py: chunk = ceil(L / splits)); writes part_o[h, s] and part_ml[h, s].
+    """Block (h, s) = (blockIdx.x, blockIdx.y) of a grid (n_head, splits): `slice_partial_at`
+    for that block's item (attn_fused, attn_partial_wide)."""
+    slice_partial_at(q, k_cache, v_cache, L, part_o, part_ml, scale, q_sh, sc, red,
+                     cuda.blockIdx.x, cuda.blockIdx.y, cuda.gridDim.y)
+
+
+@cuda.jit(device=True)
+def slice_partial_at(q, k_cache, v_cache, L, part_o, part_ml, scale, q_sh, sc, red, h, s, splits):
+    """Item (h, s) of `splits` slices, done by one block: online softmax over its slice of a
+    context of L timesteps (the slicing of kernels/attention.py: chunk = ceil(L / splits));
+    writes part_o[h, s] and part_ml[h, s]. Which block does the item does not change its bits
+    (kernels/persistent.py walks the items in a loop over a persistent grid).
 
     The block's T threads are G = T / hd groups of hd lanes: thread (g, d). A tile holds up to
     hd timesteps; the score of timestep i is the sum over groups, in group order, of group g's
@@ -186,9 +196,6 @@ def slice_partial(q, k_cache, v_cache, L, part_o, part_ml, scale, q_sh, sc, red)
     P = 1
     while P < hd:
         P *= 2
-    h = cuda.blockIdx.x
-    s = cuda.blockIdx.y
-    splits = cuda.gridDim.y
     base = h * hd
     chunk = (L + splits - 1) // splits
     t0 = min(s * chunk, L)

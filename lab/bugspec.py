@@ -170,6 +170,46 @@ def draft_refusal(cfg) -> str | None:
             + ". Run those with LAB_DRAFT=0")
 
 
+# The pieces of the step the persistent step (LAB_PERSISTENT=1, lab/engine/persistent.py) does not
+# have: it is the fused step's math in one kernel, so it lacks what the fused step lacks, and the
+# pieces it keeps only as host work (prelude, prepare_rope, prepare_attention, scratch, graph_key).
+PERSISTENT_ABSENT: dict[str, str] = {
+    **FUSED_ABSENT,
+    "norm_input": "the attention norm's input as an argument: step_persistent reads x (the "
+                  "embedding row in layer 0) inside its one launch",
+}
+
+
+def persistent_refusal(cfg) -> str | None:
+    """Why `cfg` cannot run with LAB_PERSISTENT=1 (None: it can), for LabConfig: one kernel
+    per token on one device, with graphs or eagerly, and nothing else."""
+    if not getattr(cfg, "persistent", False):
+        return None
+    off = [(var, why) for var, on, why in (
+        ("LAB_FUSION=1", cfg.fusion, "the persistent step is the fused step's math already: "
+                                     "leave LAB_FUSION=0"),
+        ("LAB_SPLIT_COMBINE=1", cfg.split_combine, "one kernel has no launches to split into"),
+        ("LAB_OVERLAP=1", cfg.overlap, "one kernel on one stream: no side stream to fork"),
+        ("LAB_PDL=1", cfg.pdl, "one kernel per step has no node boundary for a dependent "
+                               "launch to overlap"),
+        ("LAB_RANKS=2", cfg.ranks > 1, "a cooperative grid runs on one device"),
+        ("LAB_DRAFT>0", cfg.draft > 0, "the verify step is the unfused step over draft + 1 "
+                                       "positions"),
+        ("LAB_LOOP=device", cfg.loop == "device", "conditional-node bodies are not built for "
+                                                  "cooperative kernels here"),
+        ("LAB_PLAN_SWITCH=update", cfg.plan_switch == "update",
+         "not built for the cooperative kernel's node"),
+    ) if on]
+    why = refusals(cfg.bugs, PERSISTENT_ABSENT)
+    off += [(f"{BUGS[n].env}=1", f"{reason}") for n, reason in why.items()]
+    if not off:
+        return None
+    return ("LAB_PERSISTENT=1 runs the whole step in one cooperative kernel (one device, graphs "
+            "or eager) and nothing else: " + "; ".join(f"{v} cannot combine with it ({w})"
+                                                     for v, w in off)
+            + ". Run those with LAB_PERSISTENT=0")
+
+
 def ranks_refusal(cfg) -> str | None:
     """Why `cfg` cannot run as configured with respect to ranks (None: it can), for LabConfig."""
     if "rank_skew" in cfg.bugs and cfg.ranks < 2:

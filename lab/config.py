@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from lab.bugspec import (BUGS, RANK_BUGS, SPEC_BUGS, draft_refusal, fusion_refusal, loop_refusal,
-                         ranks_refusal)
+                         persistent_refusal, ranks_refusal)
 from lab.errors import LabError
 
 # (environment variable, LabConfig field, allowed values, default, meaning)
@@ -34,6 +34,11 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
      "LAB_SPLIT_COMBINE=1 splits its attention into its three phases (26 launches, the same "
      "bits); the deliberate bugs that override a standalone kernel the fused step lacks are "
      "refused"),
+    ("LAB_PERSISTENT", "persistent", ("0", "1"), "0",
+     "1: the whole decode step of a token in ONE persistent cooperative kernel "
+     "(kernels/persistent.py: the fused step's math and bits, phases separated by grid "
+     "barriers; 1 launch per token), captured in a graph or launched alone; refuses the other "
+     "step variants (LAB_FUSION=1 too: it is implied)"),
     ("LAB_LAUNCH", "launch", ("dispatcher", "prebound"), "prebound",
      "eager launch mechanism: numba's dispatcher (types and flattens the arguments on every "
      "launch) or pre-bound (kernel handle and flattened arguments prepared once per plan, "
@@ -63,7 +68,8 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
      "the verify attention's split count over the cache (NSPLIT): fixed for the whole "
      "generation, so ONE graph serves every position; its workspace grows with it"),
 )
-_BOOL_FIELDS = {"graph", "split_combine", "pdl", "overlap", "fusion", "launch_blocking"}
+_BOOL_FIELDS = {"graph", "split_combine", "pdl", "overlap", "fusion", "persistent",
+                "launch_blocking"}
 _INT_FIELDS = {"ranks", "draft", "draft_splits"}
 _ALL_BUGS = {**BUGS, **RANK_BUGS, **SPEC_BUGS}
 _BUG_VARS = {b.env: name for name, b in _ALL_BUGS.items()}  # LAB_BUG_<NAME> -> bug (lab/bugspec.py)
@@ -77,6 +83,7 @@ class LabConfig:
     pdl: bool = False
     overlap: bool = False
     fusion: bool = False            # LAB_FUSION: the fused step (lab/engine/step.py FusedStep)
+    persistent: bool = False        # LAB_PERSISTENT: the step in one kernel (lab/engine/persistent.py)
     launch: str = "prebound"        # LAB_LAUNCH: how the cuda backend issues each kernel
     launch_blocking: bool = False   # LAB_LAUNCH_BLOCKING: wait for each launch (finding a fault)
     kv_dtype: str = "float32"
@@ -105,7 +112,8 @@ class LabConfig:
         why = fusion_refusal(self.bugs) if self.fusion else None
         if why:
             raise LabError(why)
-        why = ranks_refusal(self) or loop_refusal(self) or draft_refusal(self)
+        why = (ranks_refusal(self) or loop_refusal(self) or draft_refusal(self)
+               or persistent_refusal(self))
         if why:
             raise LabError(why)
 

@@ -31,6 +31,7 @@ class Plan:
     overlap: bool = False  # the k/v projection runs on a side stream (a parallel branch)
     fusion: bool = False   # the fused step (18 launches) instead of one op per kernel (37)
     draft: int = 0         # LAB_DRAFT: tokens drafted per step (the verify step over draft + 1)
+    persistent: bool = False  # LAB_PERSISTENT: the whole step in one cooperative kernel
 
     @property
     def key(self) -> tuple:
@@ -38,6 +39,8 @@ class Plan:
         and an unfused step never share one; a verify step's key names its draft length)."""
         key = ("splits", self.splits, "split_combine", self.split_combine, "pdl", self.pdl,
                "overlap", self.overlap, "fusion", self.fusion)
+        if self.persistent:   # one kernel: the splits are its scratch view's shape
+            key += ("persistent", True)
         return key + ("draft", self.draft) if self.draft else key
 
 
@@ -72,7 +75,7 @@ def decode_plan(position: int, model_cfg, lab_cfg, splits: int | None = None) ->
     # split_combine: the unfused step's combine as merge + project, or under LAB_FUSION the
     # fused attention's phases as launches of their own (lab/engine/step.py FusedStep.attend)
     return Plan(position, splits, lab_cfg.split_combine, model_cfg.n_head, lab_cfg.pdl,
-                lab_cfg.overlap, lab_cfg.fusion)
+                lab_cfg.overlap, lab_cfg.fusion, persistent=getattr(lab_cfg, "persistent", False))
 
 
 def plan_boundaries(max_seq: int) -> list[int]:

@@ -42,6 +42,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from kernels import persistent
 from lab.backend.costmodel import CostModel, launch_bytes
 from lab.config import LabConfig
 from lab.engine.runner import DecodeEngine
@@ -320,7 +321,65 @@ show(f"source: {peer_source}")
 # simulator expected to help, hurts (section 4). And the fused attention kernel is by far the
 # slowest node, many times the 2 us limit. A missed target here is a measurement, not a failure
 # of the method: each row names the next thing to work on.
+
+# %% [markdown]
+# ## 7. The megakernel rung: the whole step in one launch (`LAB_PERSISTENT=1`)
 #
+# Fusion's logical endpoint: ONE kernel per token. `step_persistent` (`kernels/persistent.py`)
+# runs the fused step's math -- the same device functions, the same order, so the same bits --
+# as phases of one *persistent* kernel: as many blocks as the GPU has SMs, each walking the
+# work items of a phase in a loop, the phases separated by **grid-wide barriers**
+# (`cuda.cg.this_grid().sync()`; numba makes such a kernel *cooperative*, so every block is
+# resident at once and a barrier can return). Four barriers per layer (after qkv, attention,
+# the MLP's up projection and its down projection): 16 per token. Where a phase needs only some
+# producers (a head's merge, the argmax) it keeps the fused step's "last block done" election.
+#
+# The launch bill drops to 1 and the graph to one node. What that is worth is not obvious: a
+# grid barrier costs about 1.3 us on the H200 at 132 blocks (`../shared/gpu/FACTS.md`), more
+# than a graph node boundary (about 0.56 us, 0.45 under PDL), so the kernel can win only what
+# the 18 launches cost beyond their boundaries (launch latency, tails), not the boundaries
+# themselves. On the simulator (its twin is the fused step's twins, composed):
+
+# %%
+persist_runs = {}
+for name, cfg in (("fused", SIM.replace(fusion=True)), ("persistent", SIM.replace(persistent=True))):
+    eng = DecodeEngine(model, cfg)
+    gen = eng.generate("ROMEO.\n", 32)
+    persist_runs[name] = (eng, gen, eng.logits())
+p_eng = persist_runs["persistent"][0]
+(p_launch,) = p_eng.step_launches(p_eng.plan(0))
+print(f"{'step':<12} {'launches/token':>14} {'nodes/graph':>11}  ledger")
+for name, (eng, gen, _) in persist_runs.items():
+    nodes = sorted({g.node_count for g in eng.graphs.values()})
+    print(f"{name:<12} {len(eng.step_launches(eng.plan(0))):>14} {str(nodes):>11}  {eng.ledger_summary()}")
+same_ids = persist_runs["fused"][1].tokens.tobytes() == persist_runs["persistent"][1].tokens.tobytes()
+same_logits = persist_runs["fused"][2].tobytes() == persist_runs["persistent"][2].tobytes()
+show(f"step_persistent: grid {p_launch.grid}, block {p_launch.block} (the simulator's fixed grid: "
+     f"the H200's SMs), {persistent.barriers_per_token(model.cfg.n_layer)} grid barriers per token")
+show(f"greedy ids equal to the fused step's: {same_ids}; last logits byte-identical: {same_logits}")
+
+# %% [markdown]
+# What it costs on the H200 is a measurement: `scripts/check_gpu_persistent.py` times graph,
+# graph + PDL, the fused graph and the persistent graph at contexts 64 and 900, interleaved,
+# after checking the bits. The simulator does not price this kernel from a recording yet (no
+# `step_persistent` node in `kernel_costs.json`), so it shows no time for it here; the cell
+# below shows the H200's figures once `data/gpu/persistent.json` holds them.
+
+# %%
+recorded = GPU / "persistent.json"
+rows = []
+if recorded.is_file():
+    rows = [r for r in json.loads(recorded.read_text())["sweep"]["rows"]]
+if any(r["arm"] == "persistent graph" for r in rows):
+    print(f"{'context':>7}  {'arm':<18} {'ms/token':>9} {'± sem us':>9}")
+    for r in rows:
+        print(f"{r['context']:>7}  {r['arm']:<18} {r['mean_ms']:>9.4f} {1000 * r['sem_ms']:>9.2f}")
+    show(f"source: data/gpu/persistent.json, {json.loads(recorded.read_text())['source']}")
+else:
+    show("H200 timing of the persistent step: not recorded yet (scripts/check_gpu_persistent.py "
+         "writes it; data/gpu/persistent.json)")
+
+# %% [markdown]
 # ## What you should now be able to do
 # - Take a captured step apart kernel by kernel from recorded node times, and say which kernels
 #   grow with the context.

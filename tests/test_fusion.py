@@ -370,7 +370,8 @@ def test_fused_kernels_follow_the_house_rules():
                 users.add(f"{path.name}:{fn.name}")
             if "arrive_last(" in src and fn.name != "arrive_last":
                 users.add(f"calls:{fn.name}")
-    assert users == {"fused.py:arrive_last", "calls:attn_fused", "calls:norm_lm_head_argmax"}
+    assert users == {"fused.py:arrive_last", "calls:attn_fused", "calls:norm_lm_head_argmax",
+                     "calls:step_persistent"}      # LAB_PERSISTENT=1: the fused tails, in one kernel
     for name in ("attn_fused", "norm_lm_head_argmax"):
         spec = kernels.REGISTRY[name]
         assert spec.arg_names[-1] == "counter" and len(spec.arg_names) - 1 in spec.writes

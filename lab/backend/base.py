@@ -278,6 +278,12 @@ class Backend(ABC):
     def warm_up(self, kernels) -> None:
         """Compile and load every kernel before first use (never inside a capture)."""
 
+    def cooperative_limits(self, kernel, threads: int):
+        """(SMs, blocks of `threads` the device can co-schedule for `kernel`, why a cooperative
+        launch is refused or "") for a cooperative kernel; None where there is no occupancy to
+        ask (the simulator)."""
+        return None
+
     @abstractmethod
     def launch(self, launch: Launch) -> None: ...
 

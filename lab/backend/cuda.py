@@ -54,6 +54,7 @@ class CudaBackend(CudaLaunches, CudaDeviceLoop, Backend):
         self._overloads: dict = {}
         self._core_streams = {k: self._core_stream(k) for k in self.streams}
         self._compiled: dict[str, object] = {}       # what THIS backend has warmed up
+        self._coop: dict[tuple, tuple] = {}          # (kernel, threads) -> cooperative_limits
         self._offence: str | None = None
         # whether begin_capture opened a capture: asked on every launch, and a Python flag
         # costs nothing where a runtime query per launch does (is_capturing() still asks)

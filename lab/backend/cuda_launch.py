@@ -1,11 +1,19 @@
 """How the cuda backend launches a kernel (LAB_LAUNCH): the `dispatcher` rung (numba's dispatcher
 types and flattens the arguments at every launch), the `prebound` rung (done once per Launch,
 launched through cuda.core) and PDL launches (always through cuda.core). `CudaLaunches` is the
-backend's mixin for it, with the per-process kernel compilation it needs."""
+backend's mixin for it, with the per-process kernel compilation it needs.
+
+Cooperative kernels (numba makes a kernel cooperative when it calls cg.this_grid().sync(): its
+overload's `.cooperative`; LAB_PERSISTENT=1's step_persistent) launch with
+`LaunchConfig(is_cooperative=True)` on the pre-bound rung, and numba's dispatcher sets it by
+itself; on both rungs a grid the device cannot co-schedule (more blocks than
+`max_cooperative_grid_blocks`) or a device without cooperative launch is refused with a
+LabError naming why (`cooperative_refusal`), never launched to hang at its first grid barrier."""
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from lab.errors import LabError
 from .base import Buffer, Launch, RawArray
 
 
@@ -17,9 +25,31 @@ class _Bound(NamedTuple):
     args: tuple          # the arguments flattened by numba (pointers, shapes, strides, scalars)
 
 
+def cooperative_refusal(name: str, grid_blocks: int, threads: int, co_resident: int,
+                        supported: bool) -> str | None:
+    """Why a cooperative launch of `name` with `grid_blocks` blocks of `threads` cannot run
+    (None: it can): every block must be resident at once for a grid barrier to return."""
+    if not supported:
+        return f"{name} needs a cooperative launch, which this device does not support"
+    if grid_blocks > co_resident:
+        return (f"{name} needs its {grid_blocks} blocks of {threads} threads co-resident for its "
+                f"grid barriers, and this device co-schedules at most {co_resident} "
+                f"(max_cooperative_grid_blocks)")
+    return None
+
+
+def cooperative_limit(disp, threads: int) -> int | None:
+    """The fewest blocks of `threads` any cooperative overload of dispatcher `disp` may have
+    co-resident (None: no overload is cooperative)."""
+    counts = [o.max_cooperative_grid_blocks(threads) for o in disp.overloads.values()
+              if getattr(o, "cooperative", False)]
+    return min(counts) if counts else None
+
+
 # Compiled kernels are per process, not per backend: numba dispatchers are bound to the CUDA
 # context every backend here shares, and compiling ~20 kernels costs seconds per engine.
 _PROCESS_KERNELS: dict[str, object] = {}
+_COOPERATIVE: set[str] = set()      # the compiled kernels numba made cooperative (a grid sync)
 
 
 class CudaLaunches:
@@ -28,10 +58,12 @@ class CudaLaunches:
     def _compile(self, spec):
         disp = _PROCESS_KERNELS.get(spec.name)
         if disp is None:
-            disp = self.nbcuda.jit(list(spec.signatures))(spec.py_func)
+            disp = self.nbcuda.jit(list(spec.signatures), **dict(spec.jit_options))(spec.py_func)
             for overload in disp.overloads.values():
                 overload._codelibrary.get_cufunc()  # load the module now, not at first launch
             _PROCESS_KERNELS[spec.name] = disp
+            if any(getattr(o, "cooperative", False) for o in disp.overloads.values()):
+                _COOPERATIVE.add(spec.name)
         self._compiled[spec.name] = disp
         return disp
 
@@ -39,6 +71,34 @@ class CudaLaunches:
         for spec in kernels:
             if spec.name not in self._compiled:
                 self._compile(spec)
+
+    def cooperative_limits(self, kernel, threads: int):
+        """(SMs, co-resident blocks of `threads` for `kernel`, why refused or ""), from the
+        device and numba's occupancy query (compiles the kernel if need be; not in a capture).
+        Kept per (kernel, threads): the launch-time check reads it from here."""
+        key = (kernel.name, threads)
+        if key not in self._coop:
+            disp = self._compiled.get(kernel.name) or self._compile(kernel)
+            dev = self.nbcuda.get_current_device()
+            supported = bool(getattr(dev, "COOPERATIVE_LAUNCH", 1))
+            blocks = cooperative_limit(disp, threads) or 0
+            why = cooperative_refusal(kernel.name, 1, threads, blocks, supported) or ""
+            self._coop[key] = (int(dev.MULTIPROCESSOR_COUNT), blocks, why)
+        return self._coop[key]
+
+    def _check_cooperative(self, launch: Launch, disp) -> None:
+        """Refuse a cooperative launch the device cannot co-schedule (once per Launch)."""
+        if launch.name not in _COOPERATIVE or "cooperative" in launch.prepared:
+            return
+        threads = int(launch.block[0]) * int(launch.block[1] if len(launch.block) > 1 else 1)
+        _, blocks, why = self.cooperative_limits(launch.kernel, threads)
+        grid = 1
+        for g in launch.grid:
+            grid *= int(g)
+        why = why or cooperative_refusal(launch.name, grid, threads, blocks, True)
+        if why:
+            raise LabError(f"refused: {why}")
+        launch.prepared["cooperative"] = True     # checked: the grid fits
 
     def _arg(self, a):
         if isinstance(a, Buffer):
@@ -54,6 +114,7 @@ class CudaLaunches:
             # newer drivers only (the H200's 13.0 allowed it; older ones may refuse)
             self._op("compilation", launch.name)
             disp = self._compile(launch.kernel)
+        self._check_cooperative(launch, disp)
         if self.log is not None:
             self.log.record(launch, "capture" if self._capturing else "eager")
         bound = self._prebound(launch, disp) if self.mechanism == "prebound" else None
@@ -115,8 +176,10 @@ class CudaLaunches:
         kernelargs, retr = [], []
         for ty, val in zip(overload.argument_types, args):
             overload._prepare_args(ty, val, nbstream, retr, kernelargs)
+        # a cooperative overload (a grid barrier) launches as numba's own launch would
+        coop = {"is_cooperative": True} if getattr(overload, "cooperative", False) else {}
         config = self._LaunchConfig(grid=launch.grid, block=launch.block,
-                                    programmatic_stream_serialization=self.pdl)
+                                    programmatic_stream_serialization=self.pdl, **coop)
         return _Bound(self._core_streams[launch.stream], config,
                       overload._codelibrary.get_cufunc().kernel, tuple(kernelargs))
 

@@ -8,6 +8,7 @@
   graphs       the graph cache keyed by plan, and the plan switch by update
   device_loop  the whole generation in one launch (LAB_LOOP=device)
   spec         speculative decoding (LAB_DRAFT): the verify step, its buffers, decode in rounds
+  persistent   the whole step in one cooperative kernel (LAB_PERSISTENT): its step, its buffers
   requests     prompts, generate, decode
 
 Imports: the ground floor (lab/*.py) and lab.backend only.

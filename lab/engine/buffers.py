@@ -23,6 +23,7 @@ import numpy as np
 
 from kernels import fused
 from lab.plan import plan_boundaries
+from .persistent import alloc_persistent
 from .ranks import shard, vocab_rows
 from .spec import alloc_spec
 from lab.reference import rope_tables
@@ -66,6 +67,7 @@ class Device:
     partials: dict = field(default_factory=dict)    # splits -> the attention scratch's views
     vocab_view: object = None                       # the logits of the real vocabulary
     spec: object = None                             # LAB_DRAFT>0: the verify step's buffers
+    persistent: object = None                       # LAB_PERSISTENT=1: the stacked weights, KV
 
 
 def scratch_views(be, part_o, part_ml, n_head: int, head_dim: int, splits: int) -> dict:
@@ -92,6 +94,9 @@ class Allocation:
     def _alloc_device(self, rank: int, step_cls, kv_init: str) -> None:
         c, R, d = self.model.cfg, self.ranks, self.devices[rank]
         be, b = d.backend, d.buf
+        kv = np.dtype(self.cfg.kv_dtype)
+        if self.cfg.persistent:   # refused here, before any allocation, if the device cannot run it
+            d.persistent = alloc_persistent(be, self.model, kv, kv_init)
         D, F, v = c.d_model, c.d_ff // R, vocab_rows(c.vocab_size, R)
         for name, arr in (self.model.weights if R == 1 else shard(self.model, rank, R)).items():
             d.w[name] = be.alloc(name, arr.shape, np.float32)
@@ -116,8 +121,11 @@ class Allocation:
             self._alloc_one_device_modes(d)
         if self.cfg.draft:                                  # the verify step's (lab/engine/spec.py)
             d.spec = alloc_spec(be, c, self.cfg.draft, self.cfg.draft_splits)
-        kv = np.dtype(self.cfg.kv_dtype)
         for i in range(c.n_layer):
+            if d.persistent is not None:   # each layer's cache: a row of the stacked one
+                b.k_cache.append(be.row(d.persistent.k_cache, i))
+                b.v_cache.append(be.row(d.persistent.v_cache, i))
+                continue
             b.k_cache.append(be.alloc(f"k_cache.{i}", (c.max_seq, D // R), kv, init=kv_init))
             b.v_cache.append(be.alloc(f"v_cache.{i}", (c.max_seq, D // R), kv, init=kv_init))
         d.vocab_view = b.logits if R == 1 else be.rows(b.logits, 0, c.vocab_size)

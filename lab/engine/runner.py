@@ -11,6 +11,8 @@ on a miss: `capture`) or the eager launches. The optional modes, each one place 
                                              rank's step is issued in lockstep, collective by
                                              collective; a graph per rank per plan key
   LAB_FUSION=1 (18 launches per token)       lab/engine/step.py (FusedStep): swaps the step's pieces
+  LAB_PERSISTENT=1 (1 launch per token)      lab/engine/persistent.py (PersistentStep): the fused
+                                             step's math in one cooperative kernel
   LAB_DRAFT=k (speculative decoding)         lab/engine/spec.py (SpecStep, SpecDecode): the verify
                                              step over k + 1 positions, decoded in rounds
   deliberate bugs                            lab/engine/bugs.py: overrides of the step's pieces
@@ -41,6 +43,7 @@ from lab.config import LabConfig
 from .device_loop import DeviceLoop
 from lab.errors import CaptureError, CollectiveError, LabError
 from .graphs import GraphCache
+from .persistent import PersistentStep
 from lab.backend.instrument import LaunchLog
 from lab.ledger import CaptureFailure, LedgerEntry
 from lab.model import Model, check_request
@@ -64,6 +67,14 @@ def step_for(cfg: LabConfig, base: type[Step] = Step) -> type[Step]:
         return rank_step_class(cfg.bugs, base)
     if cfg.draft:
         return spec_step_class(cfg.bugs, base)
+    if cfg.persistent:
+        if not (base is Step or issubclass(base, PersistentStep)):
+            raise LabError(f"step={base.__name__} is not a variant of the persistent step: "
+                           f"LAB_PERSISTENT=1 runs PersistentStep (pass a subclass of it)")
+        return bugs.step_class(cfg.bugs, PersistentStep if base is Step else base)
+    if issubclass(base, PersistentStep):
+        raise LabError(f"step={base.__name__} is a variant of the persistent step: it needs "
+                       f"LAB_PERSISTENT=1")
     if cfg.fusion and not issubclass(base, FusedStep):
         if base is not Step:
             raise LabError(f"step={base.__name__} is a variant of the one-op-per-kernel step; "
@@ -282,7 +293,7 @@ class DecodeEngine(Requests, Allocation, GraphCache, DeviceLoop, TensorParallel,
         that changes them (LAUNCH does not: both mechanisms capture the same graph). FUSION
         swaps the step's pieces (the host state lazy code recorded carries over). Toggles that
         change allocation (KV dtype, the lazy-allocation bugs, ranks) need a new engine."""
-        alloc = ("kv_dtype", "bugs", "ranks", "draft", "draft_splits")
+        alloc = ("kv_dtype", "bugs", "ranks", "draft", "draft_splits", "persistent")
         if any(getattr(value, f) != getattr(self._cfg, f) for f in alloc):
             raise LabError(f"{', '.join(alloc)} change what the engine allocates: build a new "
                            f"DecodeEngine for them")

@@ -166,10 +166,10 @@ def default_backend(cfg: LabConfig, index: int):
 
 def pool_key(cfg: LabConfig, kv_init: str = "zeros") -> tuple:
     """The key under which arms share one engine in a pool (make_arm): what decides the
-    allocations -- backend, KV dtype, deliberate bugs, KV initialisation. Arms with equal keys
-    differ by launch toggles only. Pre-fill a pool with `{pool_key(cfg): engine}` to time an
-    engine you built (a seeded SimBackend, say)."""
-    return (cfg.backend, cfg.kv_dtype, cfg.bugs, kv_init)
+    allocations -- backend, KV dtype, deliberate bugs, KV initialisation, the persistent step's
+    stacked buffers. Arms with equal keys differ by launch toggles only. Pre-fill a pool with
+    `{pool_key(cfg): engine}` to time an engine you built (a seeded SimBackend, say)."""
+    return (cfg.backend, cfg.kv_dtype, cfg.bugs, kv_init) + (("persistent",) if cfg.persistent else ())
 
 
 def make_arm(model, name: str, cfg: LabConfig, index: int, kv_init: str = "zeros",

@@ -92,9 +92,29 @@ def _check_split_combine(engine, want: str) -> tuple[bool | None, str]:
     if engine.cfg.ranks > 1:
         return None, ("not checked: with ranks the step always merges, then projects each rank's "
                       "shard (the all-reduce sums them), whatever LAB_SPLIT_COMBINE says")
+    if engine.cfg.persistent:
+        return _not_launches(engine, "LAB_SPLIT_COMBINE")
     if engine.cfg.fusion:
         return _check_kernel(engine, want, "attn_project_heads", "attn_fused")
     return _check_kernel(engine, want, "attn_merge", "attn_combine")
+
+
+def _not_launches(engine, var: str) -> tuple[None, str]:
+    return None, f"not read: LAB_PERSISTENT=1 runs the whole step in one kernel, whatever {var} says"
+
+
+def _check_fusion(engine, want: str) -> tuple[bool | None, str]:
+    if engine.cfg.persistent:
+        return _not_launches(engine, "LAB_FUSION")
+    return _check_kernel(engine, want, "norm_qkv_rope", "rmsnorm")
+
+
+def _check_persistent(engine, want: str) -> tuple[bool, str]:
+    """1: every launch of the run is step_persistent (one per step); 0: none is."""
+    seen = Counter(r.kernel for r in _issued(engine))
+    other = sum(n for k, n in seen.items() if k != "step_persistent")
+    ok = seen["step_persistent"] > 0 and other == 0 if want == "1" else seen["step_persistent"] == 0
+    return ok, f"launch log: step_persistent x{seen['step_persistent']}, other kernels x{other}"
 
 
 def _check_overlap(engine, want: str) -> tuple[bool, str]:
@@ -123,7 +143,7 @@ CHECKS: dict[str, Callable] = {
     "LAB_BACKEND": _check_backend, "LAB_GRAPH": _check_graph, "LAB_KV_DTYPE": _check_kv,
     "LAB_PDL": _check_pdl, "LAB_OVERLAP": _check_overlap, "LAB_LAUNCH": _check_launch,
     "LAB_SPLIT_COMBINE": _check_split_combine,
-    "LAB_FUSION": lambda e, w: _check_kernel(e, w, "norm_qkv_rope", "rmsnorm"),
+    "LAB_FUSION": _check_fusion, "LAB_PERSISTENT": _check_persistent,
     "LAB_PLAN_SWITCH": _check_plan_switch, "LAB_LOOP": _check_loop,
 }
 

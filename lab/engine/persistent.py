@@ -1,0 +1,115 @@
+"""The persistent step (LAB_PERSISTENT=1): one token, ONE launch -- kernels/persistent.py's
+`step_persistent`, a cooperative kernel that runs the fused step's math (LAB_FUSION=1's bits)
+phase by phase over a persistent grid, the phases separated by grid barriers.
+
+What it needs that the other steps do not, allocated once at start-up (`alloc_persistent`,
+before any capture, and only in this mode):
+  norms [L, 2, D], wqkv [L, 3D, D], wo [L, D, D], w_gu [L, 2, F, D], w_down [L, D, F]
+      every layer's weights stacked (a copy of the per-layer buffers: the kernel walks the
+      layers itself, and one argument per stack keeps its argument list at 25)
+  k_cache, v_cache [L, max_seq, D]
+      the KV cache as ONE buffer per K and V; `Buffers.k_cache[i]` are its rows, so everything
+      that reads a layer's cache (evidence, downloads) sees the same memory
+  counter [n_head + 2] int32
+      the kernel's "last block done" slots (0 between launches)
+  geometry
+      (grid, block) from `kernels.persistent.persistent_geometry`: as many blocks as SMs,
+      capped by the blocks the device can co-schedule (the backend's `cooperative_limits`; the
+      simulator, which has no occupancy API, uses SIM_GRID). A device that cannot co-schedule
+      a block, or has no cooperative launch, is refused here, before the buffers are allocated.
+
+The step keeps the host-work pieces of the fused step (prepare_rope, prepare_attention,
+scratch, graph_key: the lazy-initialisation bugs and STEP_KEY work here too) and lacks every
+launch piece (`PERSISTENT_ABSENT`, lab/bugspec.py: a bug overriding one is refused). The split
+count still comes from the plan: the kernel reads it from the scratch view's shape, so the
+graph cache keeps one graph per plan key, exactly as for the fused step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import kernels
+from kernels import fused, persistent
+from lab.bugspec import PERSISTENT_ABSENT
+from lab.errors import LabError
+from lab.plan import Plan
+from .step import FusedStep, launch
+
+
+@dataclass
+class PersistentBuffers:
+    norms: object = None
+    wqkv: object = None
+    wo: object = None
+    w_gu: object = None
+    w_down: object = None
+    k_cache: object = None
+    v_cache: object = None
+    counter: object = None
+    geometry: tuple = ()
+
+
+def launch_geometry(be, model_cfg) -> tuple:
+    """(grid, block) of step_persistent on backend `be`, or a LabError saying why this device
+    cannot run it (no cooperative launch, or not one block of it co-resident)."""
+    threads = fused.attention_threads(model_cfg.head_dim)
+    limits = be.cooperative_limits(kernels.REGISTRY["step_persistent"], threads)
+    if limits is None:                               # the simulator: no occupancy to ask
+        sms = co_resident = persistent.SIM_GRID
+    else:
+        sms, co_resident, why = limits
+        if why:
+            raise LabError(f"LAB_PERSISTENT=1 refused on this device: {why}")
+    try:
+        return persistent.persistent_geometry(model_cfg.head_dim, sms, co_resident, threads)
+    except ValueError as exc:
+        raise LabError(f"LAB_PERSISTENT=1 refused on this device: {exc}") from None
+
+
+def alloc_persistent(be, model, kv_dtype, kv_init: str) -> PersistentBuffers:
+    """The persistent step's buffers (above), weights uploaded; refuses before allocating."""
+    c, w, f32 = model.cfg, model.weights, np.float32
+    out = PersistentBuffers(geometry=launch_geometry(be, c))
+    L = range(c.n_layer)
+    host = {
+        "norms": np.stack([np.stack([w[f"layers.{i}.attn_norm"], w[f"layers.{i}.mlp_norm"]]) for i in L]),
+        "wqkv": np.stack([w[f"layers.{i}.wqkv"] for i in L]),
+        "wo": np.stack([w[f"layers.{i}.wo"] for i in L]),
+        "w_gu": np.stack([np.stack([w[f"layers.{i}.w_gate"], w[f"layers.{i}.w_up"]]) for i in L]),
+        "w_down": np.stack([w[f"layers.{i}.w_down"] for i in L]),
+    }
+    for name, arr in host.items():
+        buf = be.alloc(f"persistent.{name}", arr.shape, f32)
+        be.upload(buf, arr)
+        setattr(out, name, buf)
+    for name in ("k_cache", "v_cache"):
+        setattr(out, name, be.alloc(name, (c.n_layer, c.max_seq, c.d_model), kv_dtype, init=kv_init))
+    out.counter = be.alloc("persistent.counter", (persistent.counter_slots(c.n_head),), np.int32)
+    return out
+
+
+class PersistentStep(FusedStep):
+    """The step as one launch of step_persistent (1 launch per token, layer None: no layer
+    stack of launches). Its host work is the fused step's: the tables' and the scratch's
+    preparation (none, unless a lazy-initialisation bug overrides them), then the launch."""
+
+    absent = PERSISTENT_ABSENT
+
+    def items(self, plan: Plan):
+        for layer in range(self.engine.model.cfg.n_layer):
+            yield from self.prepare_rope(layer)
+        yield from self.prepare_attention(plan)
+        part_o, part_ml = self.scratch(plan.splits)
+        yield self.whole_step(part_o, part_ml)
+
+    def whole_step(self, part_o, part_ml):
+        """The token's step: embed, every layer, the LM head, argmax and pos += 1."""
+        c, b, w, pb = self.engine.model.cfg, self.dev.buf, self.dev.w, self.dev.persistent
+        return launch(persistent.step_persistent, pb.geometry,
+                      (b.tokens, b.pos, b.n_prompt, w["tok_emb"], pb.norms, pb.wqkv, pb.wo,
+                       pb.w_gu, pb.w_down, w["final_norm"], w["lm_head"], np.float32(c.norm_eps),
+                       np.float32(1.0 / np.sqrt(c.head_dim)), b.cos, b.sin, pb.k_cache,
+                       pb.v_cache, b.x, b.q, part_o, part_ml, b.head_out, b.act, b.logits,
+                       pb.counter))
