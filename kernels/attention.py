@@ -260,13 +260,21 @@ def attn_partial(q, k_cache, v_cache, pos, part_o, part_ml, scale):
     q [D], k_cache/v_cache [max_seq, D], pos [1], part_o [n_head, splits, hd],
     part_ml [n_head, splits, 2] = (running max m, sum l of exp(score - m)).
     The context length L = pos[0] + 1 is read from device memory at run time.
+
+    PDL: its dependents are triggered at the END, not right after the wait as the other kernels
+    here do (kernels/pdl.py, LATE_TRIGGER). At long context the grid (n_head, splits) fills
+    nearly every SM (128 blocks of 132 on the H200 at splits 32) and runs long; triggered first,
+    attn_combine was launched while only the few SMs it left free had room, and the edge into
+    attn_combine cost 15.1 us per step at context 900 where it saved 1.2 at 64
+    (data/gpu/pdl_context_early.json against pdl_context.json: the step's chain with every launch
+    programmatic but one kernel's; scripts/record_gpu_pdl_context.py).
     """
     pdl_wait()
-    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     red = cuda.shared.array((ATTN_STEPS, ATTN_THREADS), numba.float32)  # the simulator's trees
     o_sh = cuda.shared.array((ATTN_WARPS, MAX_HEAD_DIM), numba.float32)  # [warps, hd] o per warp
     ml_sh = cuda.shared.array((ATTN_WARPS, 2), numba.float32)            # [warps, 2] (m, l)
     partial_slice(q, k_cache, v_cache, pos[0] + 1, part_o, part_ml, scale, red, o_sh, ml_sh)
+    pdl_launch_dependents()  # the next kernel may launch once every block has its partials
 
 
 # ---- deliberate-bug variant (lab/engine/bugs.py, LAB_BUG_CTX_BY_VALUE) ---------------------------

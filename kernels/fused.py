@@ -319,13 +319,13 @@ def attn_fused(q, k_cache, v_cache, pos, part_o, part_ml, scale, Wo, x, head_out
     those adds the heads in head order to x. Limit: hd <= MAX_HEAD_DIM.
     """
     pdl_wait()
-    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     q_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)   # [hd] this head's query
     sc = cuda.shared.array(MAX_HEAD_DIM, numba.float32)     # [tile] scores, then exp weights
     red = cuda.shared.array(MAX_THREADS, numba.float32)     # [threads]
     o_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)   # [hd] this head's merged output
     flag = cuda.shared.array(1, numba.int32)
     slice_partial(q, k_cache, v_cache, pos[0] + 1, part_o, part_ml, scale, q_sh, sc, red)
+    pdl_launch_dependents()  # after the partials, as attn_partial (kernels/attention.py: why)
     h = cuda.blockIdx.x
     H = cuda.gridDim.x
     if arrive_last(counter, h, cuda.gridDim.y, flag):      # the last of head h's blocks

@@ -34,11 +34,11 @@ def attn_partial_wide(q, k_cache, v_cache, pos, part_o, part_ml, scale):
     """attn_fused's first phase alone: block (h, s) writes its slice's partials, the bits
     attn_fused writes. Grid and block: attention_grid (the same block size as attn_fused)."""
     pdl_wait()
-    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     q_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)   # [hd] this head's query
     sc = cuda.shared.array(MAX_HEAD_DIM, numba.float32)     # [tile] scores, then exp weights
     red = cuda.shared.array(MAX_THREADS, numba.float32)     # [threads]
     slice_partial(q, k_cache, v_cache, pos[0] + 1, part_o, part_ml, scale, q_sh, sc, red)
+    pdl_launch_dependents()  # after the partials, as attn_partial (kernels/attention.py: why)
 
 
 def attn_project_heads_twin(grid, block, Wo, o, x, head_dim):

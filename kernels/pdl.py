@@ -12,6 +12,15 @@ PDL takes three pieces; each guarantees something different:
    C++ cudaTriggerProgrammaticLaunchCompletion): once every block of the primary has triggered
    (or exited), the dependent may start launching. A scheduling hint only: it neither means the
    primary has finished nor makes its writes visible to the dependent.
+   Where it goes is a performance choice, measured: most kernels here trigger right after their
+   wait, so the dependent's launch overlaps their whole run. The split-K attention partials
+   (LATE_TRIGGER) trigger after their partials instead: at long context their grid (n_head,
+   splits) fills nearly every SM and runs long, and a dependent launched then can only have
+   its blocks placed on the few SMs left free (the likely mechanism: the recording names the
+   edge, not the placement). On the H200 at context 900 (splits 32) the early trigger
+   made the edge into attn_combine cost 15.1 us per step and PDL lose 5.7 us per step against
+   no PDL; with the trigger after the partials PDL saves 10.4 (data/gpu/pdl_context*.json,
+   scripts/record_gpu_pdl_context.py). lab/pdl_check.py holds the kernels to it.
 3. the dependent's wait, `pdl_wait()` (`griddepcontrol.wait`, cudaGridDependencySynchronize):
    blocks until the grids this one depends on have COMPLETED and their memory is visible. The
    only one of the three that orders data, so every kernel's FIRST statement is `pdl_wait()`
@@ -29,6 +38,10 @@ nothing below sm_90 (the instructions do not exist there) and are plain no-op Py
 under numba's CUDA simulator.
 """
 from numba import config
+
+# kernels that trigger their dependents after their main work, not right after their wait
+# (above, piece 2): the split-K attention partials, whose grid grows with the context
+LATE_TRIGGER = ("attn_partial", "attn_partial_wide", "attn_fused")
 
 if config.ENABLE_CUDASIM:  # the simulator runs kernels as Python: nothing to emit
 

@@ -53,3 +53,15 @@ def test_gpu_pdl_byte_identical_and_programmatic_edges(model):
     assert base.logits.tobytes() == pdl.logits.tobytes()
     edges = next(iter(eng.graphs.values())).edge_types()
     assert edges.get("programmatic", 0) >= len(eng.step_launches(eng.plan(0))) - 1, edges
+
+
+def test_the_attention_partials_trigger_their_dependents_after_their_work():
+    """kernels/pdl.py's LATE_TRIGGER (measured on the H200: an early trigger in attn_partial
+    made PDL lose at context 900) is held statically; a kernel that triggers first is caught."""
+    from kernels.pdl import LATE_TRIGGER
+    from lab.pdl_check import late_trigger_violations
+    assert set(LATE_TRIGGER) >= {"attn_partial", "attn_partial_wide", "attn_fused"}
+    assert late_trigger_violations() == {}
+    caught = late_trigger_violations(late=("attn_combine", "no_such_kernel"))
+    assert "before its work" in caught["attn_combine"]
+    assert "not a registered kernel" in caught["no_such_kernel"]
