@@ -8,6 +8,9 @@ Writes:
                         each-off; paired interleaved reps; standard errors; baseline check)
   DIR/pdl.json          graph vs graph + PDL (paired A/B) and the captured graph's edge types
   DIR/overlap.json      graph vs graph + OVERLAP (paired A/B)
+  DIR/pdl_sweep.json    graph and graph + PDL interleaved at contexts 64 and 900 (seek: timing
+                        only): PDL's gain at a short and a long context, which conformance holds
+                        the simulator to
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ from lab.config import LabConfig  # noqa: E402
 from lab.engine.runner import DecodeEngine  # noqa: E402
 from lab.measure import bench, report  # noqa: E402
 from scripts import recorder  # noqa: E402
+
+PDL_CONTEXTS = (64, 900)     # PDL's gain at a short and a long context (pdl_sweep.json)
 
 
 def main(argv=None) -> int:
@@ -46,6 +51,9 @@ def main(argv=None) -> int:
                pdl_worth_fraction=(ms_graph - pdl["arms"][1]["mean_ms"]) / ms_graph)
     recorder.record(out, "pdl", pdl, report.format_ab(pdl) + f"\nedges {edges}; PDL worth "
                     f"{100 * pdl['pdl_worth_fraction']:.1f}% of the graph arm")
+    sweep = bench.run_sweep(model, {"graph": cfg, "graph+pdl": cfg.replace(pdl=True)},
+                            PDL_CONTEXTS, reps=args.reps, tokens=16, progress=None)
+    recorder.record(out, "pdl_sweep", sweep, report.format_sweep(sweep))
     overlap = bench.run_ab(model, cfg, cfg.replace(overlap=True), reps=args.reps,
                            tokens=args.tokens, names=("graph", "graph+overlap"), progress=None,
                            per_token=200)

@@ -40,7 +40,32 @@ def test_the_table_covers_the_lessons(report):
         assert "fused fission (eager)" in lessons and "fused fission (graph)" in lessons
     if (conformance.DATA_GPU / "spec.json").is_file():
         assert "spec (context 900): draft 4 - draft 0" in lessons and "bug arm's replays" in lessons
+    if (conformance.DATA_GPU / "pdl_sweep.json").is_file():
+        assert "PDL (context 900): graph+pdl - graph" in lessons
     assert report["gpu_source"].startswith("measured on NVIDIA")
+
+
+def test_pdl_rows_judge_pdl_at_each_recorded_context():
+    def sweep(g64, p64, g900, p900, sem=0.0001):
+        rows = [{"context": c, "arm": a, "mean_ms": ms, "sem_ms": sem}
+                for c, a, ms in ((64, "graph", g64), (64, "graph+pdl", p64),
+                                 (900, "graph", g900), (900, "graph+pdl", p900))]
+        return {"contexts": [64, 900], "rows": rows}
+    rows = []
+    # pdl_rows(recorded, simulated, ...): PDL saving 10 us at both contexts, predicted 9 and 11
+    conformance.pdl_rows(sweep(0.075, 0.065, 0.085, 0.075), sweep(0.07, 0.061, 0.08, 0.069), rows)
+    assert [r.lesson for r in rows] == ["PDL (context 64): graph+pdl - graph",
+                                        "PDL (context 900): graph+pdl - graph"]
+    assert rows[1].gpu == pytest.approx(-10.0) and rows[1].sim == pytest.approx(-11.0)
+    assert rows[1].gpu_sem == pytest.approx(0.1 * 2 ** 0.5)
+    assert all(r.ok for r in rows)
+    rows = []      # the GPU's PDL LOSING at context 900 while the simulator predicts a gain
+    conformance.pdl_rows(sweep(0.075, 0.065, 0.085, 0.091), sweep(0.07, 0.061, 0.08, 0.069), rows)
+    assert [r.ok for r in rows] == [True, False]
+    with pytest.raises(LabError, match="no row for 'graph' at context 900"):
+        bad = sweep(0.075, 0.065, 0.085, 0.075)
+        bad["rows"] = [r for r in bad["rows"] if not (r["context"] == 900 and r["arm"] == "graph")]
+        conformance.pdl_rows(bad, bad, [])
 
 
 def test_spec_rows_judge_the_saving_the_tokens_per_step_and_the_bug_arm():

@@ -175,7 +175,7 @@ def _sweep_slope_us(result: dict, arm: str) -> tuple[float, int, int]:
 
 
 # the lessons, in the table's order: `run(only=...)` re-runs a subset (a notebook shows its own)
-LESSONS = ("ladder", "overlap", "fission", "device loop", "context", "nodes", "spec")
+LESSONS = ("ladder", "overlap", "fission", "device loop", "context", "pdl context", "nodes", "spec")
 _SIMULATED: dict = {}   # (what, model, costs, settings) -> result: see _once
 
 
@@ -291,6 +291,15 @@ def _table(model, data_dir, rec, loop_file, only, cost, base, reps, progress, dr
         rows.append(Row(f"graph: context {lo} -> {hi}", "us/token", _sweep_slope_us(s_sw, arm)[0],
                         g_slope, note="bench_sweep.json"))
 
+    pdl_file = data_dir / "pdl_sweep.json"      # recorded since PDL's long-context fix
+    if "pdl context" in only and pdl_file.is_file():
+        pw = _load(data_dir, "pdl_sweep.json")
+        ctxs = tuple(pw["contexts"])
+        s_pw = result(base and (*base, "pdl sweep", ctxs, pw["tokens"]), lambda: bench.run_sweep(
+            model, {"graph": sim, "graph+pdl": sim.replace(pdl=True)}, ctxs, reps=reps,
+            tokens=pw["tokens"], progress=progress, backend_factory=factory), pw)
+        pdl_rows(pw, s_pw, rows)
+
     spec_file = data_dir / "spec.json"          # recorded since LAB_DRAFT: older sets lack it
     if "spec" in only and spec_file.is_file():
         rec_sp = _field(_load(data_dir, "spec.json"), "curve", "spec")
@@ -333,6 +342,25 @@ def spec_rows(rec: dict, sim: dict, contexts, rows: list) -> None:
         rows.append(Row(f"spec (context {ctx}): bug arm's replays", "% of steps",
                         100 * (row(sim, ctx, bug)["replay_fraction"] or 0),
                         100 * (row(rec, ctx, bug)["replay_fraction"] or 0), True, "spec.json"))
+
+
+def pdl_rows(rec: dict, sim: dict, rows: list) -> None:
+    """PDL's effect at each context of pdl_sweep.json: graph+pdl - graph, us/token (negative:
+    PDL saves). The two arms ran interleaved on one engine; the GPU's error is the two arms'
+    standard errors combined."""
+    def arm(res, ctx, name):
+        for r in res["rows"]:
+            if r["context"] == ctx and r["arm"] == name:
+                return r
+        raise LabError(f"pdl_sweep.json: no row for {name!r} at context {ctx}")
+    for ctx in rec["contexts"]:
+        def diff(res):
+            return 1000.0 * (arm(res, ctx, "graph+pdl")["mean_ms"]
+                             - arm(res, ctx, "graph")["mean_ms"])
+        sem = 1000.0 * float(np.hypot(arm(rec, ctx, "graph+pdl")["sem_ms"],
+                                      arm(rec, ctx, "graph")["sem_ms"]))
+        rows.append(Row(f"PDL (context {ctx}): graph+pdl - graph", "us/token", diff(sim),
+                        diff(rec), note="pdl_sweep.json", gpu_sem=sem))
 
 
 def ladder_rows(lad: dict, s_lad: dict, rows: list) -> None:
