@@ -1,0 +1,157 @@
+"""The device loop (LAB_LOOP=device) under compute-sanitizer, piece by piece: run this script
+under `compute-sanitizer --tool racecheck` (or synccheck, memcheck) in one of three modes.
+
+  python scripts/sanitize_loop.py --mode minimal|loop|body [--tokens N]
+
+  minimal  a WHILE node over a SWITCH node with ONE body, the `advance` kernel, built by the
+           backend's build_loop: the conditional-node machinery with nothing of the model in it
+  shared   the same with a kernel that uses shared memory in the body too (rmsnorm: a block
+           reduction through shared memory, what racecheck instruments)
+  one-body the engine's clean step for the first plan as the loop's ONLY body (positions in
+           that plan only)
+  kernel   `--kernel NAME`: the loop's one body is the step's first launch of NAME (the first
+           plan's) and `advance`: which of the step's kernels, alone in a conditional body, the
+           sanitizer cannot run
+  loop     the engine's device loop: `--tokens` steps of the clean step in one graph launch
+  body     the loop's bodies without the loop: the same step, captured into an ordinary graph
+           per plan (LAB_LOOP=host) and replayed, at a position in every plan of the loop
+           (plan_boundaries), 2 steps at each
+
+Each mode prints one line `sanitize_loop <mode>: ok ...` when the run completes and its
+results check out (exit 0), or says what failed (exit 1). What the sanitizer reports, it
+prints itself.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lab.config import LabConfig  # noqa: E402
+from lab.model import load_model  # noqa: E402
+
+PROMPT = "ROMEO.\n"
+BACKEND = "cuda"      # --backend sim: a dry run of the script's logic on the simulator
+
+
+def minimal(steps: int, body: str = "advance") -> str:
+    from kernels import position, rmsnorm
+    from lab.backend import Launch
+    from lab.engine.runner import DecodeEngine
+    eng = DecodeEngine(load_model(), LabConfig(backend=BACKEND, graph=True))
+    be = eng.backend
+    if body.startswith("kernel:"):   # one of the step's launches, then advance
+        name = body.split(":", 1)[1]
+        eng.reset(eng.encode(PROMPT), 0)
+        launches = [x for x in eng.step_launches(eng.plan(0)) if x.name == name]
+        if not launches:
+            raise SystemExit(f"sanitize_loop kernel: the step has no launch of {name!r}")
+        be.upload(eng.buf.plan_of, np.zeros(eng.model.cfg.max_seq, np.int32))
+        start = eng.position
+        be.upload(eng.buf.limit, np.array([start + steps], np.int32))
+
+        def issue_kernel(k):
+            be.launch(launches[0])
+            be.launch(Launch(position.advance, (1,), (1,), (eng.buf.pos,)))
+        loop = be.build_loop(1, issue_kernel, eng.buf.pos, eng.buf.plan_of, eng.buf.limit)
+        loop.launch()
+        be.synchronize()
+        got = int(be.download(eng.buf.pos)[0])
+        if got != start + steps:
+            raise SystemExit(f"sanitize_loop kernel {name}: pos {got}, expected {start + steps}")
+        return f"{name} and advance as the loop's body, pos {start} -> {got}"
+    if body == "step":      # the step of the first plan, as the engine's own loop issues it
+        plan = eng.plan(0)
+        eng.reset(eng.encode(PROMPT), 0)
+        eng.backend.upload(eng.buf.plan_of, np.zeros(eng.model.cfg.max_seq, np.int32))
+        start = eng.position
+        be.upload(eng.buf.limit, np.array([start + steps], np.int32))
+        loop = be.build_loop(1, lambda k: [eng._issue(i) for i in eng._items(plan)],
+                             eng.buf.pos, eng.buf.plan_of, eng.buf.limit)
+        loop.launch()
+        be.synchronize()
+        got = int(be.download(eng.buf.pos)[0])
+        if got != start + steps:
+            raise SystemExit(f"sanitize_loop one-body: pos {got}, expected {start + steps}")
+        return f"pos {start} -> {got} in one launch of a loop whose one body is the step"
+    pos = be.alloc("loop_pos", (1,), np.int32)
+    plan_of = be.alloc("loop_plan_of", (eng.model.cfg.max_seq,), np.int32)
+    limit = be.alloc("loop_limit", (1,), np.int32)
+    be.upload(pos, np.zeros(1, np.int32))
+    be.upload(plan_of, np.zeros(eng.model.cfg.max_seq, np.int32))
+    be.upload(limit, np.array([steps], np.int32))
+    be.warm_up([position.advance, rmsnorm.rmsnorm])
+    D = eng.model.cfg.d_model
+    x, w, h = (be.alloc(f"loop_{n}", (D,), np.float32) for n in "xwh")
+    be.upload(x, np.ones(D, np.float32))
+    be.upload(w, np.ones(D, np.float32))
+
+    def issue(k):
+        if body == "shared":
+            be.launch(Launch(rmsnorm.rmsnorm, (1,), (256,), (x, w, h, np.float32(1e-5))))
+        be.launch(Launch(position.advance, (1,), (1,), (pos,)))
+    loop = be.build_loop(1, issue, pos, plan_of, limit)
+    loop.launch()
+    be.synchronize()
+    got = int(be.download(pos)[0])
+    if got != steps:
+        raise SystemExit(f"sanitize_loop minimal: pos {got} after the loop, expected {steps}")
+    return f"pos {got} after one launch of a {steps}-iteration loop"
+
+
+def tokens_of(loop: str, steps: int, positions=None) -> list[int]:
+    from lab.engine.runner import DecodeEngine
+    eng = DecodeEngine(load_model(), LabConfig(backend=BACKEND, graph=True, loop=loop))
+    if positions is None:
+        eng.reset(eng.encode(PROMPT), steps)
+        eng.decode(steps)
+        return [int(t) for t in eng.tokens()]
+    out = []
+    for p in positions:
+        eng.reset(eng.encode(PROMPT), 0)
+        eng.seek(p)
+        eng.decode(2)
+        out.append(int(eng.backend.download(eng.buf.pos)[0]))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="the device loop under compute-sanitizer, piece by piece")
+    ap.add_argument("--mode", required=True,
+                    choices=("minimal", "shared", "one-body", "kernel", "loop", "body"))
+    ap.add_argument("--kernel", default=None, help="with --mode kernel: the step's kernel")
+    ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--backend", default="cuda", choices=("cuda", "sim"))
+    args = ap.parse_args(argv)
+    global BACKEND
+    BACKEND = args.backend
+    if args.tokens < 1:
+        print("sanitize_loop: --tokens must be at least 1", file=sys.stderr)
+        return 2
+    if args.mode == "kernel" and not args.kernel:
+        print("sanitize_loop: --mode kernel needs --kernel NAME", file=sys.stderr)
+        return 2
+    if args.mode in ("minimal", "shared", "one-body", "kernel"):
+        what = minimal(args.tokens, {"minimal": "advance", "shared": "shared", "one-body": "step",
+                                     "kernel": f"kernel:{args.kernel}"}[args.mode])
+    elif args.mode == "loop":
+        ids = tokens_of("device", args.tokens)
+        what = f"{len(ids)} ids after a {args.tokens}-step device loop: {ids[-args.tokens:]}"
+    else:
+        from lab.plan import plan_boundaries
+        starts = [1] + plan_boundaries(load_model().cfg.max_seq)
+        ends = tokens_of("host", 2, starts)
+        if ends != [s + 2 for s in starts]:
+            print(f"sanitize_loop body: positions {ends} after 2 steps from {starts}")
+            return 1
+        what = f"2 graph steps from each of positions {starts}"
+    print(f"sanitize_loop {args.mode}: ok, {what}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The device loop (LAB_LOOP=device) under compute-sanitizer racecheck, piece by piece
+# (scripts/sanitize_loop.py's modes), every piece a process of its own, all at once:
+#   minimal, shared   a WHILE + SWITCH loop whose body is `advance` (and an rmsnorm)
+#   kernel NAME       the loop's body is one of the step's kernels and `advance`, for each kernel
+#   one-body          the loop's body is the whole step (the first plan's)
+#   loop              the engine's device loop (every plan a body)
+#   body              no loop: the step captured into an ordinary graph per plan, replayed
+# Writes OUTDIR/sanitize/<piece>.log and OUTDIR/sanitize_loop.txt: per piece the exit status
+# (139 or 11: the process was killed by a segmentation fault) and racecheck's summary line.
+#   scripts/sanitize_loop.sh OUTDIR
+set -uo pipefail
+out=${1:?usage: scripts/sanitize_loop.sh OUTDIR}
+mkdir -p "$out/sanitize"
+tool=(compute-sanitizer --tool racecheck --report-api-errors no)
+kernels="embed rmsnorm matvec rope_kv_append attn_partial attn_combine swiglu_up matvec_residual argmax_next"
+run() {  # piece, then sanitize_loop.py's arguments
+  local piece=$1; shift
+  timeout 300 "${tool[@]}" python3 -X faulthandler scripts/sanitize_loop.py "$@" \
+    > "$out/sanitize/$piece.log" 2>&1
+  echo "$piece $?" > "$out/sanitize/$piece.status"
+}
+run minimal --mode minimal &
+run shared --mode shared &
+run one-body --mode one-body &
+run loop --mode loop &
+run body --mode body &
+for k in $kernels; do run "kernel-$k" --mode kernel --kernel "$k" & done
+wait
+{
+  echo "compute-sanitizer racecheck on the device loop, piece by piece ($(compute-sanitizer --version | grep -o 'Version [^ ]*'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader))"
+  echo "piece exit ok-line / racecheck summary (exit 11 or 139: segmentation fault)"
+  for f in "$out"/sanitize/*.status; do
+    piece=$(basename "$f" .status)
+    read -r _ code < "$f"
+    ok=$(grep -c "^sanitize_loop .*: ok" "$out/sanitize/$piece.log")
+    summary=$(grep -o "RACECHECK SUMMARY.*" "$out/sanitize/$piece.log" | head -1)
+    echo "$piece $code $ok / ${summary:-no summary}"
+  done
+} | tee "$out/sanitize_loop.txt"
