@@ -1,9 +1,12 @@
 """Probe kernels for the cost recorder (scripts/record_gpu_costs.py): no part of a decode step.
 
 Owns `empty` (does nothing but its PDL wait: a graph of N of them measures the per-node floor
-and the inter-node gap, with and without PDL) and `spin` (one thread runs a dependent loop of
+and the inter-node gap, with and without PDL), `spin` (one thread runs a dependent loop of
 `iters` steps: queued first on a stream, it holds the device while the host enqueues eager
-launches behind it, so CUDA events then time those launches' DEVICE side alone).
+launches behind it, so CUDA events then time those launches' DEVICE side alone) and `pos_set`
+(one thread writes pos[0] = value: chained after a launch that advances the position, the
+persistent step's, it puts the position back, so every link of a chain runs at the same
+context instead of walking it and past max_seq).
 """
 import numba
 import numpy as np
@@ -16,6 +19,8 @@ EMPTY_GRID = (1,)
 EMPTY_BLOCK = (32,)
 SPIN_GRID = (1,)
 SPIN_BLOCK = (1,)
+POS_SET_GRID = (1,)
+POS_SET_BLOCK = (32,)
 
 
 def empty_twin(grid, block, flag):
@@ -45,3 +50,16 @@ def spin(iters, out):
         for i in range(iters):
             acc = acc * numba.float32(0.999999) + numba.float32(1.0)
         out[0] = acc
+
+
+def pos_set_twin(grid, block, pos, value):
+    pos[0] = value
+
+
+@kernel("void(int32[::1], int32)", twin=pos_set_twin, reads=(), writes=(0,))
+def pos_set(pos, value):
+    """pos[0] = value; grid (1,), block (32,). The cost recorder's chains of the persistent step
+    ([step_persistent, pos_set(p)] repeated) run every step at position p."""
+    pdl_wait()
+    if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
+        pos[0] = value

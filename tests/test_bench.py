@@ -219,6 +219,36 @@ def test_ladder_and_loo_gate_their_graph_arms(small):
     assert ok["meaningful"] and ok["reason"] == "" and "NOT MEANINGFUL" not in report.format_loo(ok)
 
 
+def test_the_ladder_has_a_persistent_rung_on_its_own_engine(model, small):
+    """The last rung is the persistent step (LAB_PERSISTENT=1, captured): one launch and one
+    node per token, on an engine of its own (its stacked buffers), its outputs the fused step's
+    bits -- so compared with the launch rungs by token ids only -- and, on the simulator, marked
+    as priced by a stand-in while the cost file has no recorded row for its kernel. A base the
+    rung cannot run leaves it out with the reason; `rungs` picks rungs by name."""
+    assert [n for n, _, _ in bench.LADDER][-1] == "persistent"
+    lad = bench.run_ladder(model, SIM, reps=2, tokens=3)      # the model the costs were recorded for
+    arms = {a["name"]: a for a in lad["arms"]}
+    assert list(arms) == [n for n, _, _ in bench.LADDER] and lad["meaningful"]
+    p = arms["persistent"]
+    assert p["toggles"]["LAB_PERSISTENT"] == "1" and p["toggles"]["LAB_GRAPH"] == "1"
+    assert (p["launches_per_token"], p["nodes_per_graph"], p["mode"]) == (1, 1, "graph")
+    recorded = any(k.startswith("step_persistent ") for k in CostModel.load().kernels)
+    assert p["stand_in"] == ([] if recorded else ["step_persistent"])   # until a pass records it
+    assert arms["graph"]["stand_in"] == []
+    assert lad["outputs_identical"] and lad["token_ids_identical"]
+    text = report.format_ladder(lad)
+    assert ("SIMULATED FROM A STAND-IN: no recorded cost for step_persistent" in text) != recorded
+    assert "the persistent rung on its own" in text
+    two = bench.run_ladder(small, SIM, reps=2, tokens=2, rungs=("graph", "persistent"))
+    assert [a["name"] for a in two["arms"]] == ["graph", "persistent"]
+    assert "graph_over_prebound" not in two and "graph replay:" not in report.format_ladder(two)
+    with pytest.raises(LabError, match=r"unknown ladder rung\(s\) \['graf'\]"):
+        bench.ladder_rungs(SIM, ["graf"])
+    chosen, skipped = bench.ladder_rungs(SIM.replace(draft=4))
+    assert [n for n, _, _ in chosen] == ["dispatcher", "prebound", "graph", "graph+pdl"]
+    assert "LAB_DRAFT>0 cannot combine with it" in skipped["persistent"]
+
+
 def test_recorded_results_without_a_ledger_still_format():
     """Files recorded before arms reported their ledger show "?" and say what it means."""
     arm = {"name": "graph", "toggles": {"LAB_GRAPH": "1"}, "mean_ms": 0.12, "sem_ms": 1e-4,

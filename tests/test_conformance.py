@@ -92,6 +92,26 @@ def test_spec_rows_judge_the_saving_the_tokens_per_step_and_the_bug_arm():
     assert [r.ok for r in rows] == [True, True, False]
 
 
+def test_ladder_rows_only_for_the_rungs_the_recording_has():
+    """The simulated ladder runs every rung of bench.LADDER, the persistent one too; a recording
+    made before that rung existed (the committed ladder.json) gets no row for it, one that has
+    it gets its ms/token row."""
+    lad = json.loads((conformance.DATA_GPU / "ladder.json").read_text())
+    graph = next(a for a in lad["arms"] if a["name"] == "graph")
+    persistent = {**graph, "name": "persistent", "mean_ms": 0.05, "launches_per_token": 1,
+                  "nodes_per_graph": 1}
+    sim = {**lad, "arms": lad["arms"] + [persistent]}
+    rows = []
+    conformance.ladder_rows(lad, sim, rows)
+    names = [r.lesson for r in rows]
+    assert not [n for n in names if n.startswith("persistent")]
+    assert names[:4] == [f"{n}: ms/token" for n in ("dispatcher", "prebound", "graph", "graph+pdl")]
+    rows = []
+    conformance.ladder_rows(sim, sim, rows)
+    row = next(r for r in rows if r.lesson == "persistent: ms/token")
+    assert row.gpu == row.sim == 0.05 and len(rows) == len(names) + 1
+
+
 @pytest.mark.parametrize("row,ok", [
     (Row("x", "us/token", -9.0, -10.0), True),          # within 25%
     (Row("x", "us/token", -7.0, -10.0), False),         # 30% off

@@ -198,3 +198,61 @@ def test_the_committed_supplement_is_read_from_the_committed_log():
     assert again["kernels"] == committed["kernels"] and again["switches"] == committed["switches"]
     assert again["floors"] == committed["floors"]
     assert committed["source"].startswith("measured on NVIDIA H200")
+
+
+# ---- the persistent step (LAB_PERSISTENT=1): recorded rows, or the documented stand-in ------------
+PERSIST = SIM.replace(persistent=True)
+
+
+def _persistent_rows(model, node_us):
+    """Synthetic kernel_costs rows for step_persistent, as scripts/record_gpu_costs.py's
+    measure_persistent writes them: one key per plan (part_o's shape is in the key), at the
+    plan's first and last position; node_us(context) the recorded time, no PDL of its own."""
+    from lab.plan import plan_boundaries
+    eng = DecodeEngine(model, PERSIST.replace(graph=False))
+    starts = [0, *plan_boundaries(model.cfg.max_seq)]
+    rows = []
+    for lo, hi in zip(starts, [*starts[1:], model.cfg.max_seq]):
+        for position in (lo, hi - 2):
+            (launch,) = eng.step_launches(eng.plan(position))
+            us = node_us(position + 1)
+            rows.append({"key": cost_key(launch), "kernel": "step_persistent", "position": position,
+                         "context": position + 1, "grid": list(launch.grid),
+                         "block": list(launch.block), "bytes": launch_bytes(launch, position + 1),
+                         "instances": 1, "splits": eng.plan(position).splits, "node_us": us,
+                         "node_pdl_us": us, "intercept_us": 1.0, "intercept_pdl_us": 1.0})
+    return rows
+
+
+def test_the_persistent_step_is_priced_from_its_recorded_rows_or_a_stand_in(model, recorded):
+    """Without step_persistent rows (the committed file predates them) the kernel costs the
+    documented stand-in -- the empty-node floor plus its bytes (weights, and the KV rows it
+    reads in every layer) over the fitted bandwidth -- and is listed as a miss; with them, the
+    recorded time per plan's key, linear in the context between its two rows, and the
+    simulated graph step moves by what the rows say. The rows leave the stand-ins' bandwidth
+    alone (a whole step's bytes would swamp the per-kernel fit)."""
+    before = json.loads(json.dumps(recorded))       # a file recorded before measure_persistent
+    before["kernels"] = [r for r in before["kernels"] if r["kernel"] != "step_persistent"]
+    plain = CostModel.from_dict(before).replace()
+    eng = DecodeEngine(model, PERSIST.replace(graph=False))
+    (launch,) = eng.step_launches(eng.plan(64))
+    assert cost_key(launch) not in plain.kernels
+    stand_in = plain.empty_node_us + launch_bytes(launch, 65) / (plain.bandwidth_gbs * 1e3)
+    assert plain.node_us(launch, 65, False) == pytest.approx(stand_in)
+    assert plain.misses == {cost_key(launch)}
+    kv_row = 2 * model.cfg.n_layer * model.cfg.d_model * 4      # K and V, every layer, float32
+    assert launch_bytes(launch, 101) - launch_bytes(launch, 1) == 100 * kv_row
+
+    ms = {}
+    for extra in (0.0, 50.0):
+        data = json.loads(json.dumps(before))
+        data["kernels"] += _persistent_rows(model, lambda c: 30.0 + extra + 0.01 * c)
+        cost = CostModel.from_dict(data).replace(launch_jitter=0.0, drift=0.0, node_jitter=0.0)
+        assert cost.bandwidth_gbs == plain.bandwidth_gbs
+        assert cost.node_us(launch, 65, False) == pytest.approx(30.0 + extra + 0.65)
+        assert cost.node_us(launch, 100, False) == pytest.approx(30.0 + extra + 1.0)
+        sim = DecodeEngine(model, PERSIST.replace(graph=True), backend=SimBackend(cost))
+        ms[extra] = sim.generate("ROMEO.\n", 24).ms_per_token
+        assert not {k for k in cost.misses if k.startswith("step_persistent")}, cost.misses
+    # one node per token: 50 us more per node is 0.05 ms more per token (device-bound replays)
+    assert ms[50.0] - ms[0.0] == pytest.approx(0.05, rel=0.02)

@@ -5,8 +5,10 @@ Device-free: greedy tokens and logits byte-identical to LAB_FUSION=1's on the si
 and graph alike and over the plan boundaries; eager == graph byte-identical over many replays;
 1 launch per token in the ledger, the launch log and the bill; the counters back to 0; every
 refusal naming its reason, before anything is allocated; the cuda backend's co-residency
-refusal on fake occupancy numbers; the kernel under numba's CUDA simulator (slow: a subprocess,
-tests/_cudasim_persistent.py) against its twin and bit for bit against the fused kernels.
+refusal on fake occupancy numbers; the cost recorder's rows for the kernel (chains of
+[step_persistent, pos_set] at every recorded position, on the simulator); the kernel under
+numba's CUDA simulator (slow: a subprocess, tests/_cudasim_persistent.py) against its twin and
+bit for bit against the fused kernels.
 Marked `gpu` (skipped without one): the kernel against its twin and the fused kernels on the
 device, and LAB_PERSISTENT=1's tokens and logits equal to LAB_FUSION=1's.
 """
@@ -120,6 +122,40 @@ def test_bench_arms_build_their_own_engine(model):
     eng = DecodeEngine(model, FUSED)
     with pytest.raises(LabError, match="persistent change what the engine allocates"):
         eng.cfg = PERSIST
+
+
+# ---- the cost recorder ------------------------------------------------------------------------------
+def test_the_cost_recorder_measures_the_step_at_every_plan_and_position(model, monkeypatch):
+    """scripts/record_gpu_costs.py's measure_persistent, on the simulator with short chains:
+    a row per recorded position, covering every plan's key of the step, each chain of
+    [step_persistent, pos_set(position)] ending at the position it began at, the node time the
+    unit's less pos_set's, no PDL of its own; rows the cost model then prices the step from."""
+    import json
+    from lab.backend.costmodel import COSTS_FILE, CostModel, cost_key
+    from lab.plan import plan_boundaries
+    from scripts import costs_chains, record_gpu_costs as rgc
+
+    def quick(be, items, nodes, pdl, **kw):
+        return costs_chains.chain_fit(be, items, nodes, pdl, reps=2, rounds=1, lengths=(2, 3))
+    monkeypatch.setattr(rgc, "chain_fit", quick)
+    rows, probe = rgc.measure_persistent(model, SIM.replace(graph=False), lambda line: None)
+    assert [r["position"] for r in rows] == list(rgc.POSITIONS)
+    eng = DecodeEngine(model, PERSIST.replace(graph=False))
+    keys = {cost_key(eng.step_launches(eng.plan(p))[0])
+            for p in [0, *plan_boundaries(model.cfg.max_seq)]}
+    assert {r["key"] for r in rows} == keys
+    for r in rows:
+        assert r["kernel"] == "step_persistent" and r["instances"] == 1
+        assert r["node_us"] == pytest.approx(r["unit_us"] - probe["per_node_us"])
+        assert r["node_pdl_us"] == r["node_us"] and r["pos_set_us"] == probe["per_node_us"]
+        assert r["splits"] == eng.plan(r["position"]).splits
+    data = json.loads(COSTS_FILE.read_text())
+    data["kernels"] = [r for r in data["kernels"] if r["kernel"] != "step_persistent"] + rows
+    cost = CostModel.from_dict(data)
+    (launch,) = eng.step_launches(eng.plan(600))
+    assert cost_key(launch) in cost.kernels       # (the times are the simulator's wall clock)
+    assert cost.node_us(launch, 601, False) == max(cost.kernels[cost_key(launch)].node(601, False), 0.0)
+    assert not cost.misses
 
 
 # ---- refusals ---------------------------------------------------------------------------------------

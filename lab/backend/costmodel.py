@@ -36,12 +36,25 @@ The functional form, and why:
   per-token spread, a slow host drift from the spread of whole reps beyond what per-token
   jitter explains (redrawn every rep's duration); per-node graph jitter from the spread of whole
   graph reps (a per-token clock on a GPU mostly measures its own synchronisation).
+- The persistent step (LAB_PERSISTENT=1: step_persistent, the whole step in one kernel) is a
+  kernel like the others: rows recorded at every position of the recorder's POSITIONS (its
+  chains run [step_persistent, pos_set] units, the probe putting the position back, so each
+  row is at one context; record_gpu_costs.py's measure_persistent), one key per plan (part_o's
+  shape is in the key), fitted like attention's. It has no PDL figure of its own (LAB_PDL=1 is
+  refused with it: its rows repeat the plain figure) and, one node per graph, no switch.
 - A launch never measured takes, in turn: the same kernel's recorded launch on the same
   argument shapes under another grid/block (a kernel whose launch geometry changed since the
   recording: its old time, until recorded again); its clean twin's nearest measured launch (a
   deliberate bug's variant kernel, a float16 cache, another model); else the empty-node floor
   plus its bytes over the bandwidth fitted to the measured kernels. `CostModel.misses` lists
-  every such launch.
+  every such launch. These are STAND-INS, not predictions: nothing measured says what such a
+  launch costs. The last one in particular is a guess of the right order at best: the fitted
+  bandwidth is an average over small kernels whose data sit in L2, and the bytes are every
+  buffer the launch is handed (of a KV cache, the rows it touches). A cost file without
+  step_persistent rows (any recorded before measure_persistent existed, the committed one
+  included) prices LAB_PERSISTENT=1 this way: the empty-node floor plus the step's weights and
+  KV rows over that bandwidth, about 0.15 ms/token at short context, which says nothing about
+  the megakernel's real time (its grid barriers, its phases' parallelism).
 """
 from __future__ import annotations
 
@@ -64,7 +77,11 @@ TWIN_OF = {"rmsnorm_late_wait": "rmsnorm", "attn_partial_len": "attn_partial",
            "rope_kv_append_row": "rope_kv_append", "argmax_next_float": "argmax_next"}
 KV_ARGS = ("k_cache", "v_cache")
 # kernels that read `context` rows of the KV cache (the others touch one row: an append)
-CONTEXT_KERNELS = ("attn_partial", "attn_partial_len", "attn_fused", "attn_partial_wide", "verify_partial")
+CONTEXT_KERNELS = ("attn_partial", "attn_partial_len", "attn_fused", "attn_partial_wide",
+                   "verify_partial", "step_persistent")
+# kernels that run a whole step (every layer's weights): left out of the bandwidth fit, which
+# stands in for an unrecorded kernel of a step and would be dominated by their bytes
+WHOLE_STEP_KERNELS = ("step_persistent",)
 
 
 SUPPLEMENT = "spec_costs.json"   # measured costs a cost file lacks, beside it (costs_from_log.py)
@@ -118,16 +135,18 @@ def cost_key(launch: Launch) -> str:
 
 def launch_bytes(launch: Launch, context: int) -> int:
     """Bytes a launch moves: its buffers, of the KV cache only the rows it touches (`context`
-    rows for attention, one for an append)."""
+    rows for attention, one for an append; of a stacked cache [layers, max_seq, D], the
+    persistent step's, those rows in every layer)."""
     names = launch.kernel.arg_names
     total = 0
     for name, a in zip(names, launch.args):
         b = _buffer(a)
         if not isinstance(b, Buffer):
             continue
-        if name in KV_ARGS and len(b.shape) == 2:
+        if name in KV_ARGS and len(b.shape) in (2, 3):
             rows = context if launch.name in CONTEXT_KERNELS else 1
-            total += min(rows, b.shape[0]) * b.nbytes // b.shape[0]
+            seq = b.shape[-2]
+            total += min(rows, seq) * b.nbytes // seq
         else:
             total += b.nbytes
     return total
@@ -363,9 +382,11 @@ class CostModel:
         tok_cv = _num(data, "noise.prebound.token_cv_robust", path, positive=False)
         rep_cv = _num(data, "noise.prebound.rep_cv", path, positive=False)
         drift = math.sqrt(max(rep_cv ** 2 - tok_cv ** 2 / pre.get("tokens_per_rep", 1), 0.0))
-        # effective bandwidth over the measured kernels (node time above the empty floor)
-        b = np.array([f.bytes for f in kernels.values()], float)
-        t = np.array([max(f.node(f.contexts[0], False) - empty, 1e-3) for f in kernels.values()])
+        # effective bandwidth over the measured kernels (node time above the empty floor), a
+        # whole step's kernel left out (WHOLE_STEP_KERNELS): only a stand-in's figure uses it
+        per_op = [f for k, f in kernels.items() if k.split(" ", 1)[0] not in WHOLE_STEP_KERNELS]
+        b = np.array([f.bytes for f in per_op], float)
+        t = np.array([max(f.node(f.contexts[0], False) - empty, 1e-3) for f in per_op])
         bw = float(b.sum() / t.sum() / 1e3)
         return cls(
             source=str(_get(data, "source", path)), path=str(path), date=str(data.get("date", "?")),
@@ -450,11 +471,14 @@ class CostModel:
 
     def node_us(self, launch: Launch, context: int, pdl: bool, prev: Launch | None = None) -> float:
         """Device time of `launch` as a graph node (the gap to the next node included), after
-        `prev` on its stream (None: nothing before it)."""
+        `prev` on its stream (None: nothing before it). A launch the cost file has no row for
+        (listed in `misses`) gets a stand-in (see `_stand_in`); one without even a recorded
+        relative gets the empty-node floor plus its bytes over the fitted bandwidth: a
+        placeholder of the right order, never a prediction."""
         fit = self._fit_for(launch)
         if fit is not None:
             us = max(fit.node(context, pdl), 0.0)
-        else:
+        else:   # the stand-in of last resort (LAB_PERSISTENT=1 under a file without its rows)
             floor = self.empty_node_pdl_us if pdl else self.empty_node_us
             us = floor + launch_bytes(launch, context) / (self.bandwidth_gbs * 1e3)
         return us + self.switch(prev, launch, pdl)

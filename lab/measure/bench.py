@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
 from lab.config import TOGGLES, LabConfig  # noqa: F401 (TOGGLES: bench's vocabulary)
 from lab.errors import LabError
 from lab.plan import SPLIT_CHOICES
@@ -120,42 +122,123 @@ def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
 
 
 # ---- the launch-mechanism ladder ---------------------------------------------------------------
+# (name, toggles over the base, what the rung removes). The persistent rung is another step, not
+# another launch of the same step: its toggles set the step's other variants off (it refuses
+# them), it runs on an engine of its own (its stacked buffers: `pool_key`), and its bits are the
+# fused step's (LAB_FUSION=1), so its outputs are compared with the other rungs' token ids only.
 LADDER = (("dispatcher", dict(graph=False, launch="dispatcher"),
            "eager, numba's dispatcher: types and flattens every argument at every launch"),
           ("prebound", dict(graph=False, launch="prebound"),
            "eager, pre-bound: kernel handle and flattened arguments prepared once per plan"),
           ("graph", dict(graph=True), "one graph launch per token: the host submits once"),
           ("graph+pdl", dict(graph=True, pdl=True),
-           "graph with programmatic edges: each node's launch overlaps its predecessor's tail"))
+           "graph with programmatic edges: each node's launch overlaps its predecessor's tail"),
+          ("persistent", dict(graph=True, pdl=False, fusion=False, split_combine=False,
+                              overlap=False, persistent=True),
+           "the whole step in one cooperative kernel (LAB_PERSISTENT=1), one graph node: no "
+           "node boundary inside a token, grid barriers instead (4 per layer)"))
+
+
+def fused_bits(cfg: LabConfig) -> bool:
+    """Which arithmetic a config's step runs: True for the fused step's (LAB_FUSION=1, and
+    LAB_PERSISTENT=1, which runs the fused step's math); launch toggles keep the bits."""
+    return cfg.fusion or cfg.persistent
+
+
+def ladder_rungs(base: LabConfig, rungs=None) -> tuple[list, dict]:
+    """The LADDER rungs to run over `base` (those named in `rungs`, in LADDER's order; all by
+    default): [(name, config, what)], and {name: why} for each rung `base` cannot run (the
+    persistent rung under a toggle or bug it refuses: LAB_RANKS=2, LAB_DRAFT, ...)."""
+    names = [n for n, _, _ in LADDER]
+    if rungs is not None:
+        unknown = sorted(set(rungs) - set(names))
+        if unknown:
+            raise LabError(f"unknown ladder rung(s) {unknown}; known: {', '.join(names)}")
+    out, skipped = [], {}
+    for name, kw, what in LADDER:
+        if rungs is not None and name not in rungs:
+            continue
+        try:
+            out.append((name, base.replace(**kw), what))
+        except LabError as exc:
+            if name != "persistent":    # the launch rungs run wherever the base does
+                raise
+            skipped[name] = str(exc)
+    return out, skipped
+
+
+def _stand_ins(arm: Arm) -> list[str] | None:
+    """On the simulator, the kernels of the arm's step that the cost file has no row for (the
+    cost model prices them with a stand-in, not a prediction); None on a GPU."""
+    cost = getattr(arm.engine.backend, "cost", None)
+    if not arm.engine.backend.simulated or cost is None:
+        return None
+    from lab.backend.costmodel import cost_key
+    eng = arm.use()
+    return sorted({x.name for x in eng.step_launches(eng.plan(eng.position))
+                   if cost_key(x) not in cost.kernels})
 
 
 def run_ladder(model, base: LabConfig | None = None, reps: int = 5, tokens: int = 64,
                prompt: str = BENCH_PROMPT, progress=False, kv_init: str = "zeros",
                backend_factory: Callable | None = None, before_rep: Callable | None = None,
-               pool: dict | None = None) -> dict:
+               pool: dict | None = None, rungs=None) -> dict:
     """The launch-mechanism ladder: each rung's ms/token and us per launch, interleaved and
-    paired on ONE engine (the rungs differ only in launch toggles), outputs byte-compared;
-    `meaningful` is False (with `reason`) when a graph rung fails the replay gate.
-    `before_rep(rep)` runs before each round (the cost recorder measures host costs there)."""
+    paired (the launch rungs on ONE engine: they differ only in launch toggles; the persistent
+    rung on its own), outputs byte-compared (each rung against the first rung of its arithmetic,
+    `fused_bits`; token ids across all); `meaningful` is False (with `reason`) when a graph rung
+    fails the replay gate. `rungs`: the names to run (default all of LADDER); a rung `base`
+    cannot run is left out and named in `skipped`. `before_rep(rep)` runs before each round (the
+    cost recorder measures host costs there). On the simulator each row names in `stand_in` the
+    kernels the cost file has no recorded cost for."""
     base = base or LabConfig()
     pool = {} if pool is None else pool
-    arms = [make_arm(model, name, base.replace(**kw), i, kv_init, backend_factory, pool)
-            for i, (name, kw, _) in enumerate(LADDER)]
+    chosen, skipped = ladder_rungs(base, rungs)
+    arms, kept = [], []
+    for i, (name, cfg, what) in enumerate(chosen):
+        try:
+            arms.append(make_arm(model, name, cfg, i, kv_init, backend_factory, pool))
+        except LabError as exc:     # the device refuses the persistent step (co-residency)
+            if name != "persistent":
+                raise
+            skipped[name] = str(exc)
+            continue
+        kept.append((name, cfg, what))
+    chosen = kept
     order = interleave(arms, reps, decode_run(prompt, tokens), progress, "ladder reps",
                        before_rep=before_rep)
     rows = []
-    for arm, (_, _, what) in zip(arms, LADDER):
+    for arm, (_, _, what) in zip(arms, chosen):
         sm = arm.summary()
-        rows.append({**sm, "what": what,
-                     "us_per_launch": 1000.0 * sm["mean_ms"] / sm["launches_per_token"]})
-    same = all(not outputs_differ(arms[0].runs, a.runs) for a in arms[1:])
+        row = {**sm, "what": what,
+               "us_per_launch": 1000.0 * sm["mean_ms"] / sm["launches_per_token"]}
+        stand_in = _stand_ins(arm)
+        if stand_in is not None:
+            row["stand_in"] = stand_in
+        rows.append(row)
+    first = {}
+    for a in arms:
+        first.setdefault(fused_bits(a.cfg), a)
+    same = all(not outputs_differ(first[fused_bits(a.cfg)].runs, a.runs) for a in arms)
+    same_ids = all(np.asarray(ta).tobytes() == np.asarray(tb).tobytes()
+                   for a in arms[1:] for (ta, _), (tb, _) in zip(arms[0].runs, a.runs))
     why = replay_gate(rows)
-    return {**_meta(arms[0].engine.backend.describe(), "launch-mechanism ladder", reps=reps,
-                    tokens=tokens, prompt=prompt, kv_init=kv_init),
-            "arms": rows, "run_order": order, "outputs_identical": same,
-            "meaningful": not why, "reason": why,
-            "graph_over_prebound": rows[1]["mean_ms"] / rows[2]["mean_ms"],
-            "graph_over_dispatcher": rows[0]["mean_ms"] / rows[2]["mean_ms"]}
+    ms = {r["name"]: r["mean_ms"] for r in rows}
+    out = {**_meta(arms[0].engine.backend.describe(), "launch-mechanism ladder", reps=reps,
+                   tokens=tokens, prompt=prompt, kv_init=kv_init),
+           "arms": rows, "run_order": order, "outputs_identical": same,
+           "token_ids_identical": same_ids,
+           "outputs_compared": "byte for byte, each rung against the first rung of the same "
+                               "arithmetic (the persistent rung runs the fused step's); token "
+                               "ids across all rungs",
+           "meaningful": not why, "reason": why}
+    if skipped:
+        out["skipped"] = skipped
+    if "graph" in ms:
+        for other in ("prebound", "dispatcher"):
+            if other in ms:
+                out[f"graph_over_{other}"] = ms[other] / ms["graph"]
+    return out
 
 
 # ---- context sweep -----------------------------------------------------------------------------

@@ -364,8 +364,13 @@ def pdl_rows(rec: dict, sim: dict, rows: list) -> None:
 
 
 def ladder_rows(lad: dict, s_lad: dict, rows: list) -> None:
-    """ms/token per rung, launches per token, nodes per graph, and PDL's share of the graph step."""
+    """ms/token per rung, launches per token, nodes per graph, and PDL's share of the graph step.
+    A rung row only for the rungs the recording has (a ladder.json recorded before a rung
+    existed, the persistent one, has no row for it)."""
+    recorded = {a["name"] for a in lad["arms"]}
     for name, *_ in bench.LADDER:
+        if name not in recorded:
+            continue
         g, s = _arm(lad, name), _arm(s_lad, name)
         rows.append(Row(f"{name}: ms/token", "ms", s["mean_ms"], g["mean_ms"], note="ladder.json"))
     g, s = _arm(lad, "graph"), _arm(s_lad, "graph")

@@ -151,17 +151,31 @@ def _close(lines: list[str], result: dict, gated, last: str) -> str:
 
 
 def format_ladder(result: dict) -> str:
+    def what(a):
+        if not a.get("stand_in"):
+            return a["what"]
+        return (f"{a['what']} [SIMULATED FROM A STAND-IN: no recorded cost for "
+                f"{', '.join(a['stand_in'])} in the cost file]")
+    persistent = [a for a in result["arms"] if a.get("toggles", {}).get("LAB_PERSISTENT") == "1"]
     lines = [f"{'rung':<11} {'ms/token':>9} {'± sem us':>9} {'launches/tok':>12} {'us/launch':>9}"
              f" {'replays':>7}  what it removes"]
     lines += [f"{a['name']:<11} {_ms(a)} {a['launches_per_token']:>12} {a['us_per_launch']:>9.2f} "
-              f"{_replays(a):>7}  {a['what']}" for a in result["arms"]]
-    if result.get("meaningful") is not False:
+              f"{_replays(a):>7}  {what(a)}" for a in result["arms"]]
+    if (result.get("meaningful") is not False and "graph_over_prebound" in result
+            and "graph_over_dispatcher" in result):
+        outputs = f"outputs {'byte-identical' if result['outputs_identical'] else 'DIFFER'}"
+        if persistent and "token_ids_identical" in result:
+            outputs = (f"{outputs} within each arithmetic (the persistent rung's is the fused "
+                       f"step's), token ids "
+                       f"{'identical' if result['token_ids_identical'] else 'DIFFER'} across all")
         lines.append(f"graph replay: {result['graph_over_prebound']:.1f}x less time per token than "
                      f"pre-bound eager, {result['graph_over_dispatcher']:.1f}x less than the "
-                     f"dispatcher; outputs "
-                     f"{'byte-identical' if result['outputs_identical'] else 'DIFFER'}")
+                     f"dispatcher; {outputs}")
+    lines += [f"rung {name} not run: {why}" for name, why in result.get("skipped", {}).items()]
+    where = ("interleaved, the launch rungs on one engine and the persistent rung on its own"
+             if persistent else "interleaved on one engine")
     return _close(lines, result, result["arms"], f"{result['reps']} reps x {result['tokens']} "
-                  f"tokens, interleaved on one engine; source: {result['source']}")
+                  f"tokens, {where}; source: {result['source']}")
 
 
 def format_sweep(result: dict) -> str:
