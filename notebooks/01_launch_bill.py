@@ -159,11 +159,16 @@ else:
 # %% [markdown]
 # ## The launch-mechanism ladder
 # The same decode, one rung at a time (`bench.LADDER`): each rung removes one host cost. The
-# rungs differ only in launch toggles, so they run interleaved on **one engine** (the same
-# buffers), their reps paired, and their outputs byte-compared. First on the simulator, whose
-# costs are built only from component measurements (`data/gpu/kernel_costs.json`: single
-# kernels, empty-kernel floors, host cost per launch) — never from a whole-step recording — so
-# each rung below is a *prediction*.
+# launch rungs differ only in launch toggles, so they run interleaved on **one engine** (the same
+# buffers), their reps paired, and their outputs byte-compared. The last rung, `persistent`, is
+# the step itself made one kernel (`LAB_PERSISTENT=1`, notebook 10): it runs on an engine of its
+# own (its weights are stacked for the one kernel), in the fused step's arithmetic, so only its
+# token ids are compared with the others'. First on the simulator, whose costs are built only
+# from component measurements (`data/gpu/kernel_costs.json`: single kernels, empty-kernel floors,
+# host cost per launch) — never from a whole-step recording — so each rung below is a
+# *prediction*, except where it is marked as priced by a stand-in: a kernel the cost file has no
+# recording of gets a placeholder price (the empty-node floor plus its bytes over a fitted
+# bandwidth), which predicts nothing.
 
 # %%
 SIM = LabConfig(backend="sim")
@@ -178,9 +183,12 @@ def ladder_table(sim, gpu):
     print(f"{'':<11} {'--- simulated ---':^28}   {'--- measured (H200) ---':^28}".rstrip())
     print(f"{'rung':<11} {'ms/token':>9} {'± sem us':>8} {'us/launch':>9}   "
           f"{'ms/token':>9} {'± sem us':>8} {'us/launch':>9} {'sim/GPU':>8}")
+    stand_ins = set()
     for name, _, _ in bench.LADDER:
         s = s_arms[name]
-        line = (f"{name:<11} {s['mean_ms']:>9.4f} {1000 * s['sem_ms']:>8.2f} "
+        mark = "*" if s.get("stand_in") else " "
+        stand_ins.update(s.get("stand_in", ()))
+        line = (f"{name:<11}{mark}{s['mean_ms']:>9.4f} {1000 * s['sem_ms']:>8.2f} "
                 f"{s['us_per_launch']:>9.2f}   ")
         if name in g_arms:
             g = g_arms[name]
@@ -189,13 +197,20 @@ def ladder_table(sim, gpu):
         else:
             line += f"{'(not recorded)':>28}"
         print(line)
+    if stand_ins:
+        show(f"* simulated from a STAND-IN, not a prediction: the cost file has no recorded cost "
+             f"for {', '.join(sorted(stand_ins))} (scripts/record_gpu_costs.py records it on a "
+             f"GPU)")
     for label, res in (("simulated", sim), ("measured", gpu)):
         if res is None:
             continue
         counts = {(a["launches_per_token"], a["nodes_per_graph"]) for a in res["arms"]}
+        outputs = f"outputs {'byte-identical' if res['outputs_identical'] else 'DIFFER'}"
+        if any(a["toggles"].get("LAB_PERSISTENT") == "1" for a in res["arms"]):
+            outputs += (" within each arithmetic, token ids "
+                        + ("identical" if res["token_ids_identical"] else "DIFFER") + " across all")
         show(f"{label}: {res['reps']} reps x {res['tokens']} tokens; (launches/token, "
-             f"nodes/graph) per rung: {sorted(counts)}; outputs "
-             f"{'byte-identical' if res['outputs_identical'] else 'DIFFER'}; "
+             f"nodes/graph) per rung: {sorted(counts)}; {outputs}; "
              f"source: {res['source']}" + (f" ({res['date']})" if label == "measured" else ""))
 
 
@@ -215,15 +230,20 @@ fig, ax = plt.subplots(figsize=(8, 3.8))
 width = 0.8 / len(series)
 for j, (res, color) in enumerate(series):
     arms = {a["name"]: a for a in res["arms"]}
-    x = np.arange(len(rungs)) + (j - (len(series) - 1) / 2) * width
-    ms = [arms[n]["mean_ms"] for n in rungs]
+    have = [i for i, n in enumerate(rungs) if n in arms]   # a recording may lack a newer rung
+    x = np.array(have) + (j - (len(series) - 1) / 2) * width
+    ms = [arms[rungs[i]]["mean_ms"] for i in have]
     label = report.source_label(res["source"])
     label += (f" ({res['date'][:10]})" if label != "simulated"
               else " (prediction from kernel_costs.json)")
-    sem = [arms[n]["sem_ms"] for n in rungs]
+    sem = [arms[rungs[i]]["sem_ms"] for i in have]
     bars = ax.bar(x, ms, width, yerr=sem, capsize=3, color=color, label=label)
-    for bar, v, e in zip(bars, ms, sem):
-        ax.annotate(f"{v:.3f}", (bar.get_x() + bar.get_width() / 2, (v + e) * 1.06), ha="center",
+    for bar, i, v, e in zip(bars, have, ms, sem):
+        hatch = arms[rungs[i]].get("stand_in")
+        if hatch:
+            bar.set_hatch("//")
+        ax.annotate(f"{v:.3f}" + ("\nstand-in" if hatch else ""),
+                    (bar.get_x() + bar.get_width() / 2, (v + e) * 1.06), ha="center",
                     va="bottom", fontsize=7)
 ax.set_xticks(range(len(rungs)), rungs)
 ax.set_yscale("log")
@@ -236,17 +256,24 @@ fig.tight_layout()
 plt.show()
 for res, _ in series:
     ms = {a["name"]: a["mean_ms"] for a in res["arms"]}
-    steps = ", ".join(f"{a} / {b} = {ms[a] / ms[b]:.2f}x" for a, b in zip(rungs, rungs[1:]))
+    stand_in = {a["name"] for a in res["arms"] if a.get("stand_in")}
+    have = [n for n in rungs if n in ms]
+    steps = ", ".join(f"{a} / {b} = {ms[a] / ms[b]:.2f}x"
+                      + (" (a stand-in)" if {a, b} & stand_in else "")
+                      for a, b in zip(have, have[1:]))
     label = "simulated" if report.source_label(res["source"]) == "simulated" else "H200"
-    print(f"{label:<10} {steps}")
+    show(f"{label:<10} {steps}")
 
 # %% [markdown]
-# Read the chart from left to right: each rung is lower than the one before it, on both
+# Read the chart from left to right: each launch rung is lower than the one before it, on both
 # sources, and the printed ratios say by how much. The two large steps are from the dispatcher
 # to pre-bound (the same launches, much less host work per launch) and from pre-bound to graph
-# (the per-kernel submit is gone); PDL is the small last step. Where the two bars of a rung
-# differ, the simulator's prediction from component costs misses the whole-step measurement by
-# that much; notebook 05's conformance table puts a verdict on each rung.
+# (the per-kernel submit is gone); PDL is the small last step of the launch rungs. Where the two
+# bars of a rung differ, the simulator's prediction from component costs misses the whole-step
+# measurement by that much; notebook 05's conformance table puts a verdict on each rung the
+# recording has. The persistent rung is another kind of step: whether one kernel with grid
+# barriers beats a graph of 37 nodes is what its recording says (a hatched simulated bar is a
+# stand-in, priced before any GPU recorded the kernel: read no verdict into it).
 #
 # What each rung removes (`bench.LADDER`):
 
@@ -269,6 +296,11 @@ for name, toggles, what in bench.LADDER:
 #   kernel's own time plus the gap between two dependent nodes.
 # - **graph+pdl** shrinks that gap: with programmatic edges each node's launch overlaps its
 #   predecessor's tail, and the node waits (`pdl_wait()`) only before it reads (notebook 07).
+# - **persistent** removes the node boundaries themselves: the whole step is one cooperative
+#   kernel (`LAB_PERSISTENT=1`, notebook 10, section 7), one launch and one graph node per
+#   token, its phases separated by 16 grid barriers instead. A grid barrier costs more than a
+#   node boundary (about 1.3 us against 0.56 on the H200), so what it can win is the launches'
+#   latency and tails, not the boundaries.
 #
 # How much of each rung's budget the host takes: the host cost per launch measured on the H200
 # (`kernel_costs.json`: each mechanism's host time per launch within a step's sequence of

@@ -43,7 +43,8 @@ from lab.engine.runner import DecodeEngine
 from lab.engine.step import Step
 from lab.measure import bench, conformance, plots, report
 from lab.model import load_model
-from lab.pdl_check import wait_first_violations
+from kernels.pdl import LATE_TRIGGER
+from lab.pdl_check import late_trigger_violations, wait_first_violations
 
 model = load_model()
 cfg = LabConfig()
@@ -101,13 +102,16 @@ print(f"1 attribute: on every launch under LAB_PDL=1; captured: "
 print(f"2 trigger:   {n - len(no_trigger)} of {n} registered kernels call pdl_launch_dependents()"
       f"; not: {no_trigger}")
 print(f"3 wait:      {n - len(late)} of {n} registered kernels wait first; not: {late}")
+print(f"   trigger after their work, not right after the wait: {list(LATE_TRIGGER)} "
+      f"(checked: {late_trigger_violations() or 'all do'})")
 
 # %% [markdown]
-# Every kernel a step uses waits first and triggers right after — the trigger early, since it
-# only lets the next kernel's launch begin. The two exceptions are the cost recorder's `spin`
-# probe (meant to hold its stream until it ends) and the deliberate bug `rmsnorm_late_wait`,
-# which reads before it waits: the static check below names it, and the simulator's race
-# report and hazard table show what it does.
+# Every kernel a step uses waits first. Most trigger right after the wait, since the trigger
+# only lets the next kernel's launch begin; the split-K attention partials trigger after their
+# partials, for a reason measured at long context (below, "PDL at long context"). The
+# exceptions to the trigger are the cost recorder's `spin` probe (meant to hold its stream until
+# it ends) and the deliberate bug `rmsnorm_late_wait`, which reads before it waits: the static
+# check below names it, and the simulator's race report and hazard table show what it does.
 #
 # ## The static check: is the wait first?
 
@@ -292,6 +296,90 @@ for row in rows:
 show(f"H200: {table['gpu_source']}; simulator: {table['cost_source']}")
 
 # %% [markdown]
+# ## PDL at long context: where the trigger goes
+# A PDL gain measured at one context is a claim about that context. The H200 once recorded
+# graph + PDL *slower* than the plain graph at context 900 while it saved 10 us per token at
+# 64. `scripts/record_gpu_pdl_context.py` finds the edge: the unfused step captured as a chain
+# (its `advance` left out, so every step attends over the same context), every launch
+# programmatic except one kernel's, arms interleaved. An arm minus graph + PDL is what the edge
+# into that kernel saves (positive) or costs (negative). It runs three times, each a process
+# with the kernels compiled another way: the lab's kernels (the attention partials trigger
+# after their partials), `--trigger early` (every kernel triggers right after its wait, as
+# `attn_partial` once did), `--trigger none` (no kernel triggers: a dependent launches when
+# its predecessor exits).
+
+# %%
+def pdl_context(name):
+    path = Path(f"../data/gpu/{name}.json")
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+runs = {"lab kernels": pdl_context("pdl_context"), "trigger early": pdl_context("pdl_context_early"),
+        "no trigger": pdl_context("pdl_context_none")}
+if not any(runs.values()):
+    print("not recorded yet: scripts/record_gpu_pdl_context.py (scripts/gpu_run.sh runs it)")
+else:
+    print(f"{'kernels':<14} {'context':>7} {'graph':>8} {'graph+pdl':>10} {'PDL saves':>10}  "
+          f"worst edge (arm - graph+pdl, us/step)")
+    for label, res in runs.items():
+        for c in (res or {}).get("contexts", []):
+            arm = {r["arm"]: r for r in c["rows"]}
+            edges = {a[6:]: r["minus_pdl_us"] for a, r in arm.items() if a.startswith("pdl - ")}
+            worst = min(edges, key=edges.get)
+            print(f"{label:<14} {c['context']:>7} {arm['graph']['us_per_step']:>8.2f} "
+                  f"{arm['graph+pdl']['us_per_step']:>10.2f} "
+                  f"{arm['graph']['us_per_step'] - arm['graph+pdl']['us_per_step']:>+10.2f}  "
+                  f"{worst} {edges[worst]:+.2f}")
+    show(f"source: {next(r for r in runs.values() if r)['source']}")
+
+# %%
+if runs["lab kernels"] and runs["trigger early"]:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
+    for ax, ci in zip(axes, (0, 1)):
+        names = runs["lab kernels"]["contexts"][ci]["kernels"]
+        x = np.arange(len(names))
+        for k, (label, res) in enumerate(r for r in runs.items() if r[1]):
+            c = res["contexts"][ci]
+            arm = {r["arm"]: r for r in c["rows"]}
+            ax.bar(x + (k - 1) * 0.27, [arm[f"pdl - {n}"]["minus_pdl_us"] for n in names],
+                   0.27, label=label)
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_xticks(x, names, rotation=60, ha="right", fontsize=8)
+        ax.set_title(f"context {runs['lab kernels']['contexts'][ci]['context']}")
+    axes[0].set_ylabel("us per step: PDL except this kernel\nminus PDL everywhere")
+    axes[1].legend(fontsize=8, loc="lower left")
+    fig.suptitle("what the edge into each kernel saves (> 0) or costs (< 0) under PDL (H200)")
+    fig.tight_layout()
+    plt.show()
+
+# %% [markdown]
+# The bars show where the trigger matters. With every kernel triggering first, the edge into
+# `attn_combine` costs more at context 900 than PDL saves everywhere else: `attn_partial`'s grid
+# (n_head, splits) is 4 x 32 = 128 blocks there, nearly one per SM of the H200's 132, and runs
+# long. The combine's blocks are launched as soon as every partial block has started; what the
+# chains show is consistent with those blocks being placed on the few SMs the partials leave
+# free and running there packed (the recording names the edge; it does not observe where the
+# blocks went). At context 64 the partials are 4 x 2 blocks and leave the GPU nearly free.
+# Triggering after the partials launches the combine when the partial blocks are finishing, and
+# PDL pays at both contexts; no trigger at all (a dependent launches when its predecessor
+# exits) pays less, since every other edge then overlaps only the launch itself. The kernels that trigger late are listed in
+# `kernels/pdl.py` (`LATE_TRIGGER`) and held to it by `lab/pdl_check.py`.
+#
+# The simulator prices a PDL edge from chains of two adjacent kernels (`switches` in
+# `kernel_costs.json`), now measured at context 1000 as well as 64 for the unfused step's pairs
+# into and out of attention, since the keys there carry the long plan's grid. Conformance holds
+# it to PDL's whole-step effect at both contexts (`pdl_sweep.json`, recorded by
+# `scripts/record_gpu_overlap.py`):
+
+# %%
+pdl_table = conformance.run(model, only=("pdl context",))
+if not pdl_table["rows"]:
+    print("pdl_sweep.json not recorded yet")
+for row in pdl_table["rows"]:
+    print(f"{row.lesson:<38} simulated {row.sim:+7.2f}  H200 {row.gpu:+7.2f} ± {row.gpu_sem:.2f} "
+          f"us/token  ratio {row.ratio:5.2f}  {'PASS' if row.ok else 'FAIL'}")
+
+# %% [markdown]
 # The whole-step rows are predictions: the simulator prices a PDL node from chains of one kernel
 # launched with programmatic edges (`node_pdl_us`), a kernel switch from chains of adjacent
 # pairs, the overlap from one measured fork/join pair — and adds them up. A passing row says
@@ -299,14 +387,15 @@ show(f"H200: {table['gpu_source']}; simulator: {table['cost_source']}")
 # step gains more (ratio below 1) or less (above 1) than its measured parts predict, and the
 # ratio says by how much. At the ladder's short context the sign is clear on both: PDL saves
 # time, while overlap, on this model, costs about a microsecond per token captured. PDL's gain
-# is not a constant: at context 900 the H200 recorded graph + PDL slower than the plain graph
-# while the simulator predicts a gain there (notebook 10 prints both), so a PDL claim holds
-# for the contexts it was measured at.
+# is not a constant of the kernels: it depends on where each kernel triggers and on how much of
+# the GPU its grid fills (above), so a PDL claim holds for the contexts it was measured at.
 #
 # ## What you should now be able to do
 # - Say what PDL overlaps (a dependent kernel's launch and prologue with its predecessor's
 #   tail) and the rule that keeps it safe: `pdl_wait()` before the first read of a
 #   predecessor's output.
 # - Find a wait-first violation with the PDL check, and the race it causes on the simulator.
+# - Find which edge makes PDL lose (leave one kernel's edge out at a time) and move that
+#   kernel's trigger.
 # - Fork and join a step over two streams with events, and measure whether it pays.
 # - Attribute several factors with a leave-one-out table, after checking its all-off arm.

@@ -2,14 +2,20 @@
 # On a GPU host: run the GPU-marked tests and the kernel checks at model dims, then record every
 # GPU figure the README and notebooks quote. Everything lands in OUTDIR (logs + data/gpu JSON).
 # The simulator's predictions are held against the fresh recordings (decode-lab conformance);
-# the PyTorch peer (which needs torch, the `peer` extra) runs last. The ranks recorder needs two
-# GPUs (on one it exits 2 with a message, and the pass goes on).
+# the PyTorch peer (which needs torch, the `peer` extra) runs after it, then the checks that
+# record no figure a lesson shows: PDL without triggers, the device loop under racecheck
+# (scripts/sanitize_loop.sh). The ranks recorder needs two GPUs (on one it exits 2 with a
+# message, and the pass goes on).
 # Each step has a time limit (STEP_LIMIT seconds, default 240; LIMIT=N before a step sets its
 # own): a step that hangs is stopped, logged with exit 124, and the pass goes on to the next. The
 # hands-on exercises' GPU checks run last, with 1500 s: each reference solution compiles and runs
 # in a child process (80 to 90 s each on the H200), and the recorders should not wait for them;
 # their stubs fail on the simulator in `make test`, where nothing about them is GPU-specific.
-# GPU_TESTS=0 skips both test steps: a recording pass alone, for a lease too short for both.
+# GPU_TESTS=0 skips both test steps: a recording pass alone, for a lease too short for both
+# (the new kernels' checks at model dims still run: the cudasim harnesses' --gpu steps and
+# check_gpu_persistent.py). SPEC_COSTS=0 leaves the verify steps out of the cost recorder
+# (data/gpu/spec_costs.json, recorded on its own, stays the simulator's source for them).
+# The most needed recordings come first: a lease that ends early keeps them.
 #   scripts/gpu_run.sh OUTDIR
 set -uo pipefail
 out=${1:?usage: scripts/gpu_run.sh OUTDIR}
@@ -22,8 +28,9 @@ step() { echo "== $* ($(date +%T))"; timeout "${LIMIT:-${STEP_LIMIT:-240}}" "$@"
   fi
   step python3 tests/_cudasim_kernels.py --gpu
   step python3 tests/_cudasim_fused.py --gpu
+  step python3 scripts/check_gpu_persistent.py "$out/gpu/persistent.json"
   step python3 -m lab demo --backend cuda
-  step python3 scripts/record_gpu_costs.py --out "$out/gpu"
+  LIMIT=420 step python3 scripts/record_gpu_costs.py --out "$out/gpu" $([ "${SPEC_COSTS:-1}" = 1 ] || echo --no-spec)
   step python3 scripts/record_gpu.py --out "$out/gpu"
   step python3 scripts/record_gpu_bugs.py --out "$out/gpu"
   step python3 scripts/record_gpu_instances.py --out "$out/gpu"
@@ -33,9 +40,13 @@ step() { echo "== $* ($(date +%T))"; timeout "${LIMIT:-${STEP_LIMIT:-240}}" "$@"
   step python3 scripts/record_gpu_plan_switch.py --out "$out/gpu"
   step python3 scripts/record_gpu_device_loop.py --out "$out/gpu"
   step python3 scripts/record_gpu_spec.py --out "$out/gpu"
-  step python3 scripts/record_gpu_ranks.py --out "$out/gpu"
+  step python3 scripts/record_gpu_pdl_context.py --out "$out/gpu"
+  step python3 scripts/record_gpu_pdl_context.py --out "$out/gpu" --trigger early
   step python3 -m lab conformance --data "$out/gpu"
   step python3 scripts/record_gpu_peer.py --out "$out/gpu" --reps 5
+  step python3 scripts/record_gpu_pdl_context.py --out "$out/gpu" --trigger none
+  LIMIT=360 step bash scripts/sanitize_loop.sh "$out/gpu"
+  step python3 scripts/record_gpu_ranks.py --out "$out/gpu"
   if [ "${GPU_TESTS:-1}" = 1 ]; then
     LIMIT=1500 step python3 -m pytest -q -m gpu tests/test_handson.py -k reference -p no:cacheprovider
   fi

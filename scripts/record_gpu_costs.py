@@ -10,6 +10,11 @@ Measures, on the real engine's buffers and launches (nothing here decodes a toke
   with the context too): its time as a NODE of a graph, from chains cycling through the
   launch's instances in a step (one per layer) captured n1 and n2 times (slope = per-node time,
   gap included; with and without PDL);
+- the persistent step's one kernel (LAB_PERSISTENT=1: step_persistent, on an engine of its own)
+  at every position of POSITIONS, as a graph node: it advances the position, so its chain unit
+  is [step_persistent, pos_set(position)] (the `pos_set` probe puts the position back) and its
+  node time is the unit's time less pos_set's own (`measure_persistent`); no PDL (refused with
+  it);
 - the extra cost of a node whose predecessor runs another kernel (chains of adjacent pairs);
 - the empty-node floor (the `empty` probe kernel in chains of 1 .. 64 nodes, with and without
   PDL: slope = floor per node, intercept = the per-replay overhead of a graph launch);
@@ -47,6 +52,7 @@ from lab.backend.costmodel import cost_key, launch_bytes  # noqa: E402
 from lab.backend.instrument import LaunchLog  # noqa: E402
 from lab.config import LabConfig  # noqa: E402
 from lab.engine.runner import DecodeEngine  # noqa: E402
+from lab.errors import LabError  # noqa: E402
 from lab.measure import bench, report  # noqa: E402
 from scripts import recorder  # noqa: E402
 from scripts.costs_chains import (N1, N2, as_in_step, capture_chain, chain_fit,  # noqa: E402
@@ -57,9 +63,11 @@ PROMPT = "ROMEO.\n"
 # first and last position of every attention plan (splits 1, 2, 4, 8, 16, 32) and the sweep's end
 POSITIONS = (0, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512, 1000)
 BASE_POSITION = 64           # where the context-independent kernels are measured
+LONG_POSITION = 1000         # where the unfused step's switches are measured again (PDL's sign)
 # kernels whose time or shapes move with the plan or the context: measured at every POSITION
+# (step_persistent, the whole step of LAB_PERSISTENT=1, walks the context in its attention)
 ATTENTION = ("attn_partial", "attn_merge", "attn_combine", "attn_fused", "attn_partial_wide",
-             "verify_partial", "draft_lookup")
+             "verify_partial", "draft_lookup", "step_persistent")
 # the verify steps of speculative decoding (LAB_DRAFT, LAB_DRAFT_SPLITS) the cost file covers:
 # each draft length of lab.measure.spec's curve, and its split-count sweep's verify attention
 SPEC_STEPS = ((2, 16), (4, 16), (8, 16), (4, 1), (4, 4), (4, 64))
@@ -112,19 +120,22 @@ def measure_kernels(eng, cfgs, progress, seen: set | None = None) -> list[dict]:
     return rows
 
 
-def measure_switches(eng, cfgs, kernels, progress, seen: set | None = None) -> list[dict]:
+def measure_switches(eng, cfgs, kernels, progress, seen: set | None = None,
+                     position: int = BASE_POSITION) -> list[dict]:
     """What a node costs beyond its own chain time when the node before it runs ANOTHER kernel
     (a chain of one launch keeps its code and constants cached; a step alternates kernels):
-    chains of the pair [a, b] for every adjacent pair of launches in the steps of `cfgs` (a pair
-    in `seen` skipped; each measured added to it)."""
+    chains of the pair [a, b] for every adjacent pair of launches in the steps of `cfgs` at
+    `position` (a pair in `seen` skipped; each measured added to it). At another position than
+    BASE_POSITION only the attention kernels' keys are new (their grid is the plan's), so the
+    pairs there are the ones into and out of attention."""
     eng.reset(eng.encode(PROMPT), 0)
-    eng.seek(BASE_POSITION)
+    eng.seek(position)
     alone = {(r["key"], pdl): r["node_pdl_us" if pdl else "node_us"]
-             for r in kernels if r["position"] == BASE_POSITION for pdl in (False, True)}
+             for r in kernels if r["position"] in (position, BASE_POSITION) for pdl in (False, True)}
     pairs = {}
     for cfg in cfgs:
         eng.cfg = cfg
-        launches = eng.step_launches(eng.plan(BASE_POSITION))
+        launches = eng.step_launches(eng.plan(position))
         for a, b in zip(launches, launches[1:]):   # keyed as the step's launches, chained as above
             if seen is not None and (cost_key(a), cost_key(b)) in seen:
                 continue
@@ -133,9 +144,9 @@ def measure_switches(eng, cfgs, kernels, progress, seen: set | None = None) -> l
         seen.update(pairs)
     rows = []
     for (ka, kb), (a, b) in pairs.items():
-        row = {"prev": ka, "key": kb}
+        row = {"prev": ka, "key": kb, "position": position}
         for pdl in (False, True):
-            set_pos(eng, BASE_POSITION)
+            set_pos(eng, position)
             fit = chain_fit(eng.backend, [a, b], 2, pdl)
             both = alone[(ka, pdl)] + alone[(kb, pdl)]
             # a chain of pairs switches kernel at every node: half the pair's extra per switch
@@ -164,6 +175,62 @@ def measure_spec(model, base: LabConfig, progress) -> tuple[list[dict], list[dic
         del eng
         gc.collect()
     return kernels, switches
+
+
+def measure_persistent(model, base: LabConfig, progress) -> tuple[list[dict], dict]:
+    """step_persistent (LAB_PERSISTENT=1: the whole step in one cooperative kernel) as a graph
+    node at every POSITION, on an engine of its own (the persistent step is allocated: stacked
+    weights, one KV buffer): (kernel rows, the pos_set probe's own chain fit).
+
+    The kernel advances `pos`, so a chain of it would walk the context (and run past max_seq).
+    Its chain unit is therefore [step_persistent, pos_set(position)]: the probe puts the position
+    back after every step, so every step of the chain runs at `position`. The unit's time is
+    2 x the fit's per-node slope; the step's node time is that minus pos_set's node time, from
+    pos_set ALONE in a chain (measured here, once: its work does not depend on the position).
+    The two switches of the unit (step_persistent -> pos_set -> step_persistent) stay in the
+    step's figure: a persistent step's graph has one node, so the cost model charges it no
+    switch of its own. No PDL: LAB_PDL=1 is refused with LAB_PERSISTENT=1 (the row's PDL
+    figures repeat the plain ones, so the cost model reads it like every other row)."""
+    cfg = base.replace(persistent=True, graph=False, pdl=False)
+    eng = DecodeEngine(model, cfg)
+    eng.log = LaunchLog()
+    eng.bind()
+    be = eng.backend
+
+    def pos_set(position):
+        return Launch(REGISTRY["pos_set"], probe.POS_SET_GRID, probe.POS_SET_BLOCK,
+                      (eng.buf.pos, np.int32(position)), None, "main")
+    set_pos(eng, BASE_POSITION)
+    probe_fit = chain_fit(be, [pos_set(BASE_POSITION)], 1, False)
+    probe_us = probe_fit["per_node_us"]
+    progress(f"  pos_set chain: {probe_us:.3f} us/node (subtracted from each persistent unit)")
+    rows = []
+    for position, key, same in kernel_launches(eng, [cfg]):
+        launch = same[0]
+        set_pos(eng, position)
+        fit = chain_fit(be, [launch, pos_set(position)], 2, False)
+        after = int(be.download(eng.buf.pos)[0])
+        if after != position:   # every unit must end where it began: else the rows walk the context
+            raise LabError(f"the persistent chain ended at position {after}, not {position}: "
+                           f"pos_set did not put the position back")
+        unit = 2 * fit["per_node_us"]
+        node = unit - probe_us
+        rows.append({"key": key, "kernel": launch.name, "position": position,
+                     "context": position + 1, "grid": list(launch.grid), "block": list(launch.block),
+                     "bytes": launch_bytes(as_in_step(eng, launch), position + 1),
+                     "instances": len(same), "splits": eng.plan(position).splits,
+                     "node_us": node, "node_pdl_us": node,
+                     "intercept_us": fit["intercept_us"], "intercept_pdl_us": fit["intercept_us"],
+                     "unit_us": unit, "pos_set_us": probe_us,
+                     "chain": "[step_persistent, pos_set(position)] x n: node = unit - pos_set",
+                     "pdl": "not measured: LAB_PDL=1 is refused with LAB_PERSISTENT=1 "
+                            "(node_pdl_us = node_us)"})
+        progress(f"  {launch.name:<16} pos {position:>4}: {node:.3f} us/node (unit with pos_set "
+                 f"{unit:.3f} us; no PDL)   [{key}]")
+    set_pos(eng, 0)
+    del eng
+    gc.collect()
+    return rows, probe_fit
 
 
 def measure_floors(eng, progress) -> dict:
@@ -371,11 +438,13 @@ def host_round(eng, base: LabConfig, step, rounds: dict) -> None:
     eng.cfg = base
 
 
-def host_and_ladder(eng, model, base: LabConfig, cfgs, out: Path, progress, reps=5) -> tuple:
+def host_and_ladder(eng, model, base: LabConfig, cfgs, out: Path, progress, reps=5,
+                    rungs=None) -> tuple:
     """Host costs, measured in rounds INTERLEAVED with the ladder's reps (the host's speed moves
     from minute to minute and process to process; interleaving makes both see the same host).
-    The ladder (whole steps) goes to ladder.json: it is what the model must predict, and none
-    of it enters kernel_costs.json."""
+    The ladder (whole steps; `rungs`: the names of bench.LADDER to run, all by default; the
+    persistent rung on an engine of its own) goes to ladder.json: it is what the model must
+    predict, and none of it enters kernel_costs.json."""
     eng.cfg = base
     eng.reset(eng.encode(PROMPT), 0)
     step = [main_stream(x) for x in eng.step_launches(eng.plan(BASE_POSITION))]
@@ -383,7 +452,7 @@ def host_and_ladder(eng, model, base: LabConfig, cfgs, out: Path, progress, reps
     rounds: dict = {}
     ladder = bench.run_ladder(model, base.replace(graph=True), reps=reps, tokens=64,
                               before_rep=lambda rep: host_round(eng, base, step, rounds),
-                              pool=recorder.engine_pool(eng, base))
+                              pool=recorder.engine_pool(eng, base), rungs=rungs)
     for k in ("dispatcher_step_sequence_us", "prebound_step_sequence_us"):
         host[k] = statistics.median(rounds[k])
     host["rounds"] = rounds
@@ -473,7 +542,11 @@ def measure_noise(eng, base: LabConfig, progress, reps=5, tokens=64, per_token=2
 
 
 def main(argv=None) -> int:
-    args = recorder.arguments(__doc__, backends=("cuda", "sim"), weights=True).parse_args(argv)
+    ap = recorder.arguments(__doc__, backends=("cuda", "sim"), weights=True)
+    ap.add_argument("--no-spec", action="store_true",
+                    help="leave the verify steps of speculative decoding out (their costs stay "
+                         "data/gpu/spec_costs.json's, recorded on their own)")
+    args = ap.parse_args(argv)
     out = recorder.out_dir(args.out)
     model = recorder.load(args)
     base = LabConfig(backend=args.backend, graph=False)
@@ -488,13 +561,34 @@ def main(argv=None) -> int:
     progress("kernels as graph nodes")
     kernels = measure_kernels(eng, cfgs, progress)
     progress("kernel switches")
-    switches = measure_switches(eng, cfgs, kernels, progress)
-    progress("the verify steps of speculative decoding (LAB_DRAFT)")
-    spec_kernels, spec_switches = measure_spec(model, base, progress)
-    kernels, switches = kernels + spec_kernels, switches + spec_switches
+    seen_switches: set = set()
+    switches = measure_switches(eng, cfgs, kernels, progress, seen_switches)
+    progress(f"kernel switches at position {LONG_POSITION} (the pairs with attention's long plan)")
+    switches += measure_switches(eng, cfgs[:1], kernels, progress, seen_switches, LONG_POSITION)
+    # before the verify steps: scripts/costs_from_log.py reads everything after that section
+    # of a cut run's log as verify-step launches
+    progress("the persistent step (LAB_PERSISTENT=1), unit [step_persistent, pos_set]")
+    rungs = None                     # the ladder's rungs: all, unless the persistent step failed
+    try:
+        persistent_kernels, floors["pos_set"] = measure_persistent(model, base, progress)
+    except Exception as exc:         # noqa: BLE001 -- the kernel's first GPU runs: a refusal
+        # (no co-residency) or a compile error must not cost the pass every other figure
+        persistent_kernels = []
+        floors["persistent_not_measured"] = f"{type(exc).__name__}: {exc}"
+        rungs = [name for name, _, _ in bench.LADDER if name != "persistent"]
+        progress(f"  persistent step NOT measured, and left off the ladder: "
+                 f"{floors['persistent_not_measured']}")
+    spec_kernels, spec_switches = [], []
+    if args.no_spec:
+        progress("the verify steps of speculative decoding: left out (--no-spec; the simulator "
+                 "reads them from spec_costs.json)")
+    else:
+        progress("the verify steps of speculative decoding (LAB_DRAFT)")
+        spec_kernels, spec_switches = measure_spec(model, base, progress)
+    kernels, switches = kernels + persistent_kernels + spec_kernels, switches + spec_switches
     progress("host costs, interleaved with the ladder")
     _quiet_heap(eng)
-    host, engine_host = host_and_ladder(eng, model, base, cfgs, out, progress)
+    host, engine_host = host_and_ladder(eng, model, base, cfgs, out, progress, rungs=rungs)
     progress("fission, in this process (its eager half is host-bound)")
     _quiet_heap(eng)
     record_fission(model, base, eng, out, progress)

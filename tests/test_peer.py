@@ -168,13 +168,20 @@ def test_fusion_arm_follows_lab_config(monkeypatch):
     assert peer.lab_fusion_config(base) is None
 
 
-def test_gpu_run_records_the_peer_last():
-    """The peer (torch, an optional extra) is the pass's last step: whatever it does, every lab
-    figure and the conformance check are already recorded."""
+def test_gpu_run_records_the_peer_after_every_judged_figure():
+    """The peer (torch, an optional extra) runs right after the conformance check: whatever it
+    does, every lab figure conformance judges is already recorded. After it come only the
+    checks no lesson is judged on (PDL without triggers, racecheck, the two-GPU recorder)."""
     lines = [ln.strip() for ln in (ROOT / "scripts" / "gpu_run.sh").read_text().splitlines()
-             if ln.strip().startswith("step ")]
-    assert lines[-1].startswith('step python3 scripts/record_gpu_peer.py --out "$out/gpu"')
-    assert lines[-2].startswith("step python3 -m lab conformance")
+             if ln.strip().startswith(("step ", "LIMIT="))]
+    lines = [ln.split(" ", 1)[1] if ln.startswith("LIMIT=") else ln for ln in lines]
+    peer = [i for i, ln in enumerate(lines)
+            if ln.startswith('step python3 scripts/record_gpu_peer.py --out "$out/gpu"')]
+    assert len(peer) == 1
+    assert lines[peer[0] - 1].startswith("step python3 -m lab conformance")
+    after = ("step python3 scripts/record_gpu_pdl_context.py", "step bash scripts/sanitize_loop.sh",
+             "step python3 scripts/record_gpu_ranks.py", "step python3 -m pytest")
+    assert all(ln.startswith(after) for ln in lines[peer[0] + 1:]), lines[peer[0] + 1:]
 
 
 def test_torch_is_only_the_peer_extra():
