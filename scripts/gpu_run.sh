@@ -43,7 +43,10 @@ step() { echo "== $* ($(date +%T))"; timeout "${LIMIT:-${STEP_LIMIT:-240}}" "$@"
   step python3 scripts/record_gpu_pdl_context.py --out "$out/gpu"
   step python3 scripts/record_gpu_pdl_context.py --out "$out/gpu" --trigger early
   step python3 -m lab conformance --data "$out/gpu"
-  step python3 scripts/record_gpu_peer.py --out "$out/gpu" --reps 5
+  # the peer times the persistent arm only where its check above held
+  python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["bits"]["ok"] else 1)' \
+    "$out/gpu/persistent.json" 2>/dev/null && peer_flags="" || peer_flags="--no-persistent"
+  step python3 scripts/record_gpu_peer.py --out "$out/gpu" --reps 5 $peer_flags
   step python3 scripts/record_gpu_pdl_context.py --out "$out/gpu" --trigger none
   LIMIT=360 step bash scripts/sanitize_loop.sh "$out/gpu"
   step python3 scripts/record_gpu_ranks.py --out "$out/gpu"

@@ -19,6 +19,8 @@ LAB_WHAT = {
     "lab graph": "LabConfig(graph=True): the lab's step replayed as one CUDA graph per plan",
     "lab graph+pdl": "LabConfig(graph=True, pdl=True): programmatic dependent launch",
     "lab graph+pdl+fusion": "LabConfig(graph=True, pdl=True) + LAB_FUSION=1",
+    "lab persistent": "LabConfig(graph=True) + LAB_PERSISTENT=1: the whole step in one "
+                      "cooperative kernel, one graph node",
 }
 
 

@@ -8,7 +8,8 @@ one line and exits 2. Writes DIR/peer.json and prints a table.
 
 Arms (float32 everywhere, greedy argmax on the device inside the step):
   decode-lab (this process)   lab graph (LAB_GRAPH=1), lab graph+pdl (LAB_PDL=1) and, when
-                              lab/config.py has a `fusion` toggle, lab graph+pdl+fusion; the
+                              lab/config.py has a `fusion` toggle, lab graph+pdl+fusion, and
+                              lab persistent (LAB_PERSISTENT=1, left out where refused); the
                               arms share ONE engine, switched per run (as lab/measure/bench.py does)
   PyTorch (a worker process)  torch eager: the step as eager torch ops on a static,
                               preallocated KV cache (index_copy_, no torch.cat);
@@ -102,6 +103,8 @@ def lab_configs(backend: str) -> dict:
     fused = lab_fusion_config(base.replace(pdl=True))
     if fused is not None:
         cfgs["lab graph+pdl+fusion"] = fused
+    if "persistent" in {f.name for f in dataclasses.fields(LabConfig)}:
+        cfgs["lab persistent"] = base.replace(persistent=True)
     return cfgs
 
 
@@ -147,6 +150,8 @@ def parse_args(argv=None):
     ap.add_argument("--torch-arms", default="eager,graph,compile",
                     help=f"comma-separated subset of {','.join(TORCH_ARMS)}")
     ap.add_argument("--torch-device", default="cuda", help="cuda, or cpu for a dry run")
+    ap.add_argument("--no-persistent", action="store_true",
+                    help="leave the lab persistent arm out (gpu_run.sh: when its check failed)")
     ap.add_argument("--buckets", default="pow2", choices=("pow2", "full"),
                     help="torch attention length: pow2 = max(128, next power of two >= "
                          "position + 1), one graph per bucket; full = max_seq, one graph")
@@ -212,7 +217,8 @@ def _run(args, model, contexts, prompts, arm_keys, worker, out_dir, t_start) -> 
                  "tokens": args.tokens, "contexts": contexts,
                  "prompts": {str(c): [int(i) for i in ids] for c, (_, ids) in prompts.items()}})
     try:
-        arms = lab_arms(model, args.backend, contexts, prompts, args.tokens)
+        arms = lab_arms(model, args.backend, contexts, prompts, args.tokens,
+                        persistent=not args.no_persistent)
     except LabError as exc:
         return fail_line(f"the lab arms could not be built: {exc}")
     from lab.reference import generate as oracle_generate
@@ -252,21 +258,32 @@ def _run(args, model, contexts, prompts, arm_keys, worker, out_dir, t_start) -> 
     return 0 if res["ok"] else 1
 
 
-def lab_arms(model, backend: str, contexts, prompts, tokens: int) -> dict:
+def lab_arms(model, backend: str, contexts, prompts, tokens: int, persistent: bool = True) -> dict:
     """{(arm name, context): bench.Arm}, all on ONE engine where the toggles allow (as
     lab/measure/bench.py's arms share one), each warmed up once at each context."""
     from lab.measure import bench
     cfgs = lab_configs(backend)
+    if not persistent:
+        cfgs.pop("lab persistent", None)
     pool: dict = {}
     arms = {}
-    for i, (name, cfg) in enumerate(cfgs.items()):
-        for c in contexts:
-            arm = bench.make_arm(model, name, cfg, i, pool=pool)
-            try:
-                arm.use()
-            except LabError:               # a toggle that changes allocation: its own engine
-                arm = bench.make_arm(model, name, cfg, i)
-            arms[(name, c)] = arm
+    for i, (name, cfg) in enumerate(list(cfgs.items())):
+        try:
+            for c in contexts:
+                arm = bench.make_arm(model, name, cfg, i, pool=pool)
+                try:
+                    arm.use()
+                except LabError:           # a toggle that changes allocation: its own engine
+                    arm = bench.make_arm(model, name, cfg, i)
+                arms[(name, c)] = arm
+        except LabError as exc:
+            if name != "lab persistent":
+                raise
+            # the device refuses the cooperative kernel: the peer goes on without that arm
+            say(f"lab persistent left out: {exc}")
+            del cfgs[name]
+            for c in contexts:
+                arms.pop((name, c), None)
     say(f"lab arms: {', '.join(cfgs)} on {next(iter(arms.values())).engine.backend.describe()}")
     if "lab graph+pdl+fusion" not in cfgs:
         say("lab/config.py has no fusion toggle: no graph+pdl+fusion arm")
