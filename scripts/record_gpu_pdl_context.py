@@ -3,16 +3,17 @@ DIR/pdl_context.json.
 
   python scripts/record_gpu_pdl_context.py --out DIR [--backend cuda] [--trigger early|none]
 
-The unfused step at each context of CONTEXTS, captured as a chain of STEPS steps (the `advance`
-node left out, so every step of the chain attends over the same context), replayed; per arm,
-the device time per step:
+The unfused step at each context of CONTEXTS, captured as a chain of steps (the `advance` node
+left out, so every step of the chain attends over the same context), replayed; per arm, the
+device time per step (lab/measure/pdl_edges.py, which the simulator's conformance check runs
+too):
   graph           no launch programmatic
   graph+pdl       every launch programmatic (LAB_PDL=1's step)
   pdl - <kernel>  every launch programmatic except the launches of <kernel>: that kernel waits
                   for its predecessor as on a plain stream, so the arm minus graph+pdl is what
                   the edges INTO <kernel> save (positive) or cost (negative: that kernel's
                   early launch turns into a wait)
-Arms interleaved in rotating order, ROUNDS rounds; mean and standard error over the rounds.
+Arms interleaved in rotating order, round after round; mean and standard error over the rounds.
 
 --trigger early compiles kernels/attention.py's kernels with their dependents triggered right
 after their wait (attn_partial as it was before it triggered at its end); --trigger none with
@@ -22,25 +23,21 @@ per process, so each of these is a process of its own (DIR/pdl_context_<mode>.js
 """
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lab.config import LabConfig  # noqa: E402
+from lab.measure import pdl_edges  # noqa: E402
 from scripts import recorder  # noqa: E402
 
-PROMPT = "ROMEO.\n"
 CONTEXTS = (64, 900)
-STEPS = 8          # steps per captured chain
+
 TRIGGERS = {"lab": "the lab's kernels (each triggers first, attn_partial at its end)",
             "early": "every kernel triggers first (attn_partial too)",
             "none": "no kernel triggers (dependents launch when a kernel exits)"}
-REPLAYS = 100      # replays per timing
-ROUNDS = 7
 
 
 def _patch_trigger(mode: str) -> None:
@@ -72,56 +69,6 @@ def _patch_trigger(mode: str) -> None:
         attention.pdl_wait = wait_then_trigger
 
 
-def chain(eng, position: int) -> list:
-    """The unfused step at `position` as chain launches, without its `advance`."""
-    from scripts.costs_chains import for_chains
-    eng.reset(eng.encode(PROMPT), 0)
-    eng.seek(position)
-    return [for_chains(eng, x) for x in eng.step_launches(eng.plan(position)) if x.name != "advance"]
-
-
-def capture(be, launches, programmatic) -> object:
-    """STEPS copies of `launches` in one graph; a launch is programmatic when
-    programmatic(its kernel name)."""
-    be.begin_capture()
-    try:
-        for _ in range(STEPS):
-            for x in launches:
-                be.pdl = programmatic(x.name)
-                be.launch(x)
-    finally:
-        be.pdl = False
-        graph = be.end_capture()
-    return graph
-
-
-def measure(eng, position: int, progress) -> dict:
-    from scripts.costs_chains import replay_us, set_pos
-    launches = chain(eng, position)
-    names = list(dict.fromkeys(x.name for x in launches))
-    arms = {"graph": lambda n: False, "graph+pdl": lambda n: True}
-    for k in names:
-        arms[f"pdl - {k}"] = (lambda k: lambda n: n != k)(k)
-    graphs = {a: capture(eng.backend, launches, f) for a, f in arms.items()}
-    times: dict = {a: [] for a in arms}
-    for r in range(ROUNDS):
-        for a in recorder.rotated(arms, r):
-            set_pos(eng, position)
-            times[a].append(replay_us(eng.backend, graphs[a], REPLAYS) / STEPS)
-    progress(f"context {position + 1}: {len(launches)} launches per chained step")
-    rows = []
-    pdl = times["graph+pdl"]
-    for a, t in times.items():
-        d = [x - y for x, y in zip(t, pdl)]     # paired by round
-        rows.append({"arm": a, "us_per_step": statistics.fmean(t),
-                     "sem_us": statistics.stdev(t) / len(t) ** 0.5,
-                     "minus_pdl_us": statistics.fmean(d),
-                     "minus_pdl_sem_us": statistics.stdev(d) / len(d) ** 0.5 if a != "graph+pdl" else 0.0,
-                     "samples_us": [round(x, 4) for x in t]})
-    return {"position": position, "context": position + 1, "launches": len(launches),
-            "splits": eng.plan(position).splits, "kernels": names, "rows": rows}
-
-
 def format_table(res: dict) -> str:
     lines = []
     for c in res["contexts"]:
@@ -142,9 +89,7 @@ def main(argv=None) -> int:
                     help="where the kernels trigger their dependents (see above)")
     args = ap.parse_args(argv)
     out = recorder.out_dir(args.out)
-    global ROUNDS, REPLAYS
-    if args.quick:
-        ROUNDS, REPLAYS = 2, 3
+    rounds, replays = (2, 3) if args.quick else (pdl_edges.ROUNDS, pdl_edges.REPLAYS)
     if args.trigger != "lab":
         if args.backend != "cuda":
             return recorder.refuse("record_gpu_pdl_context.py",
@@ -160,9 +105,13 @@ def main(argv=None) -> int:
                    "but one kernel's", "source": eng.backend.describe(), "date": recorder.now(),
            "recorded_by": "scripts/record_gpu_pdl_context.py",
            "trigger": TRIGGERS[args.trigger],
-           "method": {"steps_per_chain": STEPS, "replays": REPLAYS, "rounds": ROUNDS,
-                      "order": "rotating per round", "advance": "left out"},
-           "contexts": [measure(eng, p - 1, progress) for p in CONTEXTS]}
+           "method": {"steps_per_chain": pdl_edges.STEPS, "replays": replays, "rounds": rounds,
+                      "order": "rotating per round", "advance": "left out",
+                      "code": "lab/measure/pdl_edges.py"},
+           "contexts": []}
+    for c in CONTEXTS:
+        res["contexts"].append(pdl_edges.measure(eng, c - 1, rounds=rounds, replays=replays))
+        progress(f"context {c}: {res['contexts'][-1]['launches']} launches per chained step")
     name = "pdl_context" if args.trigger == "lab" else f"pdl_context_{args.trigger}"
     recorder.record(out, name, res, format_table(res))
     return 0

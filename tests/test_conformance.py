@@ -24,9 +24,24 @@ def report(model):
 
 
 @pytest.mark.slow
-def test_every_recorded_lesson_passes(report):
-    failed = [r for r in report["rows"] if not r.ok]
-    assert not failed, conformance.format_report(report)
+def test_every_recorded_lesson_passes_or_is_a_recorded_finding(report):
+    """A row that fails must be a finding the data folder records with its reason, and every
+    recorded finding's row must still fail (a stale finding is a failure too)."""
+    assert conformance.findings_problems(report) == [], conformance.format_report(report)
+
+
+def test_findings_problems_name_unrecorded_failures_and_stale_findings():
+    bad, good = Row("a", "us/token", 9.0, -10.0), Row("b", "us/token", -9.0, -10.0)
+    known = Row("c", "us/token", 1.0, 5.0, finding="measured: placement")
+    report = {"rows": [bad, good, known], "findings": {"c": "measured: placement"}}
+    assert conformance.findings_problems(report) == ["a: fails (FAIL)"]
+    assert known.verdict == "FAIL (finding)" and not known.ok
+    stale = {"rows": [good], "findings": {"b": "x", "gone": "y"}}
+    problems = conformance.findings_problems(stale)
+    assert any(p.startswith("b: a recorded finding") and "passes" in p for p in problems)
+    assert any(p.startswith("gone: a recorded finding") for p in problems)
+    # a subset of the lessons: a finding for a lesson not run is not stale
+    assert conformance.findings_problems({**stale, "only_all": False}) == [problems[0]]
 
 
 @pytest.mark.slow
@@ -40,76 +55,54 @@ def test_the_table_covers_the_lessons(report):
         assert "fused fission (eager)" in lessons and "fused fission (graph)" in lessons
     if (conformance.DATA_GPU / "spec.json").is_file():
         assert "spec (context 900): draft 4 - draft 0" in lessons and "bug arm's replays" in lessons
-    if (conformance.DATA_GPU / "pdl_sweep.json").is_file():
-        assert "PDL (context 900): graph+pdl - graph" in lessons
+    if (conformance.DATA_GPU / "pdl_context.json").is_file():
+        assert "PDL (context 900, chained step): graph+pdl - graph" in lessons
     assert report["gpu_source"].startswith("measured on NVIDIA")
 
 
 def test_pdl_rows_judge_pdl_at_each_recorded_context():
-    def sweep(g64, p64, g900, p900, sem=0.0001):
-        rows = [{"context": c, "arm": a, "mean_ms": ms, "sem_ms": sem}
-                for c, a, ms in ((64, "graph", g64), (64, "graph+pdl", p64),
-                                 (900, "graph", g900), (900, "graph+pdl", p900))]
-        return {"contexts": [64, 900], "rows": rows}
+    def chains(g64, p64, g900, p900, sem=0.1):
+        def ctx(pos, g, p):
+            return {"position": pos, "context": pos + 1, "rows": [
+                {"arm": "graph", "us_per_step": g, "minus_pdl_us": g - p, "minus_pdl_sem_us": sem},
+                {"arm": "graph+pdl", "us_per_step": p, "minus_pdl_us": 0.0, "minus_pdl_sem_us": 0.0}]}
+        return {"contexts": [ctx(63, g64, p64), ctx(899, g900, p900)]}
     rows = []
-    # pdl_rows(recorded, simulated, ...): PDL saving 10 us at both contexts, predicted 9 and 11
-    conformance.pdl_rows(sweep(0.075, 0.065, 0.085, 0.075), sweep(0.07, 0.061, 0.08, 0.069), rows)
-    assert [r.lesson for r in rows] == ["PDL (context 64): graph+pdl - graph",
-                                        "PDL (context 900): graph+pdl - graph"]
-    assert rows[1].gpu == pytest.approx(-10.0) and rows[1].sim == pytest.approx(-11.0)
-    assert rows[1].gpu_sem == pytest.approx(0.1 * 2 ** 0.5)
+    # pdl_rows(recorded, simulated, ...): PDL saving 10.5 us per step at both contexts
+    conformance.pdl_rows(chains(72.5, 62.0, 82.6, 72.1), chains(71.6, 62.7, 79.0, 70.4), rows)
+    assert [r.lesson for r in rows] == [
+        "PDL (context 64, chained step): graph+pdl - graph",
+        "PDL (context 900, chained step): graph+pdl - graph"]
+    assert rows[1].gpu == pytest.approx(-10.5) and rows[1].sim == pytest.approx(-8.6)
+    assert rows[1].gpu_sem == pytest.approx(0.1)
     assert all(r.ok for r in rows)
-    rows = []      # the GPU's PDL LOSING at context 900 while the simulator predicts a gain
-    conformance.pdl_rows(sweep(0.075, 0.065, 0.085, 0.091), sweep(0.07, 0.061, 0.08, 0.069), rows)
+    rows = []      # the GPU's PDL LOSING at context 900 (the early trigger) against a gain
+    conformance.pdl_rows(chains(72.5, 62.0, 82.6, 88.3), chains(71.6, 62.7, 79.0, 70.4), rows)
     assert [r.ok for r in rows] == [True, False]
-    with pytest.raises(LabError, match="no row for 'graph' at context 900"):
-        bad = sweep(0.075, 0.065, 0.085, 0.075)
-        bad["rows"] = [r for r in bad["rows"] if not (r["context"] == 900 and r["arm"] == "graph")]
-        conformance.pdl_rows(bad, bad, [])
+    with pytest.raises(LabError, match="no simulated context 900"):
+        sim = chains(71.6, 62.7, 79.0, 70.4)
+        sim["contexts"] = sim["contexts"][:1]
+        conformance.pdl_rows(chains(72.5, 62.0, 82.6, 72.1), sim, [])
 
 
-def test_spec_rows_judge_the_saving_the_tokens_per_step_and_the_bug_arm():
-    def curve(d0, d4, tps, bug_replays):
-        rows = []
-        for ctx in (64, 900):
-            rows += [{"context": ctx, "arm": "draft 0", "ms_per_token": d0, "tokens_per_step": 1.0,
-                      "replay_fraction": 1.0},
-                     {"context": ctx, "arm": "draft 4", "ms_per_token": d4, "tokens_per_step": tps,
-                      "replay_fraction": 1.0},
-                     {"context": ctx, "arm": "draft 4 + LAB_BUG_SPEC_KEY", "ms_per_token": 0.5,
-                      "tokens_per_step": tps, "replay_fraction": bug_replays}]
-        return {"rows": rows}
-    rows = []
-    # spec_rows(recorded, simulated, ...)
-    conformance.spec_rows(curve(0.08, 0.06, 1.5, 0.0), curve(0.08, 0.062, 1.6, 0.0), (64, 900), rows)
-    assert [r.lesson for r in rows[:3]] == ["spec (context 64): draft 4 - draft 0",
-                                            "spec (context 64): tokens per verify step",
-                                            "spec (context 64): bug arm's replays"]
-    assert rows[0].sim == pytest.approx(-18.0) and rows[0].gpu == pytest.approx(-20.0)
-    assert all(r.ok for r in rows)
-    rows = []      # the simulator's bug arm replaying what the GPU's never did: an exact miss
-    conformance.spec_rows(curve(0.08, 0.06, 1.5, 0.0), curve(0.08, 0.062, 1.6, 0.5), (64,), rows)
-    assert [r.ok for r in rows] == [True, True, False]
-
-
-def test_ladder_rows_only_for_the_rungs_the_recording_has():
-    """The simulated ladder runs every rung of bench.LADDER, the persistent one too; a recording
-    made before that rung existed (the committed ladder.json) gets no row for it, one that has
-    it gets its ms/token row."""
-    lad = json.loads((conformance.DATA_GPU / "ladder.json").read_text())
-    graph = next(a for a in lad["arms"] if a["name"] == "graph")
-    persistent = {**graph, "name": "persistent", "mean_ms": 0.05, "launches_per_token": 1,
-                  "nodes_per_graph": 1}
-    sim = {**lad, "arms": lad["arms"] + [persistent]}
-    rows = []
-    conformance.ladder_rows(lad, sim, rows)
-    names = [r.lesson for r in rows]
-    assert not [n for n in names if n.startswith("persistent")]
-    assert names[:4] == [f"{n}: ms/token" for n in ("dispatcher", "prebound", "graph", "graph+pdl")]
-    rows = []
-    conformance.ladder_rows(sim, sim, rows)
-    row = next(r for r in rows if r.lesson == "persistent: ms/token")
-    assert row.gpu == row.sim == 0.05 and len(rows) == len(names) + 1
+def test_the_pdl_lesson_simulates_the_recorded_chains(model):
+    """The simulator runs the recording's own protocol (lab/measure/pdl_edges.py) on its
+    clock; on the committed costs its PDL saving per chained step lies near the H200's."""
+    from lab.backend.costmodel import CostModel
+    from lab.backend.sim import SimBackend
+    from lab.engine.runner import DecodeEngine
+    from lab.config import LabConfig
+    from lab.measure import pdl_edges
+    cost = CostModel.load(conformance.DATA_GPU / "kernel_costs.json").replace(
+        launch_jitter=0.0, drift=0.0, node_jitter=0.0)
+    eng = DecodeEngine(model, LabConfig(backend="sim"), backend=SimBackend(cost, seed=1000))
+    res = pdl_edges.measure(eng, 63, edges=True, rounds=2, replays=2)
+    arms = {r["arm"]: r for r in res["rows"]}
+    assert set(arms) == {"graph", "graph+pdl"} | {f"pdl - {k}" for k in res["kernels"]}
+    saving, _ = pdl_edges.pdl_saving_us(res)
+    assert -14.0 < saving < -6.0                 # the H200's: -10.5 us per step
+    # leaving one kernel's launches plain gives back part of the saving, never more than all
+    assert all(0.0 <= arms[f"pdl - {k}"]["minus_pdl_us"] <= -saving for k in res["kernels"])
 
 
 @pytest.mark.parametrize("row,ok", [

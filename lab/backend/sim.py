@@ -56,6 +56,7 @@ class _Capture:
     stream: str                                   # the origin stream
     nodes: list = field(default_factory=list)     # launches, in issue order (a topological order)
     deps: list = field(default_factory=list)      # per node: indices of the nodes it waits for
+    programmatic: list = field(default_factory=list)  # per node: launched with PDL (its edge in)
     streams: set = field(default_factory=set)     # streams pulled into the capture
     last: dict = field(default_factory=dict)      # stream -> its newest node
     pending: dict = field(default_factory=dict)   # stream -> nodes its next node must wait for
@@ -65,12 +66,16 @@ class _Capture:
 
 class SimGraph(Graph):
     def __init__(self, backend: "SimBackend", nodes: list[Launch], deps=None, pdl: bool = False,
-                 executable: bool = True):
+                 executable: bool = True, node_pdl=None):
         self._backend = backend
         self.nodes = list(nodes)
         self.deps = [tuple(d) for d in deps] if deps is not None else [
             (i - 1,) if i else () for i in range(len(self.nodes))]
         self.pdl = pdl                     # captured with programmatic launches (PDL edges)
+        # per node, whether it was launched programmatically (None: every node as `pdl` says);
+        # a capture records it launch by launch, as a CUDA capture records each launch's
+        # attribute (lab/measure/pdl_edges.py leaves one kernel's launches plain)
+        self.node_pdl = tuple(node_pdl) if node_pdl is not None else None
         self.executable = executable       # instantiated (launchable), or a captured definition
 
     @property
@@ -97,7 +102,7 @@ class SimGraph(Graph):
                     f"(cudaGraphExecUpdateErrorTopologyChanged)")
         if source.deps != self.deps or [n.stream for n in source.nodes] != [n.stream for n in self.nodes]:
             return "topology changed: other edges (cudaGraphExecUpdateErrorTopologyChanged)"
-        if source.pdl != self.pdl:
+        if source.pdl != self.pdl or source.node_pdl != self.node_pdl:
             return "edge types changed: programmatic vs default (cudaGraphExecUpdateErrorTopologyChanged)"
         self.nodes = list(source.nodes)
         return None
@@ -235,7 +240,7 @@ class SimBackend(DeviceQueues, _Views, Backend):
 
     def instantiate(self, source: SimGraph) -> SimGraph:
         self.host_us += self.cost.instantiate_host_us(len(source.nodes)) * self._host_speed()
-        return SimGraph(self, source.nodes, source.deps, pdl=source.pdl)
+        return SimGraph(self, source.nodes, source.deps, pdl=source.pdl, node_pdl=source.node_pdl)
 
     def end_capture(self, stream: str = "main", instantiate: bool = True) -> SimGraph:
         cap = self._captures.pop(stream, None)
@@ -253,7 +258,8 @@ class SimBackend(DeviceQueues, _Views, Backend):
         self.host_us += self.cost.capture_host_us(len(cap.nodes)) * self._host_speed()
         if instantiate:
             self.host_us += self.cost.instantiate_host_us(len(cap.nodes)) * self._host_speed()
-        return SimGraph(self, cap.nodes, cap.deps, pdl=self.pdl, executable=instantiate)
+        return SimGraph(self, cap.nodes, cap.deps, pdl=self.pdl, executable=instantiate,
+                        node_pdl=cap.programmatic)
 
     # ---- memory ------------------------------------------------------------------------------
     def alloc(self, name, shape, dtype, init="zeros") -> Buffer:
@@ -346,7 +352,7 @@ class SimBackend(DeviceQueues, _Views, Backend):
             self.log.record(launch, "capture" if cap else "eager")
         self._issued += 1
         if cap is not None:
-            _record_node(cap, launch)
+            _record_node(cap, launch, self.pdl)
             return
         host0 = self.host_us
         self.host_us += self.cost.host_launch(launch, self.mechanism, self._rng) * self._host_speed()
@@ -407,9 +413,10 @@ class SimBackend(DeviceQueues, _Views, Backend):
     def loop_support(self) -> str | None:
         return None          # the simulator models WHILE and SWITCH nodes (CUDA 12.8+)
 
-def _record_node(cap: _Capture, item) -> None:
+def _record_node(cap: _Capture, item, programmatic: bool = False) -> None:
     """Append a launch or a collective to an open capture, after its stream's newest node and
-    the events its stream waits for (nothing once the capture is invalidated)."""
+    the events its stream waits for (nothing once the capture is invalidated); `programmatic`:
+    launched with PDL."""
     if cap.offence is not None:
         return
     st = item.stream
@@ -419,6 +426,7 @@ def _record_node(cap: _Capture, item) -> None:
     cap.last[st] = len(cap.nodes)
     cap.nodes.append(item)
     cap.deps.append(tuple(sorted(deps)))
+    cap.programmatic.append(programmatic)
 
 
 def __getattr__(name):

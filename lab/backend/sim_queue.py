@@ -133,10 +133,11 @@ class DeviceQueues:
         ids: list[int] = []
         last_on: dict[str, tuple] = {}
         sinks = set()
-        for node, deps in zip(graph.nodes, graph.deps):
+        node_pdl = getattr(graph, "node_pdl", None) or (graph.pdl,) * len(graph.nodes)
+        for node, deps, programmatic in zip(graph.nodes, graph.deps, node_pdl):
             mapped = tuple(ids[d] for d in deps)
             same = [d for d in deps if graph.nodes[d].stream == node.stream]
-            pdl = graph.pdl and bool(same) and not isinstance(node, Collective)
+            pdl = programmatic and bool(same) and not isinstance(node, Collective)
             early = (ids[same[-1]], graph.nodes[same[-1]]) if pdl else None
             lead = 0.0 if deps else lead0
             last = self._last.get(node.stream)

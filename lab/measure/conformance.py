@@ -20,15 +20,17 @@ recording cannot tell the two apart. The summary line counts those rows separate
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from . import bench
+from . import bench, pdl_edges
 from lab.backend.costmodel import COSTS_FILE, CostModel
 from lab.config import LabConfig
 from lab.errors import LabError
@@ -49,6 +51,7 @@ class Row:
     exact: bool = False     # counts: must agree exactly
     note: str = ""          # where the GPU figure comes from
     gpu_sem: float | None = None   # the GPU figure's own standard error, where it has one
+    finding: str = ""       # a recorded finding about this row (FINDINGS_FILE): why it fails
 
     @property
     def ratio(self) -> float:
@@ -84,7 +87,27 @@ class Row:
     def verdict(self) -> str:
         if self.within_band:
             return "PASS"
-        return f"PASS ({NOISE_SEMS:g} sem)" if self.within_noise else "FAIL"
+        if self.within_noise:
+            return f"PASS ({NOISE_SEMS:g} sem)"
+        return "FAIL (finding)" if self.finding else "FAIL"
+
+
+FINDINGS_FILE = "conformance_findings.json"
+
+
+def findings_problems(report: dict) -> list[str]:
+    """What makes a conformance report a failure: a row that fails with no recorded finding,
+    and a recorded finding whose row passes or does not exist (a stale finding: the recording
+    it was written for has been replaced). Empty: every row passes or is a recorded finding."""
+    rows = {r.lesson: r for r in report["rows"]}
+    out = [f"{r.lesson}: fails ({r.verdict})" for r in report["rows"] if not r.ok and not r.finding]
+    for lesson in report.get("findings", {}):
+        if lesson not in rows:
+            if report.get("only_all", True):
+                out.append(f"{lesson}: a recorded finding ({FINDINGS_FILE}) for no row of the table")
+        elif rows[lesson].ok:
+            out.append(f"{lesson}: a recorded finding ({FINDINGS_FILE}) for a row that passes")
+    return out
 
 
 class _Recorded(dict):
@@ -223,7 +246,22 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
     # wrong shape is reported before any simulation runs; then the real one
     for dry in (True, False):
         table = _table(model, data_dir, rec, loop_file, only, cost, base, reps, progress, dry)
+    findings = _findings(data_dir)
+    table["rows"] = [dataclasses.replace(r, finding=findings.get(r.lesson, "")) for r in table["rows"]]
+    table["findings"] = findings
+    table["only_all"] = set(only) == set(LESSONS)
     return table
+
+
+def _findings(data_dir: Path) -> dict[str, str]:
+    """{lesson: reason} from the data folder's FINDINGS_FILE (none: {}): rows of this recording
+    that the component costs do not predict, each with the measured reason. They still FAIL;
+    the file makes them known, and a finding whose row passes is itself reported (stale)."""
+    path = data_dir / FINDINGS_FILE
+    if not path.is_file():
+        return {}
+    data = _load(data_dir, FINDINGS_FILE)
+    return {str(f["lesson"]): str(f["reason"]) for f in data["findings"]}
 
 
 def _table(model, data_dir, rec, loop_file, only, cost, base, reps, progress, dry) -> dict:
@@ -291,14 +329,19 @@ def _table(model, data_dir, rec, loop_file, only, cost, base, reps, progress, dr
         rows.append(Row(f"graph: context {lo} -> {hi}", "us/token", _sweep_slope_us(s_sw, arm)[0],
                         g_slope, note="bench_sweep.json"))
 
-    pdl_file = data_dir / "pdl_sweep.json"      # recorded since PDL's long-context fix
+    pdl_file = data_dir / "pdl_context.json"    # recorded since PDL's long-context fix
     if "pdl context" in only and pdl_file.is_file():
-        pw = _load(data_dir, "pdl_sweep.json")
-        ctxs = tuple(pw["contexts"])
-        s_pw = result(base and (*base, "pdl sweep", ctxs, pw["tokens"]), lambda: bench.run_sweep(
-            model, {"graph": sim, "graph+pdl": sim.replace(pdl=True)}, ctxs, reps=reps,
-            tokens=pw["tokens"], progress=progress, backend_factory=factory), pw)
-        pdl_rows(pw, s_pw, rows)
+        pc = _load(data_dir, "pdl_context.json")
+        positions = tuple(int(c["position"]) for c in pc["contexts"])
+
+        def simulate_pdl():
+            # the recording's protocol (lab/measure/pdl_edges.py) on the simulator's clock; the
+            # simulated runs carry no noise, so two rounds of two replays suffice
+            eng = DecodeEngine(model, sim, backend=SimBackend(cost, seed=1000))
+            return {"contexts": [pdl_edges.measure(eng, p, edges=False, rounds=2, replays=2)
+                                 for p in positions]}
+        s_pc = result(base and (*base, "pdl context", positions), simulate_pdl, pc)
+        pdl_rows(pc, s_pc, rows)
 
     spec_file = data_dir / "spec.json"          # recorded since LAB_DRAFT: older sets lack it
     if "spec" in only and spec_file.is_file():
@@ -345,22 +388,21 @@ def spec_rows(rec: dict, sim: dict, contexts, rows: list) -> None:
 
 
 def pdl_rows(rec: dict, sim: dict, rows: list) -> None:
-    """PDL's effect at each context of pdl_sweep.json: graph+pdl - graph, us/token (negative:
-    PDL saves). The two arms ran interleaved on one engine; the GPU's error is the two arms'
-    standard errors combined."""
-    def arm(res, ctx, name):
-        for r in res["rows"]:
-            if r["context"] == ctx and r["arm"] == name:
-                return r
-        raise LabError(f"pdl_sweep.json: no row for {name!r} at context {ctx}")
-    for ctx in rec["contexts"]:
-        def diff(res):
-            return 1000.0 * (arm(res, ctx, "graph+pdl")["mean_ms"]
-                             - arm(res, ctx, "graph")["mean_ms"])
-        sem = 1000.0 * float(np.hypot(arm(rec, ctx, "graph+pdl")["sem_ms"],
-                                      arm(rec, ctx, "graph")["sem_ms"]))
-        rows.append(Row(f"PDL (context {ctx}): graph+pdl - graph", "us/token", diff(sim),
-                        diff(rec), note="pdl_sweep.json", gpu_sem=sem))
+    """PDL's effect at each context of pdl_context.json (lab/measure/pdl_edges.py: the unfused
+    step chained without its advance, every launch programmatic or none): graph+pdl - graph,
+    us per step (negative: PDL saves), with the recording's paired standard error. Not the
+    decode's whole step: a graph step without PDL moves with buffer placement from engine to
+    engine and PDL hides most of that (pdl_edges' docstring), so a decode's A/B holds a
+    placement effect the component costs do not model; the chain, on one engine, does not."""
+    by_pos = {int(c["position"]): c for c in sim["contexts"]}
+    for c in rec["contexts"]:
+        p = int(c["position"])
+        if p not in by_pos:
+            raise LabError(f"pdl_context.json: no simulated context {p + 1}")
+        g, sem = pdl_edges.pdl_saving_us(c)
+        rows.append(Row(f"PDL (context {c['context']}, chained step): graph+pdl - graph",
+                        "us/step", pdl_edges.pdl_saving_us(by_pos[p])[0], g,
+                        note="pdl_context.json", gpu_sem=sem))
 
 
 def ladder_rows(lad: dict, s_lad: dict, rows: list) -> None:
@@ -417,11 +459,21 @@ def format_report(report: dict) -> str:
     for r in rows:
         if "A/A gate failed" in r.note:
             lines.append(f"  note, {r.lesson}: {r.note} (the recording marks that A/B not meaningful)")
+    for r in rows:
+        if r.finding and not r.ok:
+            lines.append(textwrap.fill(f"finding, {r.lesson}: {r.finding}", 100,
+                                       initial_indent="  ", subsequent_indent="    "))
+    for problem in findings_problems(report):
+        if "recorded finding" in problem:
+            lines.append(f"  STALE: {problem}")
     passed, noisy = sum(r.ok for r in rows), sum(r.ok and not r.within_band for r in rows)
+    known = sum(not r.ok and bool(r.finding) for r in rows)
     lines.append(f"{passed} of {len(rows)} rows pass (same sign and within {REL_TOL:.0%}; within "
                  f"{ABS_TOL_US:g} us where the GPU effect is under {SMALL_US:g} us; counts exact)"
                  + (f", {noisy} of them only within {NOISE_SEMS:g} standard errors of a noisy "
-                    f"recording" if noisy else ""))
+                    f"recording" if noisy else "")
+                 + (f"; {known} fail{'s' if known == 1 else ''} as a recorded finding "
+                    f"({FINDINGS_FILE})" if known else ""))
     lines.append(f"GPU: {report['gpu_source']} ({report['gpu_date']}); simulator: "
                  f"{report['cost_source']}")
     return "\n".join(lines)
