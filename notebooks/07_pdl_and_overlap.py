@@ -99,19 +99,21 @@ late = sorted(wait_first_violations())
 n = len(REGISTRY)
 print(f"1 attribute: on every launch under LAB_PDL=1; captured: "
       f"{'programmatic' if graph.pdl else 'ordinary'} edges, {graph.node_count} nodes (simulated)")
-print(f"2 trigger:   {n - len(no_trigger)} of {n} registered kernels call pdl_launch_dependents()"
-      f"; not: {no_trigger}")
+show(f"2 trigger:   {n - len(no_trigger)} of {n} registered kernels call "
+     f"pdl_launch_dependents(); not: {no_trigger}")
 print(f"3 wait:      {n - len(late)} of {n} registered kernels wait first; not: {late}")
-print(f"   trigger after their work, not right after the wait: {list(LATE_TRIGGER)} "
-      f"(checked: {late_trigger_violations() or 'all do'})")
+show(f"   trigger after their work, not right after the wait: {list(LATE_TRIGGER)} "
+     f"(checked: {late_trigger_violations() or 'all do'})")
 
 # %% [markdown]
 # Every kernel a step uses waits first. Most trigger right after the wait, since the trigger
 # only lets the next kernel's launch begin; the split-K attention partials trigger after their
-# partials, for a reason measured at long context (below, "PDL at long context"). The
-# exceptions to the trigger are the cost recorder's `spin` probe (meant to hold its stream until
-# it ends) and the deliberate bug `rmsnorm_late_wait`, which reads before it waits: the static
-# check below names it, and the simulator's race report and hazard table show what it does.
+# partials, for a reason measured at long context (below, "PDL at long context"). Three
+# kernels never trigger: the cost recorder's probes `spin` (meant to hold its stream until it
+# ends) and `pos_set`, and `step_persistent`, the whole step in one kernel (LAB_PDL=1 is refused
+# with it: it has no node boundary inside a token). One kernel does not wait first: the
+# deliberate bug `rmsnorm_late_wait`, which reads before it waits; the static check below names
+# it, and the simulator's race report and hazard table show what it does.
 #
 # ## The static check: is the wait first?
 
@@ -377,8 +379,9 @@ pdl_table = conformance.run(model, only=("pdl context",))
 if not pdl_table["rows"]:
     print("pdl_context.json not recorded yet")
 for row in pdl_table["rows"]:
-    print(f"{row.lesson:<50} simulated {row.sim:+7.2f}  H200 {row.gpu:+7.2f} ± {row.gpu_sem:.2f} "
-          f"us/step  ratio {row.ratio:5.2f}  {row.verdict}")
+    print(f"{row.lesson.split(': ')[0]:<32} simulated {row.sim:+6.2f}, H200 {row.gpu:+6.2f} "
+          f"± {row.gpu_sem:.2f} us/step, ratio {row.ratio:4.2f}  {row.verdict}")
+print("(each: graph+pdl - graph per chained step)")
 
 # %% [markdown]
 # Why a chain and not a decode: the same pass also timed graph and graph + PDL as decodes at

@@ -457,8 +457,14 @@ def test_aa_noise_times_match_the_simulated_engine():
     real_a, real_a2 = np.array(real_a), np.array(real_a2)
     a, a2 = bench.aa_noise_times(narrow, reps, tokens, draws=4000, seed=1, cfg=eager, cost=cost)
     assert a.shape == a2.shape == (4000, reps)
-    # the mean: the costs (a rep's mean is known to about sd / sqrt(120) ~ 0.1%)
-    assert a.mean() == pytest.approx(real_a.mean(), rel=0.005)
+    # the mean: the costs, within 3 standard errors of the two means. A seed's reps share most
+    # of the host's drift (one speed per drift_us of model time), so the engine's mean is known
+    # from its 40 seeds' means, not from its 120 reps: with the recorded drift (several percent)
+    # that is about 1%
+    se = math.hypot(real_a.mean(axis=1).std(ddof=1) / math.sqrt(seeds),
+                    a.mean(axis=1).std(ddof=1) / math.sqrt(len(a)))
+    assert abs(a.mean() - real_a.mean()) < 3 * se, (a.mean(), real_a.mean(), se)
+    assert abs(a.mean() / real_a.mean() - 1) < 0.03          # and the costs themselves agree
     # the spreads: an sd from 120 (40 x 3) values is known to about 6.5%; allow 3 of those
     for x, y in ((a, real_a), (a2 - a, real_a2 - real_a)):
         assert 0.8 < x.std() / y.std() < 1.25, (x.std(), y.std())

@@ -7,6 +7,7 @@
   report       tables and JSON records that say where their numbers came from
   plots        the figures the notebooks and data/gpu show
   conformance  the simulator's predictions held against the GPU recordings
+  pdl_edges    PDL edge by edge: a chained step with one kernel's launches left plain
   precision    float32/float16 KV and reductions against the float64 oracle
   kernel_run   one kernel on its own, eager or captured, for costs and checks
   compare      two runs of one prompt, step by step (+ compare_sides, compare_evidence)
