@@ -3,7 +3,7 @@
 Started by tests/test_persistent.py in a subprocess with NUMBA_ENABLE_CUDASIM=1 (set before
 numba is imported). numba's simulator runs a cooperative grid of ONE block only (its grid sync
 is the block's barrier), so the kernel runs at grid (1,) and its virtual-block loops do all the
-work. At tiny shapes (2 layers, D 8, 2 heads of 4, F 8, V 11, a block of 256 threads: pick_next's
+work. At tiny shapes (1 layer, 2 with --gpu; D 8, 2 heads of 4, F 8, V 11, a block of 256 threads: pick_next's
 floor; the simulator takes about 20 ms per barrier of 256 threads, so every case costs seconds)
 it checks:
   - against the twin (the fused step's twins, composed) within tolerance, the token by the
@@ -16,9 +16,9 @@ it checks:
     cache -- the contract that makes LAB_PERSISTENT=1 write LAB_FUSION=1's bits.
 Cases: CASES[0] a float32 cache, 2 splits, a generated slot; CASES[1] (`--all`) a float16
 cache, 4 slices of which one is empty, a prompt slot (no token written). `--dump PATH` writes
-CASES[0]'s outputs; tests/test_persistent.py holds the two reduction paths' dumps bit for bit
-against each other (so the shuffle path, which the GPU runs, has the fused bits too). Exits
-non-zero naming the first mismatch.
+CASES[0]'s outputs (to hold a `--shuffles` run's against a trees run's by hand; the suite runs
+the trees path only, and the GPU, which takes the shuffle path, is checked against the fused
+kernels bit for bit by `--gpu`). Exits non-zero naming the first mismatch.
 
   --shuffles  lane-exact warp shuffles first (kernels/reduce.py's GPU path)
   --gpu       the same checks compiled for a real device, at grids of 1, 2 and 7 blocks, and a
@@ -45,7 +45,10 @@ from _cudasim_kernels import Mismatch, close, compiled, f32, sig_for  # noqa: E4
 from kernels import REGISTRY, embed, fused, matvec, persistent, reduce  # noqa: E402
 
 SEED = 2468
-TINY = dict(L=2, D=8, H=2, hd=4, F=8, V=11, S=16, T=256)
+# one layer under the simulator (every phase and barrier of a layer, the LM head; the layer
+# loop's second pass, which reads x instead of the embedding row, costs another ~10 s of
+# simulated threads there), two on a device (--gpu)
+TINY = dict(L=2 if GPU else 1, D=8, H=2, hd=4, F=8, V=11, S=16, T=256)
 # (KV dtype, position, splits, n_prompt): a generated slot; a prompt slot (no token written),
 # an empty slice (L = 10 over 4 slices of 3) and a float16 cache
 CASES = [(np.float32, 5, 2, 3), (np.float16, 9, 4, 12)]

@@ -259,8 +259,9 @@ def _harness(*flags, cudasim=True):
 
 @pytest.mark.slow
 def test_kernel_under_cudasim_is_its_twin_and_the_fused_kernels_bits():
-    """One block (the simulator's cooperative grids have one), 2 layers at tiny dims: against
-    the twin, and bit for bit against embed + the fused kernels run one after another."""
+    """One block (the simulator's cooperative grids have one), 1 layer at tiny dims (2 and the
+    model's 4 on a GPU): against the twin, and bit for bit against embed + the fused kernels
+    run one after another."""
     t = time.perf_counter()
     proc = _harness("--fused")
     assert proc.returncode == 0, f"cudasim step_persistent failed:\n{proc.stdout}\n{proc.stderr}"
