@@ -51,10 +51,10 @@ The functional form, and why:
   launch costs. The last one in particular is a guess of the right order at best: the fitted
   bandwidth is an average over small kernels whose data sit in L2, and the bytes are every
   buffer the launch is handed (of a KV cache, the rows it touches). A cost file without
-  step_persistent rows (any recorded before measure_persistent existed, the committed one
-  included) prices LAB_PERSISTENT=1 this way: the empty-node floor plus the step's weights and
-  KV rows over that bandwidth, about 0.15 ms/token at short context, which says nothing about
-  the megakernel's real time (its grid barriers, its phases' parallelism).
+  step_persistent rows (any recorded before measure_persistent existed) prices
+  LAB_PERSISTENT=1 this way: the empty-node floor plus the step's weights and KV rows over that
+  bandwidth, about 0.15 ms/token at short context, which says nothing about the megakernel's
+  real time (its grid barriers, its phases' parallelism; the H200 recorded 0.121).
 """
 from __future__ import annotations
 
