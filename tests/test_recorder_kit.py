@@ -20,7 +20,7 @@ from scripts import recorder
 RECORDERS = ["record_gpu", "record_gpu_bench", "record_gpu_bugs", "record_gpu_costs",
              "record_gpu_device_loop", "record_gpu_instances", "record_gpu_overlap",
              "record_gpu_peer", "record_gpu_plan_switch", "record_gpu_precision",
-             "record_gpu_ranks"]
+             "record_gpu_ranks", "record_gpu_spec", "record_gpu_pdl_context"]
 DOC = """Record a thing on the GPU,
 as JSON.
 
