@@ -38,52 +38,43 @@ PROMPT = "ROMEO.\n"
 BACKEND = "cuda"      # --backend sim: a dry run of the script's logic on the simulator
 
 
-def minimal(steps: int, body: str = "advance") -> str:
+def one_body_loop(be, issue, pos, plan_of, limit, start: int, steps: int, what: str) -> int:
+    """Build a WHILE + SWITCH loop with ONE body (`issue(0)` captured into it), plan_of all 0,
+    from position `start` for `steps` iterations; launch it once, wait, and check that the body
+    advanced pos `steps` times (SystemExit naming `what` if not). Returns the final pos."""
+    be.upload(plan_of, np.zeros(plan_of.shape[0], np.int32))
+    be.upload(limit, np.array([start + steps], np.int32))
+    loop = be.build_loop(1, issue, pos, plan_of, limit)
+    loop.launch()
+    be.synchronize()
+    got = int(be.download(pos)[0])
+    if got != start + steps:
+        raise SystemExit(f"sanitize_loop {what}: pos {got} after the loop, expected "
+                         f"{start + steps}")
+    return got
+
+
+def _engine():
+    from lab.engine.runner import DecodeEngine
+    return DecodeEngine(load_model(), LabConfig(backend=BACKEND, graph=True))
+
+
+def _advance(pos):
+    from kernels import position
+    from lab.backend import Launch
+    return Launch(position.advance, (1,), (1,), (pos,))
+
+
+def minimal(steps: int, shared: bool = False) -> str:
+    """The loop's body: advance on buffers of its own (and, `shared`, an rmsnorm before it)."""
     from kernels import position, rmsnorm
     from lab.backend import Launch
-    from lab.engine.runner import DecodeEngine
-    eng = DecodeEngine(load_model(), LabConfig(backend=BACKEND, graph=True))
+    eng = _engine()
     be = eng.backend
-    if body.startswith("kernel:"):   # one of the step's launches, then advance
-        name = body.split(":", 1)[1]
-        eng.reset(eng.encode(PROMPT), 0)
-        launches = [x for x in eng.step_launches(eng.plan(0)) if x.name == name]
-        if not launches:
-            raise SystemExit(f"sanitize_loop kernel: the step has no launch of {name!r}")
-        be.upload(eng.buf.plan_of, np.zeros(eng.model.cfg.max_seq, np.int32))
-        start = eng.position
-        be.upload(eng.buf.limit, np.array([start + steps], np.int32))
-
-        def issue_kernel(k):
-            be.launch(launches[0])
-            be.launch(Launch(position.advance, (1,), (1,), (eng.buf.pos,)))
-        loop = be.build_loop(1, issue_kernel, eng.buf.pos, eng.buf.plan_of, eng.buf.limit)
-        loop.launch()
-        be.synchronize()
-        got = int(be.download(eng.buf.pos)[0])
-        if got != start + steps:
-            raise SystemExit(f"sanitize_loop kernel {name}: pos {got}, expected {start + steps}")
-        return f"{name} and advance as the loop's body, pos {start} -> {got}"
-    if body == "step":      # the step of the first plan, as the engine's own loop issues it
-        plan = eng.plan(0)
-        eng.reset(eng.encode(PROMPT), 0)
-        eng.backend.upload(eng.buf.plan_of, np.zeros(eng.model.cfg.max_seq, np.int32))
-        start = eng.position
-        be.upload(eng.buf.limit, np.array([start + steps], np.int32))
-        loop = be.build_loop(1, lambda k: [eng._issue(i) for i in eng._items(plan)],
-                             eng.buf.pos, eng.buf.plan_of, eng.buf.limit)
-        loop.launch()
-        be.synchronize()
-        got = int(be.download(eng.buf.pos)[0])
-        if got != start + steps:
-            raise SystemExit(f"sanitize_loop one-body: pos {got}, expected {start + steps}")
-        return f"pos {start} -> {got} in one launch of a loop whose one body is the step"
     pos = be.alloc("loop_pos", (1,), np.int32)
     plan_of = be.alloc("loop_plan_of", (eng.model.cfg.max_seq,), np.int32)
     limit = be.alloc("loop_limit", (1,), np.int32)
     be.upload(pos, np.zeros(1, np.int32))
-    be.upload(plan_of, np.zeros(eng.model.cfg.max_seq, np.int32))
-    be.upload(limit, np.array([steps], np.int32))
     be.warm_up([position.advance, rmsnorm.rmsnorm])
     D = eng.model.cfg.d_model
     x, w, h = (be.alloc(f"loop_{n}", (D,), np.float32) for n in "xwh")
@@ -91,16 +82,38 @@ def minimal(steps: int, body: str = "advance") -> str:
     be.upload(w, np.ones(D, np.float32))
 
     def issue(k):
-        if body == "shared":
+        if shared:
             be.launch(Launch(rmsnorm.rmsnorm, (1,), (256,), (x, w, h, np.float32(1e-5))))
-        be.launch(Launch(position.advance, (1,), (1,), (pos,)))
-    loop = be.build_loop(1, issue, pos, plan_of, limit)
-    loop.launch()
-    be.synchronize()
-    got = int(be.download(pos)[0])
-    if got != steps:
-        raise SystemExit(f"sanitize_loop minimal: pos {got} after the loop, expected {steps}")
+        be.launch(_advance(pos))
+    got = one_body_loop(be, issue, pos, plan_of, limit, 0, steps,
+                        "shared" if shared else "minimal")
     return f"pos {got} after one launch of a {steps}-iteration loop"
+
+
+def step_body(steps: int, kernel: str | None = None) -> str:
+    """The loop's body: the engine's step for the first plan, as its own loop issues it; or,
+    with `kernel`, the step's first launch of that kernel, then advance."""
+    eng = _engine()
+    be, b = eng.backend, eng.buf
+    plan = eng.plan(0)
+    eng.reset(eng.encode(PROMPT), 0)
+    start = eng.position
+    if kernel is None:
+        def issue(k):
+            for item in eng._items(plan):
+                eng._issue(item)
+        got = one_body_loop(be, issue, b.pos, b.plan_of, b.limit, start, steps, "one-body")
+        return f"pos {start} -> {got} in one launch of a loop whose one body is the step"
+    launches = [x for x in eng.step_launches(plan) if x.name == kernel]
+    if not launches:
+        raise SystemExit(f"sanitize_loop kernel: the step has no launch of {kernel!r}")
+
+    def issue_kernel(k):
+        be.launch(launches[0])
+        be.launch(_advance(b.pos))
+    got = one_body_loop(be, issue_kernel, b.pos, b.plan_of, b.limit, start, steps,
+                        f"kernel {kernel}")
+    return f"{kernel} and advance as the loop's body, pos {start} -> {got}"
 
 
 def tokens_of(loop: str, steps: int, positions=None) -> list[int]:
@@ -135,9 +148,10 @@ def main(argv=None) -> int:
     if args.mode == "kernel" and not args.kernel:
         print("sanitize_loop: --mode kernel needs --kernel NAME", file=sys.stderr)
         return 2
-    if args.mode in ("minimal", "shared", "one-body", "kernel"):
-        what = minimal(args.tokens, {"minimal": "advance", "shared": "shared", "one-body": "step",
-                                     "kernel": f"kernel:{args.kernel}"}[args.mode])
+    if args.mode in ("minimal", "shared"):
+        what = minimal(args.tokens, shared=args.mode == "shared")
+    elif args.mode in ("one-body", "kernel"):
+        what = step_body(args.tokens, args.kernel if args.mode == "kernel" else None)
     elif args.mode == "loop":
         ids = tokens_of("device", args.tokens)
         what = f"{len(ids)} ids after a {args.tokens}-step device loop: {ids[-args.tokens:]}"
