@@ -21,8 +21,6 @@ if a fused kernel/signature was never exercised.
                 holds the two paths' dumps bit for bit against each other
   --gpu         the same checks on a real device (kernels compiled for real), plus the model's dims
 """
-import os
-import signal
 import sys
 import time
 
@@ -43,7 +41,7 @@ if "--shuffles" in sys.argv:   # before kernels/ is imported: reduce.py picks it
 # and signatures exercised, its --dump list, and lab/precision.py's order mirror with the fma
 # semantics of the machine at hand
 from _cudasim_kernels import (FUSED as FMA_ONCE, Mismatch, _exercised, compiled, f32,  # noqa: E402
-                              row_dot_order, run_case, save_dump, sig_for)
+                              mode_label, row_dot_order, run_case, run_harness, save_dump, sig_for)
 
 from kernels import REGISTRY, fused, fused_split, reduce  # noqa: E402
 from kernels.attention import merge_grid  # noqa: E402
@@ -244,17 +242,10 @@ def main() -> int:
                        f"{unlisted}")
     print(" ".join(f"{k}={v:.1f}s" for k, v in timings.items()))
     save_dump()
-    mode = "gpu" if GPU else "cudasim " + ("shuffles" if reduce.SHUFFLES else "trees")
-    print(f"{mode}: {len(FUSED)} fused kernels, {len(_exercised)} signatures "
+    print(f"{mode_label(GPU)}: {len(FUSED)} fused kernels, {len(_exercised)} signatures "
           f"OK in {time.perf_counter() - t_start:.1f}s")
     return 0
 
 
 if __name__ == "__main__":
-    # Ctrl-C: stop at once (the simulated threads do not unwind promptly; nothing to clean up)
-    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
-    try:
-        sys.exit(main())
-    except Mismatch as e:
-        print(f"CUDASIM MISMATCH: {e}", file=sys.stderr)
-        sys.exit(1)
+    run_harness(main)

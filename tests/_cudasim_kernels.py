@@ -224,6 +224,24 @@ class Mismatch(Exception):
     pass
 
 
+def mode_label(gpu: bool) -> str:
+    """What a harness ran on, for its closing line: the GPU, or the simulator's reduction path."""
+    return "gpu" if gpu else "cudasim " + ("shuffles" if reduce.SHUFFLES else "trees")
+
+
+def run_harness(main) -> None:
+    """A harness's entry point: exit with main()'s status, 1 with one line on a Mismatch.
+    Ctrl-C: the simulator runs a thread per simulated CUDA thread, and they do not unwind
+    promptly on KeyboardInterrupt; nothing here needs cleaning up, so stop at once, as a shell
+    would (exit 130)."""
+    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+    try:
+        sys.exit(main())
+    except Mismatch as e:
+        print(f"CUDASIM MISMATCH: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
 def compiled(name: str, sig: str):
     key = (name, sig)
     if key not in _compiled:
@@ -753,18 +771,9 @@ def main() -> int:
     save_dump()
     total = time.perf_counter() - t_start
     print(" ".join(f"{k}={v:.1f}s" for k, v in timings.items()))
-    mode = "gpu" if "--gpu" in sys.argv else "cudasim " + ("shuffles" if reduce.SHUFFLES else "trees")
-    print(f"{mode}: {len(mine)} kernels, {len(_exercised)} signatures OK in {total:.1f}s")
+    print(f"{mode_label('--gpu' in sys.argv)}: {len(mine)} kernels, {len(_exercised)} signatures OK in {total:.1f}s")
     return 0
 
 
 if __name__ == "__main__":
-    # Ctrl-C: the simulator runs a thread per simulated CUDA thread, and they do not unwind
-    # promptly on KeyboardInterrupt; nothing here needs cleaning up, so stop at once, as a shell
-    # would (exit 130)
-    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
-    try:
-        sys.exit(main())
-    except Mismatch as e:
-        print(f"CUDASIM MISMATCH: {e}", file=sys.stderr)
-        sys.exit(1)
+    run_harness(main)

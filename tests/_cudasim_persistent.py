@@ -24,8 +24,6 @@ kernels bit for bit by `--gpu`). Exits non-zero naming the first mismatch.
   --gpu       the same checks compiled for a real device, at grids of 1, 2 and 7 blocks, and a
               second launch on the same inputs bit-identical
 """
-import os
-import signal
 import sys
 import time
 
@@ -40,7 +38,8 @@ if "--shuffles" in sys.argv:   # before kernels/ is imported: reduce.py picks it
     from _cudasim_kernels import install_warp_shuffles
     if not hasattr(FakeCUDAModule, "shfl_xor_sync"):
         install_warp_shuffles()
-from _cudasim_kernels import Mismatch, close, compiled, f32, sig_for  # noqa: E402
+from _cudasim_kernels import (Mismatch, close, compiled, f32, mode_label,  # noqa: E402
+                              run_harness, sig_for)
 
 from kernels import REGISTRY, embed, fused, matvec, persistent, reduce  # noqa: E402
 
@@ -168,15 +167,9 @@ def main() -> int:
     if "--dump" in sys.argv:
         path = sys.argv[sys.argv.index("--dump") + 1]
         np.savez(path, **{f"a{i}": v for i, v in enumerate(dump)})
-    mode = "gpu" if GPU else "cudasim " + ("shuffles" if reduce.SHUFFLES else "trees")
-    print(f"{mode}: step_persistent OK ({len(dump)} outputs) in {time.perf_counter() - t0:.1f}s")
+    print(f"{mode_label(GPU)}: step_persistent OK ({len(dump)} outputs) in {time.perf_counter() - t0:.1f}s")
     return 0
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
-    try:
-        sys.exit(main())
-    except Mismatch as e:
-        print(f"CUDASIM MISMATCH: {e}", file=sys.stderr)
-        sys.exit(1)
+    run_harness(main)
