@@ -45,8 +45,6 @@ def _patch_trigger(mode: str) -> None:
     "none": every kernel module's `pdl_launch_dependents` emits nothing (dependents launch when
     a kernel exits); "early": kernels/attention.py's kernels trigger right after their wait, as
     attn_partial did before it triggered at its end (its trigger at the end is then a no-op)."""
-    import sys as _sys
-
     from numba import cuda
 
     import kernels  # noqa: F401  (every kernel module imported)
@@ -62,7 +60,7 @@ def _patch_trigger(mode: str) -> None:
         pdl_wait()
         pdl_launch_dependents()
     if mode == "none":
-        for name, mod in list(_sys.modules.items()):
+        for name, mod in list(sys.modules.items()):
             if name.startswith("kernels.") and hasattr(mod, "pdl_launch_dependents"):
                 mod.pdl_launch_dependents = nothing
     elif mode == "early":

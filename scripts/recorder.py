@@ -33,6 +33,7 @@ from typing import Callable
 from lab.errors import LabError
 from lab.files import atomic_write_text
 from lab.measure.report import jsonable
+from lab.measure.stats import rotated  # noqa: F401 (the recorders' `recorder.rotated`)
 from lab.model import DEFAULT_WEIGHTS, load_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -149,13 +150,6 @@ def pool_key(cfg, kv_init: str = "zeros") -> tuple:
 def engine_pool(engine, cfg, kv_init: str = "zeros") -> dict:
     """A make_arm pool that already holds `engine` for configs like `cfg`."""
     return {pool_key(cfg, kv_init): engine}
-
-
-def rotated(items, rep: int) -> list:
-    """`items` rotated left by `rep` (each item goes first in turn, one rep after another)."""
-    items = list(items)
-    k = rep % len(items) if items else 0
-    return items[k:] + items[:k]
 
 
 def stopwatch(width: int = 6) -> Callable[[str], None]:

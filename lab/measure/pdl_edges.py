@@ -24,6 +24,8 @@ import statistics
 
 import numpy as np
 
+from .stats import rotated
+
 STEPS = 8          # steps per captured chain
 REPLAYS = 100      # replays per timing
 ROUNDS = 7         # rounds of every arm, in rotating order
@@ -71,12 +73,6 @@ def arms_for(names, edges: bool = True) -> dict:
     return arms
 
 
-def _rotated(items, r: int) -> list:
-    items = list(items)
-    k = r % len(items)
-    return items[k:] + items[:k]
-
-
 def measure(eng, position: int, edges: bool = True, rounds: int = ROUNDS,
             replays: int = REPLAYS) -> dict:
     """One context: every arm's us per chained step, and each arm minus graph+pdl."""
@@ -86,7 +82,7 @@ def measure(eng, position: int, edges: bool = True, rounds: int = ROUNDS,
     graphs = {a: capture(eng.backend, launches, f) for a, f in arms.items()}
     times: dict = {a: [] for a in arms}
     for r in range(rounds):
-        for a in _rotated(arms, r):
+        for a in rotated(arms, r):
             eng.backend.upload(eng.buf.pos, np.array([position], np.int32))
             times[a].append(replay_us(eng.backend, graphs[a], replays) / STEPS)
     pdl = times["graph+pdl"]

@@ -8,6 +8,7 @@
   t_p, t_critical the t distribution's two-sided p-value and critical value (NumPy-free, exact)
   AAVerdict       the A/A gate: is A already different from A beyond its noise?
   loo_rows        leave-one-out arithmetic: what each factor is worth in presence of the others
+  rotated         the rotating arm order of an interleaved rep
 """
 from __future__ import annotations
 
@@ -212,3 +213,11 @@ def loo_rows(ms: dict, factors) -> list[dict]:
     rows.append({"factor": "interaction", "worth_ms": m, "sem_ms": s,
                  "t": (m / s if s and s > 0 else float("nan"))})
     return rows
+
+
+def rotated(items, rep: int) -> list:
+    """`items` rotated left by `rep` (each item goes first in turn, one rep after another): the
+    rotating arm order of an interleaved rep."""
+    items = list(items)
+    k = rep % len(items) if items else 0
+    return items[k:] + items[:k]
