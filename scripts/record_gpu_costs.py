@@ -92,6 +92,15 @@ def kernel_launches(eng, cfgs):
                 yield position, key, same
 
 
+def kernel_row(eng, position: int, key: str, same: list) -> dict:
+    """What a kernel row of the cost file says of the launch before its times: its key, kernel,
+    position and context, geometry, bytes and its instances in a step."""
+    launch = same[0]
+    return {"key": key, "kernel": launch.name, "position": position, "context": position + 1,
+            "grid": list(launch.grid), "block": list(launch.block),
+            "bytes": launch_bytes(as_in_step(eng, launch), position + 1), "instances": len(same)}
+
+
 def measure_kernels(eng, cfgs, progress, seen: set | None = None) -> list[dict]:
     """Each launch of `kernel_launches` as a graph node (a (position, key) in `seen` is
     skipped, and every one measured is added to it)."""
@@ -102,10 +111,7 @@ def measure_kernels(eng, cfgs, progress, seen: set | None = None) -> list[dict]:
                 continue
             seen.add((position, key))
         launch = same[0]
-        row = {"key": key, "kernel": launch.name, "position": position,
-               "context": position + 1, "grid": list(launch.grid), "block": list(launch.block),
-               "bytes": launch_bytes(as_in_step(eng, launch), position + 1),
-               "instances": len(same)}
+        row = kernel_row(eng, position, key, same)
         for pdl in (False, True):
             set_pos(eng, position)
             # the chain cycles through the key's instances (each layer's weights and cache),
@@ -215,10 +221,7 @@ def measure_persistent(model, base: LabConfig, progress) -> tuple[list[dict], di
                            f"pos_set did not put the position back")
         unit = 2 * fit["per_node_us"]
         node = unit - probe_us
-        rows.append({"key": key, "kernel": launch.name, "position": position,
-                     "context": position + 1, "grid": list(launch.grid), "block": list(launch.block),
-                     "bytes": launch_bytes(as_in_step(eng, launch), position + 1),
-                     "instances": len(same), "splits": eng.plan(position).splits,
+        rows.append({**kernel_row(eng, position, key, same), "splits": eng.plan(position).splits,
                      "node_us": node, "node_pdl_us": node,
                      "intercept_us": fit["intercept_us"], "intercept_pdl_us": fit["intercept_us"],
                      "unit_us": unit, "pos_set_us": probe_us,
