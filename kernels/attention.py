@@ -215,11 +215,17 @@ def partial_slice(q, k_cache, v_cache, L, part_o, part_ml, scale, red, o_sh, ml_
     red: shared [ATTN_STEPS, ATTN_THREADS] (the simulator's trees), o_sh: shared
     [ATTN_WARPS, MAX_HEAD_DIM], ml_sh: shared [ATTN_WARPS, 2]. Every thread must call it.
     """
+    partial_slice_at(q, k_cache, v_cache, L, part_o, part_ml, scale, red, o_sh, ml_sh,
+                     cuda.blockIdx.x, cuda.blockIdx.y, cuda.gridDim.y)
+
+
+@cuda.jit(device=True)
+def partial_slice_at(q, k_cache, v_cache, L, part_o, part_ml, scale, red, o_sh, ml_sh, h, s, splits):
+    """`partial_slice` for the item (head h, slice s of `splits`) named by the caller, not by
+    the block's index (kernels/fused.py's attn_fused_grid runs its partials on the first
+    n_head * splits blocks of a 1-D grid). The same arithmetic, so the same bits."""
     tid = cuda.threadIdx.x
     hd = part_o.shape[2]
-    h = cuda.blockIdx.x
-    s = cuda.blockIdx.y
-    splits = cuda.gridDim.y
     chunk = (L + splits - 1) // splits
     t0 = min(s * chunk, L)
     t1 = min(t0 + chunk, L)

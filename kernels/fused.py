@@ -91,12 +91,15 @@ import math
 
 import numba
 import numpy as np
-from numba import cuda
+from numba import config, cuda
 
 from kernels._spec import kernel
-from kernels.attention import attn_merge_twin, attn_partial_twin, merge_elem
+from kernels.attention import (ATTN_STEPS, ATTN_WARPS, MAX_D, MERGE_MAX_PAIRS, attn_combine_twin,
+                               attn_merge_twin, attn_partial_twin, merge_elem, merge_elem_sh,
+                               merge_weights, partial_slice_at, udivmod)
+from kernels.attention import ATTN_THREADS as PARTIAL_THREADS
 from kernels.fused_device import HEAD_ROWS, head_dots, inv_rms, slice_partial, xw_dot, xw_dot2
-from kernels.matvec import MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS
+from kernels.matvec import MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS, ROW_UNROLL, row_dot_loaded, row_load
 from kernels.matvec import grid_for as rows_grid
 from kernels.pdl import pdl_launch_dependents, pdl_wait
 from kernels.position import advance_twin
@@ -104,7 +107,8 @@ from kernels.reduce import BLOCK_THREADS, WARP
 from kernels.rope import _rope_rows
 from kernels.sample import ARGMAX_THREADS, argmax_next_twin, pick_next
 
-__all__ = ["norm_qkv_rope", "attn_fused", "norm_swiglu", "norm_lm_head_argmax", "rows_grid"]
+__all__ = ["norm_qkv_rope", "attn_fused", "attn_fused_grid", "norm_swiglu", "norm_lm_head_argmax",
+           "rows_grid"]
 
 QKV_THREADS = 128                 # norm_qkv_rope: a warp per rotate-half pair, 4 per block
 QKV_WARPS = QKV_THREADS // WARP
@@ -170,6 +174,15 @@ def attention_grid(n_head: int, splits: int, head_dim: int, threads: int | None 
     return (n_head, splits), (t,)
 
 
+TAIL_ROWS = PARTIAL_THREADS // WARP   # attn_fused_grid: rows of Wo per tail block, a warp each
+
+
+def grid_tail_grid(n_head: int, splits: int, d_model: int):
+    """(grid, block) for `attn_fused_grid`: n_head * splits partial blocks, then
+    ceil(d_model / TAIL_ROWS) tail blocks, in one 1-D grid of attn_partial's block size."""
+    return (n_head * splits + (d_model + TAIL_ROWS - 1) // TAIL_ROWS,), (PARTIAL_THREADS,)
+
+
 def counter_slots(n_head: int) -> int:
     """attn_fused's counter slots per launch site: one per head, one for the heads."""
     return n_head + 1
@@ -198,6 +211,40 @@ def arrive_last(counter, slot, arrivals, flag):
     if last:
         cuda.threadfence()              # acquire: read the others' parts only after the count
     return last
+
+
+@cuda.jit(device=True)
+def count_arrival(counter, slot):
+    """Count this block in counter[slot] once its writes are done: every thread fences (its
+    writes visible device-wide), the block meets, then thread 0 adds 1. Nothing is elected:
+    `wait_arrivals` in other blocks reads the count."""
+    cuda.threadfence()
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0:
+        cuda.atomic.add(counter, slot, numba.int32(1))
+
+
+@cuda.jit(device=True)
+def wait_arrivals(counter, slot, arrivals):
+    """Return, in every thread of the block, once counter[slot] has reached `arrivals`: thread 0
+    reads it (an atomic add of 0: a read no cache keeps stale) until it has, backing off between
+    reads; then the block meets and every thread fences (acquire: the counted blocks' writes
+    are read only after the count). Safe only when every counted block has started before this
+    one spins (kernels/fused.py attn_fused_grid: why it holds there)."""
+    if cuda.threadIdx.x == 0:
+        while cuda.atomic.add(counter, slot, numba.int32(0)) < arrivals:
+            backoff()
+    cuda.syncthreads()
+    cuda.threadfence()
+
+
+if config.ENABLE_CUDASIM:   # the simulator runs blocks one after another: a wait never spins
+    def backoff():
+        pass
+else:
+    @cuda.jit(device=True)
+    def backoff():
+        cuda.nanosleep(64)  # a spinning thread yields its issue slots to the working blocks
 
 
 # ---- the twins' shared pieces -----------------------------------------------------------------
@@ -350,6 +397,85 @@ def attn_fused(q, k_cache, v_cache, pos, part_o, part_ml, scale, Wo, x, head_out
                 for hh in range(1, H):
                     s = s + head_out[hh, r]
                 x[r] = x[r] + s
+
+
+# ---- attn_fused_grid -----------------------------------------------------------------------
+def attn_fused_grid_twin(grid, block, q, k_cache, v_cache, pos, part_o, part_ml, scale, Wo, x,
+                         counter):
+    # attn_partial then attn_combine, the unfused attention's twins: the kernel's contract
+    n_head, splits, _ = part_o.shape
+    attn_partial_twin((n_head, splits), (PARTIAL_THREADS,), q, k_cache, v_cache, pos, part_o,
+                      part_ml, scale)
+    attn_combine_twin(None, None, part_o, part_ml, Wo, x)
+
+
+_GRID_SIG = ("void(float32[::1], {kv}[:, ::1], {kv}[:, ::1], int32[::1], float32[:, :, ::1], "
+             "float32[:, :, ::1], float32, float32[:, ::1], float32[::1], int32[::1])")
+
+
+@kernel(_GRID_SIG.format(kv="float32"), _GRID_SIG.format(kv="float16"),
+        twin=attn_fused_grid_twin, reads=(0, 1, 2, 3, 4, 5, 7, 8, 9), writes=(4, 5, 8, 9))
+def attn_fused_grid(q, k_cache, v_cache, pos, part_o, part_ml, scale, Wo, x, counter):
+    """x += Wo @ attention(q, cache[:pos[0] + 1]) in ONE launch that fills the grid: the
+    unfused attention's two kernels (attn_partial, attn_combine) as two kinds of block.
+
+    q [D], k_cache/v_cache [max_seq, D], pos [1], part_o [n_head, splits, hd],
+    part_ml [n_head, splits, 2], Wo [D, D], x [D], counter [>= 2] int32 (0 between launches).
+    Grid grid_tail_grid(n_head, splits, D), block (PARTIAL_THREADS,):
+    - blocks b < n_head * splits: item (b // splits, b % splits), attn_partial's partial_slice
+      (the same bits); then each counts itself in counter[0] (`count_arrival`);
+    - the tail blocks after them: each loads its TAIL_ROWS rows of Wo (a weight: nothing it
+      waits for writes it), waits until counter[0] says every partial is written, merges all
+      of o as attn_combine does and adds its rows' dots to x (attn_combine's bits: the same
+      device functions in the same order); the last tail block to finish resets the counter.
+    Why a wait is safe here: the tail blocks come after every partial block in the grid's
+    order, and a GPU starts a grid's blocks in that order, so every partial block has started
+    (and cannot be waiting on anything) before the first tail block spins; the same rule CUB's
+    decoupled look-back relies on. The engine also only uses it where the whole grid fits on
+    the device at once (lab/engine/step.py). Under numba's simulator blocks run one after
+    another in the grid's order: the count is complete when a tail block looks.
+    """
+    pdl_wait()
+    red = cuda.shared.array((ATTN_STEPS, PARTIAL_THREADS), numba.float32)  # partial: the trees
+    o_w = cuda.shared.array((ATTN_WARPS, MAX_HEAD_DIM), numba.float32)     # partial: o per warp
+    ml_w = cuda.shared.array((ATTN_WARPS, 2), numba.float32)               # partial: (m, l) per warp
+    o_sh = cuda.shared.array(MAX_D, numba.float32)                  # tail: the merged o [D]
+    ml_sh = cuda.shared.array((MERGE_MAX_PAIRS, 2), numba.float32)  # tail: [n_head * splits, 2]
+    w_sh = cuda.shared.array(MERGE_MAX_PAIRS, numba.float32)        # tail: merge weights
+    red1 = cuda.shared.array(PARTIAL_THREADS, numba.float32)        # tail: row_dot's tree
+    flag = cuda.shared.array(1, numba.int32)
+    tid = cuda.threadIdx.x
+    n_head = part_o.shape[0]
+    splits = part_o.shape[1]
+    hd = part_o.shape[2]
+    n_part = n_head * splits
+    b = cuda.blockIdx.x
+    if b < n_part:                     # a partial block (uniform over the block)
+        h, s = udivmod(b, splits)
+        partial_slice_at(q, k_cache, v_cache, pos[0] + 1, part_o, part_ml, scale, red, o_w,
+                         ml_w, h, s, splits)
+        count_arrival(counter, 0)      # its partials written, the block counts itself
+        pdl_launch_dependents()        # after the partials, as attn_partial (LATE_TRIGGER: why)
+    else:                              # a tail block
+        r = (b - n_part) * TAIL_ROWS + tid // WARP
+        wk = cuda.local.array(ROW_UNROLL, numba.float32)
+        row_load(Wo, r, tid, wk)       # its row of Wo in flight while the partials run
+        wait_arrivals(counter, 0, n_part)   # every partial written
+        pdl_launch_dependents()
+        merge_weights(part_ml, 0, n_head, ml_sh, w_sh)
+        i = tid
+        while i < n_head * hd:
+            hh, d = udivmod(i, hd)
+            o_sh[i] = merge_elem_sh(part_o, ml_sh, w_sh, hh * splits, hh, d)  # attn_combine's o
+            i += cuda.blockDim.x
+        cuda.syncthreads()
+        dot = row_dot_loaded(Wo, r, o_sh, tid, red1, wk)
+        if tid % WARP == 0 and r < x.shape[0]:
+            x[r] = x[r] + dot
+        # the last tail block to finish resets the partials' count (every tail block is past
+        # its wait then); arrive_last resets its own slot
+        if arrive_last(counter, 1, cuda.gridDim.x - n_part, flag) and tid == 0:
+            counter[0] = 0
 
 
 # ---- norm_swiglu ------------------------------------------------------------------------------

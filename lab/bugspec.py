@@ -210,6 +210,16 @@ def persistent_refusal(cfg) -> str | None:
             + ". Run those with LAB_PERSISTENT=0")
 
 
+def tail_refusal(cfg) -> str | None:
+    """Why `cfg`'s LAB_ATTN_TAIL cannot apply (None: it can), for LabConfig: it chooses the
+    fused attention's tail, so `heads` needs the fused step (the persistent step runs the heads
+    form whatever it says)."""
+    if getattr(cfg, "attn_tail", "grid") == "heads" and not (cfg.fusion or cfg.persistent):
+        return ("LAB_ATTN_TAIL=heads chooses the fused attention's tail: it needs LAB_FUSION=1 "
+                "(the one-op-per-kernel step's attention is attn_partial + attn_combine)")
+    return None
+
+
 def ranks_refusal(cfg) -> str | None:
     """Why `cfg` cannot run as configured with respect to ranks (None: it can), for LabConfig."""
     if "rank_skew" in cfg.bugs and cfg.ranks < 2:

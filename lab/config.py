@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from lab.bugspec import (BUGS, RANK_BUGS, SPEC_BUGS, draft_refusal, fusion_refusal, loop_refusal,
-                         persistent_refusal, ranks_refusal)
+                         persistent_refusal, ranks_refusal, tail_refusal)
 from lab.errors import LabError
 
 # (environment variable, LabConfig field, allowed values, default, meaning)
@@ -34,6 +34,14 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
      "LAB_SPLIT_COMBINE=1 splits its attention into its three phases (26 launches, the same "
      "bits); the deliberate bugs that override a standalone kernel the fused step lacks are "
      "refused"),
+    ("LAB_ATTN_TAIL", "attn_tail", ("grid", "heads"), "grid",
+     "the fused attention's tail under LAB_FUSION=1 (kernels/fused.py): grid = attn_fused_grid, "
+     "attn_partial's blocks and ceil(D/4) tail blocks in ONE launch, the tail blocks waiting on "
+     "a counter for the partials, then attn_combine's merge + Wo + residual (the unfused "
+     "attention's bits; LAB_SPLIT_COMBINE=1 makes it attn_partial + attn_combine); heads = "
+     "attn_fused, the tail in the last block of each head (n_head blocks: lecture §6's combine, "
+     "which LAB_SPLIT_COMBINE=1 splits into three launches that win under capture). "
+     "LAB_PERSISTENT=1 runs the heads form"),
     ("LAB_PERSISTENT", "persistent", ("0", "1"), "0",
      "1: the whole decode step of a token in ONE persistent cooperative kernel "
      "(kernels/persistent.py: the fused step's math and bits, phases separated by grid "
@@ -83,6 +91,7 @@ class LabConfig:
     pdl: bool = False
     overlap: bool = False
     fusion: bool = False            # LAB_FUSION: the fused step (lab/engine/step.py FusedStep)
+    attn_tail: str = "grid"         # LAB_ATTN_TAIL: the fused attention's tail (grid | heads)
     persistent: bool = False        # LAB_PERSISTENT: the step in one kernel (lab/engine/persistent.py)
     launch: str = "prebound"        # LAB_LAUNCH: how the cuda backend issues each kernel
     launch_blocking: bool = False   # LAB_LAUNCH_BLOCKING: wait for each launch (finding a fault)
@@ -113,7 +122,7 @@ class LabConfig:
         if why:
             raise LabError(why)
         why = (ranks_refusal(self) or loop_refusal(self) or draft_refusal(self)
-               or persistent_refusal(self))
+               or persistent_refusal(self) or tail_refusal(self))
         if why:
             raise LabError(why)
 

@@ -32,6 +32,7 @@ class Plan:
     fusion: bool = False   # the fused step (18 launches) instead of one op per kernel (37)
     draft: int = 0         # LAB_DRAFT: tokens drafted per step (the verify step over draft + 1)
     persistent: bool = False  # LAB_PERSISTENT: the whole step in one cooperative kernel
+    attn_tail: str = "grid"   # LAB_ATTN_TAIL: the fused attention's tail (fusion only)
 
     @property
     def key(self) -> tuple:
@@ -41,6 +42,8 @@ class Plan:
                "overlap", self.overlap, "fusion", self.fusion)
         if self.persistent:   # one kernel: the splits are its scratch view's shape
             key += ("persistent", True)
+        elif self.fusion:     # the fused attention's kernel(s)
+            key += ("attn_tail", self.attn_tail)
         return key + ("draft", self.draft) if self.draft else key
 
 
@@ -75,7 +78,8 @@ def decode_plan(position: int, model_cfg, lab_cfg, splits: int | None = None) ->
     # split_combine: the unfused step's combine as merge + project, or under LAB_FUSION the
     # fused attention's phases as launches of their own (lab/engine/step.py FusedStep.attend)
     return Plan(position, splits, lab_cfg.split_combine, model_cfg.n_head, lab_cfg.pdl,
-                lab_cfg.overlap, lab_cfg.fusion, persistent=getattr(lab_cfg, "persistent", False))
+                lab_cfg.overlap, lab_cfg.fusion, persistent=getattr(lab_cfg, "persistent", False),
+                attn_tail=getattr(lab_cfg, "attn_tail", "grid"))
 
 
 def plan_boundaries(max_seq: int) -> list[int]:

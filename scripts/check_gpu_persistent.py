@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-ARMS = {"graph": {}, "graph+pdl": {"pdl": True}, "fused graph": {"fusion": True},
+ARMS = {"graph": {}, "graph+pdl": {"pdl": True}, "fused graph": {"fusion": True, "attn_tail": "heads"},
         "persistent graph": {"persistent": True}}
 
 
@@ -42,7 +42,7 @@ def check_bits(model, base, prompts, tokens: int) -> tuple[list[str], list[dict]
 
     from lab.engine.runner import DecodeEngine
     from lab.teach.verify import decode_after_prompt
-    engines = {"fused": DecodeEngine(model, base.replace(fusion=True)),
+    engines = {"fused": DecodeEngine(model, base.replace(fusion=True, attn_tail="heads")),
                "persistent": DecodeEngine(model, base.replace(persistent=True))}
     bad, records = [], []
     for prompt in prompts:

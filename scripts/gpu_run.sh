@@ -15,6 +15,7 @@
 # (the new kernels' checks at model dims still run: the cudasim harnesses' --gpu steps and
 # check_gpu_persistent.py). SPEC_COSTS=0 leaves the verify steps out of the cost recorder
 # (data/gpu/spec_costs.json, recorded on its own, stays the simulator's source for them).
+# SANITIZE=0 leaves out the device loop under racecheck (up to 6 minutes).
 # The most needed recordings come first: a lease that ends early keeps them.
 #   scripts/gpu_run.sh OUTDIR
 set -uo pipefail
@@ -48,7 +49,7 @@ step() { echo "== $* ($(date +%T))"; timeout "${LIMIT:-${STEP_LIMIT:-240}}" "$@"
     "$out/gpu/persistent.json" 2>/dev/null && peer_flags="" || peer_flags="--no-persistent"
   step python3 scripts/record_gpu_peer.py --out "$out/gpu" --reps 5 $peer_flags
   step python3 scripts/record_gpu_pdl_context.py --out "$out/gpu" --trigger none
-  LIMIT=360 step bash scripts/sanitize_loop.sh "$out/gpu"
+  if [ "${SANITIZE:-1}" = 1 ]; then LIMIT=360 step bash scripts/sanitize_loop.sh "$out/gpu"; fi
   step python3 scripts/record_gpu_ranks.py --out "$out/gpu"
   if [ "${GPU_TESTS:-1}" = 1 ]; then
     LIMIT=1500 step python3 -m pytest -q -m gpu tests/test_handson.py -k reference -p no:cacheprovider

@@ -18,7 +18,11 @@ RECORDED_BY = "scripts/record_gpu_peer.py"
 LAB_WHAT = {
     "lab graph": "LabConfig(graph=True): the lab's step replayed as one CUDA graph per plan",
     "lab graph+pdl": "LabConfig(graph=True, pdl=True): programmatic dependent launch",
-    "lab graph+pdl+fusion": "LabConfig(graph=True, pdl=True) + LAB_FUSION=1",
+    "lab graph+pdl+fusion": "LabConfig(graph=True, pdl=True) + LAB_FUSION=1 (the attention's grid "
+                            "tail: one kernel, its tail blocks waiting on a counter)",
+    "lab graph+pdl+fusion+split": "LabConfig(graph=True, pdl=True) + LAB_FUSION=1 + "
+                                  "LAB_SPLIT_COMBINE=1: the fused step, its attention as "
+                                  "attn_partial + attn_combine (two graph nodes)",
     "lab persistent": "LabConfig(graph=True) + LAB_PERSISTENT=1: the whole step in one "
                       "cooperative kernel, one graph node",
 }

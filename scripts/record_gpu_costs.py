@@ -66,7 +66,8 @@ BASE_POSITION = 64           # where the context-independent kernels are measure
 LONG_POSITION = 1000         # where the unfused step's switches are measured again (PDL's sign)
 # kernels whose time or shapes move with the plan or the context: measured at every POSITION
 # (step_persistent, the whole step of LAB_PERSISTENT=1, walks the context in its attention)
-ATTENTION = ("attn_partial", "attn_merge", "attn_combine", "attn_fused", "attn_partial_wide",
+ATTENTION = ("attn_partial", "attn_merge", "attn_combine", "attn_fused", "attn_fused_grid",
+             "attn_partial_wide",
              "verify_partial", "draft_lookup", "step_persistent")
 # the verify steps of speculative decoding (LAB_DRAFT, LAB_DRAFT_SPLITS) the cost file covers:
 # each draft length of lab.measure.spec's curve, and its split-count sweep's verify attention
@@ -75,10 +76,13 @@ SPEC_STEPS = ((2, 16), (4, 16), (8, 16), (4, 1), (4, 4), (4, 64))
 
 def step_configs(base: LabConfig) -> list[LabConfig]:
     """Every step whose launches the cost file covers: the unfused step, its combine split, its
-    overlap; the fused step, its attention split (LAB_SPLIT_COMBINE=1), its overlap."""
+    overlap; the fused step with each attention tail (LAB_ATTN_TAIL), its heads tail's split
+    (LAB_SPLIT_COMBINE=1: the grid tail's split is the unfused step's attention), its
+    overlap."""
     fused = base.replace(fusion=True)
-    return [base, base.replace(split_combine=True), base.replace(overlap=True), fused,
-            fused.replace(split_combine=True), fused.replace(overlap=True)]
+    heads = fused.replace(attn_tail="heads")
+    return [base, base.replace(split_combine=True), base.replace(overlap=True), fused, heads,
+            heads.replace(split_combine=True), fused.replace(overlap=True)]
 
 
 def kernel_launches(eng, cfgs):
@@ -481,18 +485,23 @@ def _quiet_heap(eng) -> None:
 
 def record_fission(model, base: LabConfig, eng, out: Path, progress, reps=15, tokens=64) -> None:
     """fission.json: one-kernel combine (A) vs merge + project (B), eagerly and captured, paired
-    A/Bs on this engine; and under `fused` the same for the fused step: attn_fused (A) vs its
-    three phases as launches of their own (B, LAB_SPLIT_COMBINE=1 under LAB_FUSION=1). Recorded
+    A/Bs on this engine; under `fused` the same for the fused step's heads tail (lecture §6's
+    case): attn_fused (A) vs its three phases as launches of their own (B, LAB_SPLIT_COMBINE=1
+    under LAB_FUSION=1 LAB_ATTN_TAIL=heads); and under `fused_grid` for its grid tail:
+    attn_fused_grid (A) vs attn_partial + attn_combine (B). Recorded
     here because its eager half is host-bound and the host's speed differs between processes
     (up to 1.5x on one lease): the model's host costs come from this process. Whole-step
     figures: nothing of them enters kernel_costs.json. 15 reps: with 5, the eager effect (about
     4 launches' host time) had a standard error of a third of itself."""
     pool = recorder.engine_pool(eng, base)
     fission = {"what": "fission under capture: one-kernel combine (A) vs merge + project (B); "
-                       "fused: attn_fused (A) vs partials + merge + per-head projection (B)"}
+                       "fused: attn_fused (A) vs partials + merge + per-head projection (B); "
+                       "fused_grid: attn_fused_grid (A) vs attn_partial + attn_combine (B)"}
+    fused = base.replace(fusion=True)
     for where, arm, names in ((fission, base, ("combine", "split")),
-                              (fission.setdefault("fused", {}), base.replace(fusion=True),
-                               ("fused", "split"))):
+                              (fission.setdefault("fused", {}), fused.replace(attn_tail="heads"),
+                               ("fused", "split")),
+                              (fission.setdefault("fused_grid", {}), fused, ("fused", "split"))):
         for mode in ("eager", "graph"):
             a = arm.replace(graph=(mode == "graph"))
             where[mode] = bench.run_ab(model, a, a.replace(split_combine=True), reps=reps,
@@ -502,7 +511,8 @@ def record_fission(model, base: LabConfig, eng, out: Path, progress, reps=15, to
     recorder.write_json(out / "fission.json", fission)
     progress("wrote fission.json\n" + "\n".join(
         f"[{label}{m}]\n{report.format_ab(where[m])}"
-        for label, where in (("", fission), ("fused ", fission["fused"])) for m in ("eager", "graph")))
+        for label, where in (("", fission), ("fused ", fission["fused"]),
+                             ("fused grid ", fission["fused_grid"])) for m in ("eager", "graph")))
     eng.cfg = base
 
 

@@ -103,6 +103,7 @@ def lab_configs(backend: str) -> dict:
     fused = lab_fusion_config(base.replace(pdl=True))
     if fused is not None:
         cfgs["lab graph+pdl+fusion"] = fused
+        cfgs["lab graph+pdl+fusion+split"] = fused.replace(split_combine=True)
     if "persistent" in {f.name for f in dataclasses.fields(LabConfig)}:
         cfgs["lab persistent"] = base.replace(persistent=True)
     return cfgs

@@ -11,7 +11,8 @@ bit, on the simulator and on a GPU alike: the folded norm's rows (norm_qkv_rope'
 scaled by 1 / sqrt(row_dot_order(x, x) / D + eps); attn_fused's partials are attn_partial_wide's
 and its x is attn_project_heads on attn_merge of them (the split form, LAB_SPLIT_COMBINE=1 under
 LAB_FUSION=1, is the fused kernel's bits); the token norm_lm_head_argmax writes is the argmax
-policy's pick on the logits it wrote. Exits non-zero naming the kernel on the first mismatch, or
+policy's pick on the logits it wrote; attn_fused_grid's partials are attn_partial's and its x
+is attn_combine's on them (LAB_ATTN_TAIL=grid: the unfused attention's bits). Exits non-zero naming the kernel on the first mismatch, or
 if a fused kernel/signature was never exercised.
 
   --shuffles    give the simulator tests/_cudasim_kernels.py's lane-exact warp shuffles first,
@@ -44,10 +45,10 @@ from _cudasim_kernels import (FUSED as FMA_ONCE, Mismatch, _exercised, compiled,
                               mode_label, row_dot_order, run_case, run_harness, save_dump, sig_for)
 
 from kernels import REGISTRY, fused, fused_split, reduce  # noqa: E402
-from kernels.attention import merge_grid  # noqa: E402
+from kernels.attention import combine_grid, merge_grid, partial_grid  # noqa: E402
 from kernels.sample import argmax_twin_index  # noqa: E402
 
-FUSED = ("norm_qkv_rope", "attn_fused", "norm_swiglu", "norm_lm_head_argmax",
+FUSED = ("norm_qkv_rope", "attn_fused", "attn_fused_grid", "norm_swiglu", "norm_lm_head_argmax",
          "attn_partial_wide", "attn_project_heads")
 SEED = 4321
 
@@ -164,6 +165,41 @@ def check_attn_fused(rng, cfg, tag):
         same_bits(x, out[8], f"attn_fused {label}: x vs attn_project_heads(attn_merge(its partials))")
 
 
+def check_attn_fused_grid(rng, cfg, tag):
+    """LAB_ATTN_TAIL=grid: against the twin; the counter slots back to 0; a second launch on the
+    same inputs identical; and its contract bit for bit: its partials are attn_partial's and its
+    x is attn_combine's on them (the unfused attention's two kernels, which are its split)."""
+    D, H, hd, S = cfg["D"], cfg["n_head"], cfg["hd"], cfg["max_seq"]
+    scale = np.float32(1.0 / np.sqrt(hd))
+    tol = (1e-5, 64)   # as attn_fused's
+    cases = [(np.float32, 9, 3), (np.float16, 0, 2)]   # 3 slices over 2 passes; L = 1, an empty slice
+    if GPU and D > 16:
+        cases += [(np.float32, S - 1, 1), (np.float32, S - 1, 4), (np.float16, S - 1, 32)]
+    for n, (dt, p, splits) in enumerate(cases):
+        grid, block = fused.grid_tail_grid(H, splits, D)
+        label = f"{tag} pos={p} splits={splits} grid={grid[0]} cache={np.dtype(dt).name}"
+        args = [f32(rng, D, scale=2.0), f32(rng, S, D).astype(dt), f32(rng, S, D).astype(dt),
+                np.array([p], np.int32), np.zeros((H, splits, hd), np.float32),
+                np.zeros((H, splits, 2), np.float32), scale, f32(rng, D, D, scale=D ** -0.5),
+                f32(rng, D), np.zeros(fused.counter_slots(H), np.int32)]
+        out = run_case("attn_fused_grid", grid, block, args, tol, dt, label=label)
+        counter_zero(out[9], f"attn_fused_grid {label}")
+        if n == 0:
+            again = copies(args)
+            compiled("attn_fused_grid", sig_for("attn_fused_grid", dt))[grid, block](*again)
+            counter_zero(again[9], f"attn_fused_grid {label}, second launch")
+            for i in (4, 5, 8):
+                same_bits(again[i], out[i], f"attn_fused_grid {label}: second launch, argument {i}")
+        part_o, part_ml = np.zeros_like(args[4]), np.zeros_like(args[5])
+        compiled("attn_partial", sig_for("attn_partial", dt))[partial_grid(H, splits, hd)](
+            *args[:4], part_o, part_ml, scale)
+        same_bits(out[4], part_o, f"attn_fused_grid {label}: part_o vs attn_partial's")
+        same_bits(out[5], part_ml, f"attn_fused_grid {label}: part_ml vs attn_partial's")
+        x = args[8].copy()
+        compiled("attn_combine", sig_for("attn_combine"))[combine_grid(D)](part_o, part_ml, args[7], x)
+        same_bits(out[8], x, f"attn_fused_grid {label}: x vs attn_combine(attn_partial)")
+
+
 def check_norm_swiglu(rng, cfg, tag):
     D, F = cfg["D"], cfg["F"]
     # rmsnorm, two D-term dots, exp and a divide: atol 1e-5, k = 16 (as swiglu_up's check); its
@@ -227,6 +263,7 @@ def main() -> int:
     for cfg in CONFIGS:
         tag = f"D={cfg['D']} H={cfg['n_head']} hd={cfg['hd']}"
         for name, check in (("norm_qkv_rope", check_norm_qkv_rope), ("attn_fused", check_attn_fused),
+                            ("attn_fused_grid", check_attn_fused_grid),
                             ("norm_swiglu", check_norm_swiglu),
                             ("norm_lm_head_argmax", check_norm_lm_head_argmax)):
             t = time.perf_counter()

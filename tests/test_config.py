@@ -77,3 +77,15 @@ def test_the_cli_help_imports_nothing_heavy():
             "'lab.engine.step') if m in sys.modules)\nassert not heavy, heavy")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and "usage: decode-lab" in out.stdout, out.stdout + out.stderr
+
+
+def test_attn_tail_heads_needs_the_fused_step():
+    """LAB_ATTN_TAIL picks the fused attention's tail: `heads` without LAB_FUSION=1 (or the
+    persistent step, which runs it) is refused naming why; `grid`, the default, is inert there."""
+    with pytest.raises(LabError, match="LAB_ATTN_TAIL=heads chooses the fused attention's tail"):
+        from_env({"LAB_ATTN_TAIL": "heads"})
+    with pytest.raises(LabError, match="LAB_ATTN_TAIL='rows' is not allowed; use one of grid, heads"):
+        from_env({"LAB_ATTN_TAIL": "rows"})
+    assert from_env({"LAB_ATTN_TAIL": "heads", "LAB_FUSION": "1"}).attn_tail == "heads"
+    assert from_env({"LAB_ATTN_TAIL": "heads", "LAB_PERSISTENT": "1"}).persistent
+    assert from_env({}).attn_tail == "grid"

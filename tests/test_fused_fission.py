@@ -23,7 +23,7 @@ from lab.measure import bench, conformance
 from lab.plan import plan_boundaries
 
 SIM = LabConfig(backend="sim")
-FUSED = SIM.replace(fusion=True)
+FUSED = SIM.replace(fusion=True, attn_tail="heads")   # lecture §6's case: the heads tail
 
 
 def _keys(model, cfgs) -> set:
@@ -42,7 +42,9 @@ def test_the_cost_recorder_measures_every_launch_of_both_arms(model):
     from scripts.record_gpu_costs import kernel_launches, step_configs
     base = SIM.replace(graph=False)
     recorded = {key for _, key, _ in kernel_launches(DecodeEngine(model, base), step_configs(base))}
-    needed = _keys(model, [FUSED, FUSED.replace(split_combine=True)])
+    grid = FUSED.replace(attn_tail="grid")
+    needed = _keys(model, [FUSED, FUSED.replace(split_combine=True), grid,
+                           grid.replace(split_combine=True)])
     assert needed <= recorded, sorted(needed - recorded)
 
 

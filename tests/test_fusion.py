@@ -50,7 +50,8 @@ PROMPTS = [PROMPT, "To be, or not to be"]
 N_TOKENS = 72
 SIM = LabConfig(backend="sim")
 FUSED = SIM.replace(fusion=True)
-FUSED_KERNELS = ("norm_qkv_rope", "attn_fused", "norm_swiglu", "norm_lm_head_argmax")
+FUSED_KERNELS = ("norm_qkv_rope", "attn_fused", "attn_fused_grid", "norm_swiglu",
+                 "norm_lm_head_argmax")
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +68,13 @@ def _decoded(model, cfg, steps=40, backend=None):
 @pytest.mark.parametrize("overlap", [False, True], ids=["one-stream", "overlap"])
 def test_fused_step_has_at_most_19_launches_per_token_and_the_unfused_step_37(model, overlap):
     L = model.cfg.n_layer
-    for fusion, split, want in ((False, False, 37 + overlap * L), (True, False, 2 + 4 * L + overlap * L),
-                                (True, True, 2 + 6 * L + overlap * L)):
-        eng = DecodeEngine(model, SIM.replace(fusion=fusion, overlap=overlap, split_combine=split))
+    for fusion, split, tail, want in ((False, False, "grid", 37 + overlap * L),
+                                      (True, False, "grid", 2 + 4 * L + overlap * L),
+                                      (True, True, "grid", 2 + 5 * L + overlap * L),
+                                      (True, False, "heads", 2 + 4 * L + overlap * L),
+                                      (True, True, "heads", 2 + 6 * L + overlap * L)):
+        eng = DecodeEngine(model, SIM.replace(fusion=fusion, overlap=overlap, split_combine=split,
+                                              attn_tail=tail))
         eng.generate(PROMPT, 2)
         launches = eng.step_launches(eng.plan(0))
         assert len(launches) == want, [x.name for x in launches]
@@ -77,23 +82,30 @@ def test_fused_step_has_at_most_19_launches_per_token_and_the_unfused_step_37(mo
         assert graph.node_count == want and graph.node_types() == {"kernel": want}
         per_layer = eng.log.kernels_per_layer(0)
         assert set(per_layer) == {None, *range(L)}
-        if fusion:
+        if fusion:   # the split: attn_partial + attn_combine (grid), three launches (heads)
             assert per_layer[None] == 2
-            assert all(per_layer[i] == 4 + 2 * split + overlap for i in range(L))
+            extra = split * (2 if tail == "heads" else 1)
+            assert all(per_layer[i] == 4 + extra + overlap for i in range(L))
     assert 2 + 4 * L <= 19                       # the tiny model: 18 nodes per token
 
 
 def test_the_fused_step_reads_straight_through(model):
     eng = DecodeEngine(model, FUSED)
     names = [x.name for x in eng.step_launches(eng.plan(0))]
-    layer = ["norm_qkv_rope", "attn_fused", "norm_swiglu", "matvec_residual"]
+    layer = ["norm_qkv_rope", "attn_fused_grid", "norm_swiglu", "matvec_residual"]
     assert names == ["embed", *layer * model.cfg.n_layer, "norm_lm_head_argmax"]
     assert isinstance(eng.pieces, FusedStep)
-    eng.cfg = eng.cfg.replace(split_combine=True)    # attn_fused's phases, each its own launch
-    split = ["norm_qkv_rope", "attn_partial_wide", "attn_merge", "attn_project_heads",
-             "norm_swiglu", "matvec_residual"]
-    assert [x.name for x in eng.step_launches(eng.plan(0))] == [
-        "embed", *split * model.cfg.n_layer, "norm_lm_head_argmax"]
+    for tail, split_ in (("grid", ["attn_partial", "attn_combine"]),   # its two kinds of block
+                         ("heads", ["attn_partial_wide", "attn_merge", "attn_project_heads"])):
+        eng.cfg = FUSED.replace(attn_tail=tail)
+        one = {"grid": "attn_fused_grid", "heads": "attn_fused"}[tail]
+        assert [x.name for x in eng.step_launches(eng.plan(0))] == [
+            "embed", *[one if n == "attn_fused_grid" else n for n in layer] * model.cfg.n_layer,
+            "norm_lm_head_argmax"]
+        eng.cfg = eng.cfg.replace(split_combine=True)    # the phases, each its own launch
+        split = ["norm_qkv_rope", *split_, "norm_swiglu", "matvec_residual"]
+        assert [x.name for x in eng.step_launches(eng.plan(0))] == [
+            "embed", *split * model.cfg.n_layer, "norm_lm_head_argmax"]
     # every piece the fused step lacks is a real piece of the unfused step
     assert set(FusedStep.absent) <= set(vars(Step))
 
@@ -129,19 +141,37 @@ def test_on_the_simulator_fused_and_unfused_differ_in_rounding_only(model):
     assert np.all(np.abs(arm.logits - base.logits) <= 2 * logit_tol(base.logits))
 
 
-def test_the_split_fused_attention_is_the_fused_kernel_bit_for_bit(model):
-    """LAB_SPLIT_COMBINE=1 under LAB_FUSION=1 runs attn_fused's three phases as launches of
+@pytest.mark.parametrize("tail", ["grid", "heads"])
+def test_the_split_fused_attention_is_the_fused_kernel_bit_for_bit(model, tail):
+    """LAB_SPLIT_COMBINE=1 under LAB_FUSION=1 runs the fused attention's phases as launches of
     their own, in the same order with the same device functions: the same bytes, eager and
-    replayed, across plan boundaries (tests/_cudasim_fused.py holds the kernels to it)."""
-    base = _decoded(model, FUSED.replace(graph=False), steps=N_TOKENS)
+    replayed, across plan boundaries (tests/_cudasim_fused.py holds the kernels to it). The
+    grid tail's split is attn_partial + attn_combine, the heads tail's attn_fused's three
+    phases."""
+    fused_cfg = FUSED.replace(attn_tail=tail)
+    base = _decoded(model, fused_cfg.replace(graph=False), steps=N_TOKENS)
+    split, one = {"grid": ({"attn_partial", "attn_combine"}, "attn_fused_grid"),
+                  "heads": ({"attn_partial_wide", "attn_merge", "attn_project_heads"},
+                            "attn_fused")}[tail]
     for graph in (False, True):
-        eng = DecodeEngine(model, FUSED.replace(graph=graph, split_combine=True))
+        eng = DecodeEngine(model, fused_cfg.replace(graph=graph, split_combine=True))
         arm = decode_after_prompt(eng, model.tokenizer.encode(PROMPT), N_TOKENS, graph=graph)[0]
         assert arm.tokens.tobytes() == base.tokens.tobytes(), graph
         assert arm.logits.tobytes() == base.logits.tobytes(), graph
         names = {x.name for x in eng.step_launches(eng.plan(0))}
-        assert {"attn_partial_wide", "attn_merge", "attn_project_heads"} <= names
-        assert "attn_fused" not in names
+        assert split <= names and one not in names
+
+
+def test_the_two_tails_differ_in_rounding_only(model):
+    """The grid tail computes attention in the unfused kernels' order (attn_partial's 128-thread
+    partials, attn_combine's merge and whole-row Wo dots); the heads tail in its own (512-thread
+    partials, per-head projections summed in head order): the same tokens, other bits, logits
+    within twice the oracle's tolerance of each other."""
+    grid = _decoded(model, FUSED.replace(graph=False), steps=24)
+    heads = _decoded(model, FUSED.replace(graph=False, attn_tail="heads"), steps=24)
+    assert grid.tokens.tobytes() == heads.tokens.tobytes()
+    assert grid.logits.tobytes() != heads.logits.tobytes()
+    assert np.all(np.abs(grid.logits - heads.logits) <= 2 * logit_tol(heads.logits))
 
 
 # ---- graph vs eager, toggles, orders ------------------------------------------------------------
@@ -185,7 +215,7 @@ def test_overlap_under_fusion_is_a_fork_and_join_of_one_kernel(model):
     graph = next(iter(eng.graphs.values()))
     names = [n.name for n in graph.nodes]
     kv, q, attn = 1, 2, 3                          # embed, then layer 0
-    assert names[kv] == names[q] == "norm_qkv_rope" and names[attn] == "attn_fused"
+    assert names[kv] == names[q] == "norm_qkv_rope" and names[attn] == "attn_fused_grid"
     assert graph.nodes[kv].stream == "side" and graph.nodes[q].stream == "main"
     D = model.cfg.d_model
     assert graph.nodes[kv].grid == fused.qkv_grid(D, 2)[0] and graph.nodes[q].grid == fused.qkv_grid(D, 1)[0]
@@ -197,7 +227,10 @@ def test_overlap_under_fusion_is_a_fork_and_join_of_one_kernel(model):
 def test_plan_keys_keep_fused_and_unfused_graphs_apart(model):
     plain, fused_plan = decode_plan(40, model.cfg, SIM), decode_plan(40, model.cfg, FUSED)
     assert plain.key != fused_plan.key and fused_plan.fusion and not plain.fusion
-    assert ("fusion", True) == fused_plan.key[-2:]
+    assert ("fusion", True, "attn_tail", "grid") == fused_plan.key[-4:]
+    heads = decode_plan(40, model.cfg, FUSED.replace(attn_tail="heads"))   # another kernel
+    assert heads.key != fused_plan.key and heads.key[-1] == "heads"
+    assert plain.key == decode_plan(40, model.cfg, SIM.replace(attn_tail="grid")).key
     # LAB_SPLIT_COMBINE splits the fused attention: another plan key, another graph
     split = decode_plan(40, model.cfg, FUSED.replace(split_combine=True))
     assert split.key != fused_plan.key and split.split_combine and split.fusion
@@ -329,7 +362,7 @@ def test_compare_holds_the_fused_step_against_the_oracle_with_its_evidence():
     checks = {c["claim"]: c for c in res["checks"] if c["side"] == "B"}
     assert checks["LAB_FUSION=1"]["ok"] and "rmsnorm x0" in checks["LAB_FUSION=1"]["evidence"]
     split = checks["LAB_SPLIT_COMBINE=1"]                       # the fused attention, split
-    assert split["ok"] and "attn_fused x0" in split["evidence"]
+    assert split["ok"] and "attn_fused_grid x0" in split["evidence"]
 
 
 @pytest.mark.slow
@@ -356,9 +389,10 @@ def test_lab_fusion_2_is_a_clear_error():
 
 # ---- the kernels --------------------------------------------------------------------------------
 def test_fused_kernels_follow_the_house_rules():
-    """pdl_wait() first; the only atomic in kernels/ is the last-block counter in arrive_last
-    (it elects the block that does the follow-on work, never what it computes); every fused
-    kernel that has a counter uses it through arrive_last; the twins leave the counter at 0."""
+    """pdl_wait() first; the only atomics in kernels/ are the block counters: arrive_last (it
+    elects the block that does the follow-on work, never what it computes) and attn_fused_grid's
+    count_arrival / wait_arrivals (its tail blocks wait for its partial blocks); every fused
+    kernel that has a counter uses it through them; the twins leave the counter at 0."""
     assert set(FUSED_KERNELS) <= set(kernels.REGISTRY)
     assert not set(FUSED_KERNELS) & set(wait_first_violations())
     users = set()
@@ -370,9 +404,10 @@ def test_fused_kernels_follow_the_house_rules():
                 users.add(f"{path.name}:{fn.name}")
             if "arrive_last(" in src and fn.name != "arrive_last":
                 users.add(f"calls:{fn.name}")
-    assert users == {"fused.py:arrive_last", "calls:attn_fused", "calls:norm_lm_head_argmax",
+    assert users == {"fused.py:arrive_last", "fused.py:count_arrival", "fused.py:wait_arrivals",
+                     "calls:attn_fused", "calls:attn_fused_grid", "calls:norm_lm_head_argmax",
                      "calls:step_persistent"}      # LAB_PERSISTENT=1: the fused tails, in one kernel
-    for name in ("attn_fused", "norm_lm_head_argmax"):
+    for name in ("attn_fused", "attn_fused_grid", "norm_lm_head_argmax"):
         spec = kernels.REGISTRY[name]
         assert spec.arg_names[-1] == "counter" and len(spec.arg_names) - 1 in spec.writes
 
@@ -388,10 +423,11 @@ def test_attention_threads_follow_the_head_dim():
         fused.attention_grid(2, 2, 8, threads=48)  # not whole warps
 
 
-def test_attn_fused_reads_the_context_rows_like_attn_partial(model):
-    eng = DecodeEngine(model, FUSED)
+@pytest.mark.parametrize("tail,name", [("grid", "attn_fused_grid"), ("heads", "attn_fused")])
+def test_attn_fused_reads_the_context_rows_like_attn_partial(model, tail, name):
+    eng = DecodeEngine(model, FUSED.replace(attn_tail=tail))
     plan = eng.plan(100)
-    attn = next(x for x in eng.step_launches(plan) if x.name == "attn_fused")
+    attn = next(x for x in eng.step_launches(plan) if x.name == name)
     kv_row = model.cfg.d_model * 4
     assert launch_bytes(attn, 101) - launch_bytes(attn, 1) == 2 * 100 * kv_row
 
@@ -452,7 +488,8 @@ def test_gpu_fused_and_unfused_tokens_equal_the_oracle_and_logits_agree(model, o
 def test_gpu_fused_arm_against_the_oracle_on_the_standard_prompts():
     """The slow simulator test above with the kernels on the GPU (their own summation order)."""
     from lab.measure import compare as C
-    for spec in ("FUSION=1", "FUSION=1,SPLIT_COMBINE=1"):
+    for spec in ("FUSION=1", "FUSION=1,SPLIT_COMBINE=1", "FUSION=1,ATTN_TAIL=heads",
+                 "FUSION=1,ATTN_TAIL=heads,SPLIT_COMBINE=1"):
         res = C.compare_prompts("reference", spec, C.STANDARD_PROMPTS, 256,
                                 base=LabConfig(backend="cuda"),
                                 thresholds=C.Thresholds(tie_margin=1e-3))
@@ -488,12 +525,14 @@ def test_gpu_fused_graph_replays_are_bitwise_eager(model):
 
 
 @pytest.mark.gpu
-def test_gpu_fused_pdl_overlap_and_split_are_byte_identical(model):
-    base = _decoded(model, LabConfig(backend="cuda", fusion=True, graph=False))
+@pytest.mark.parametrize("tail", ["grid", "heads"])
+def test_gpu_fused_pdl_overlap_and_split_are_byte_identical(model, tail):
+    base = _decoded(model, LabConfig(backend="cuda", fusion=True, attn_tail=tail, graph=False))
     for combo in ({"pdl": True}, {"overlap": True}, {"pdl": True, "overlap": True},
                   {"split_combine": True}, {"split_combine": True, "pdl": True}):
         for graph in (False, True):
-            arm = _decoded(model, LabConfig(backend="cuda", fusion=True, graph=graph, **combo))
+            arm = _decoded(model, LabConfig(backend="cuda", fusion=True, attn_tail=tail,
+                                            graph=graph, **combo))
             assert arm.tokens.tobytes() == base.tokens.tobytes(), (combo, graph)
             assert arm.logits.tobytes() == base.logits.tobytes(), (combo, graph)
 

@@ -77,7 +77,7 @@ TWIN_OF = {"rmsnorm_late_wait": "rmsnorm", "attn_partial_len": "attn_partial",
            "rope_kv_append_row": "rope_kv_append", "argmax_next_float": "argmax_next"}
 KV_ARGS = ("k_cache", "v_cache")
 # kernels that read `context` rows of the KV cache (the others touch one row: an append)
-CONTEXT_KERNELS = ("attn_partial", "attn_partial_len", "attn_fused", "attn_partial_wide",
+CONTEXT_KERNELS = ("attn_partial", "attn_partial_len", "attn_fused", "attn_fused_grid", "attn_partial_wide",
                    "verify_partial", "step_persistent")
 # kernels that run a whole step (every layer's weights): left out of the bandwidth fit, which
 # stands in for an unrecorded kernel of a step and would be dominated by their bytes

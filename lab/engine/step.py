@@ -246,7 +246,12 @@ class FusedStep(Step):
         yield from self.norm_qkv_rope(plan, layer)
 
     def attend(self, plan: Plan, layer: int, part_o, part_ml, scale):
-        if plan.split_combine:  # fission: attn_fused's phases as three launches, its bits
+        if plan.attn_tail == "grid" and not plan.persistent:
+            if plan.split_combine:  # fission: attn_fused_grid's two kinds of block as launches
+                yield from self.attention_grid_split(plan, layer, part_o, part_ml, scale)
+            else:
+                yield self.attention_grid(plan, layer, part_o, part_ml, scale)
+        elif plan.split_combine:  # fission: attn_fused's phases as three launches, its bits
             yield from self.attention_split(plan, layer, part_o, part_ml, scale)
         else:
             yield self.attention_fused(plan, layer, part_o, part_ml, scale)
@@ -290,6 +295,25 @@ class FusedStep(Step):
         return launch(fused.attn_fused, fused.attention_grid(c.n_head, plan.splits, c.head_dim),
                       (b.q, b.k_cache[layer], b.v_cache[layer], b.pos, part_o, part_ml, scale,
                        self.dev.w[f"layers.{layer}.wo"], b.x, b.head_out, e.counters[layer]), layer)
+
+    def attention_grid(self, plan: Plan, layer: int, part_o, part_ml, scale) -> Launch:
+        """LAB_ATTN_TAIL=grid: partials and the tail in one launch that fills the grid, the tail
+        blocks waiting on a counter (kernels/fused.py attn_fused_grid); the unfused attention's
+        bits."""
+        e, b = self.engine, self.dev.buf
+        c = e.model.cfg
+        return launch(fused.attn_fused_grid, fused.grid_tail_grid(c.n_head, plan.splits, c.d_model),
+                      (b.q, b.k_cache[layer], b.v_cache[layer], b.pos, part_o, part_ml, scale,
+                       self.dev.w[f"layers.{layer}.wo"], b.x, e.counters[layer]), layer)
+
+    def attention_grid_split(self, plan: Plan, layer: int, part_o, part_ml, scale):
+        """attn_fused_grid as two launches (LAB_ATTN_TAIL=grid, LAB_SPLIT_COMBINE=1): its partial
+        blocks are attn_partial, its tail blocks attn_combine -- the unfused step's attention."""
+        c, b = self.engine.model.cfg, self.dev.buf
+        yield launch(attention.attn_partial, attention.partial_grid(c.n_head, plan.splits, c.head_dim),
+                     (b.q, b.k_cache[layer], b.v_cache[layer], b.pos, part_o, part_ml, scale), layer)
+        yield launch(attention.attn_combine, attention.combine_grid(c.d_model),
+                     (part_o, part_ml, self.dev.w[f"layers.{layer}.wo"], b.x), layer)
 
     def attention_split(self, plan: Plan, layer: int, part_o, part_ml, scale):
         """attn_fused as three launches (LAB_SPLIT_COMBINE=1): its partials, the merge into o,

@@ -139,10 +139,13 @@ LADDER = (("dispatcher", dict(graph=False, launch="dispatcher"),
            "node boundary inside a token, grid barriers instead (4 per layer)"))
 
 
-def fused_bits(cfg: LabConfig) -> bool:
-    """Which arithmetic a config's step runs: True for the fused step's (LAB_FUSION=1, and
-    LAB_PERSISTENT=1, which runs the fused step's math); launch toggles keep the bits."""
-    return cfg.fusion or cfg.persistent
+def fused_bits(cfg: LabConfig) -> str | bool:
+    """Which arithmetic a config's step runs: False for the unfused step's; for the fused
+    step's, its attention tail ("grid" or "heads": LAB_ATTN_TAIL; LAB_PERSISTENT=1 runs the
+    fused step's math with the heads tail). Launch toggles keep the bits."""
+    if cfg.persistent:
+        return "heads"
+    return cfg.attn_tail if cfg.fusion else False
 
 
 def ladder_rungs(base: LabConfig, rungs=None) -> tuple[list, dict]:

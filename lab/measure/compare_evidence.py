@@ -87,13 +87,16 @@ def _check_kernel(engine, want: str, on: str, off: str) -> tuple[bool, str]:
 
 def _check_split_combine(engine, want: str) -> tuple[bool | None, str]:
     """The split's kernel, against the one-kernel form's: attn_merge vs attn_combine, or under
-    fusion attn_project_heads vs attn_fused. Not read with ranks: the rank step always merges,
+    fusion attn_combine vs attn_fused_grid (LAB_ATTN_TAIL=grid) or attn_project_heads vs
+    attn_fused (heads). Not read with ranks: the rank step always merges,
     then projects each rank's shard, whatever the toggle says."""
     if engine.cfg.ranks > 1:
         return None, ("not checked: with ranks the step always merges, then projects each rank's "
                       "shard (the all-reduce sums them), whatever LAB_SPLIT_COMBINE says")
     if engine.cfg.persistent:
         return _not_launches(engine, "LAB_SPLIT_COMBINE")
+    if engine.cfg.fusion and engine.cfg.attn_tail == "grid":
+        return _check_kernel(engine, want, "attn_combine", "attn_fused_grid")
     if engine.cfg.fusion:
         return _check_kernel(engine, want, "attn_project_heads", "attn_fused")
     return _check_kernel(engine, want, "attn_merge", "attn_combine")

@@ -1,5 +1,6 @@
 """Checklist step 9, the lecture's §6 case: a one-kernel design that is right eagerly and wrong
-under capture. The fused step's attention (`attn_fused`, LAB_FUSION=1) computes the split-K
+under capture. The fused step's heads-tail attention (`attn_fused`, LAB_FUSION=1 with
+LAB_ATTN_TAIL=heads) computes the split-K
 partials, then its last blocks merge each head, project it through Wo and add the heads into the
 residual: one launch, and a serial tail after the partials. The student splits it into its three
 phases as launches of their own, keeping its bits, and the check shows the split LOSE eagerly
@@ -20,10 +21,11 @@ from .fixtures import PROMPT, TOKENS, engine, prompt_ids
 
 SPEC = """
 Lecture §6: a single kernel can be the right design eagerly and the wrong one captured. The
-fused step's attention (kernels.fused.attn_fused) does three things in one launch: each block
-(h, s) writes its slice's softmax partials; the last block of each head merges that head and
-projects it through its columns of Wo; the last head adds the heads, in head order, into x. Its
-tail runs after the partials on a few blocks. Split it into three launches that keep its bits:
+fused step's attention with LAB_ATTN_TAIL=heads (kernels.fused.attn_fused) does three things in
+one launch: each block (h, s) writes its slice's softmax partials; the last block of each head
+merges that head and projects it through its columns of Wo; the last head adds the heads, in
+head order, into x. Its tail runs after the partials on a few blocks. Split it into three
+launches that keep its bits:
 
 Write SplitAttention(FusedStep) overriding attend(self, plan, layer, part_o, part_ml, scale) --
 a generator of launches (lab.engine.step.launch(kernel, (grid, block), args, layer)):
@@ -131,30 +133,30 @@ def cases(sol, backend):
     if not (isinstance(cls, type) and issubclass(cls, FusedStep)):
         raise Fail(f"SplitAttention is a {type(cls).__name__}: make it a subclass of "
                    "lab.engine.step.FusedStep")
-    split = watched(_REFS, engine, backend, graph=False, fusion=True, step=cls,
+    split = watched(_REFS, engine, backend, graph=False, fusion=True, attn_tail="heads", step=cls,
                     what="building SplitAttention")
     names = launch_names(split)
-    clean = launch_names(engine(backend, graph=False, fusion=True))
+    clean = launch_names(engine(backend, graph=False, fusion=True, attn_tail="heads"))
     if len(names) != len(clean) + 2:
         raise Fail(f"a layer issues {len(names)} launches, the fused step {len(clean)}: the "
                    f"split is three ({', '.join(SPLIT)}) where attn_fused is one")
     _order(names)
     yield f"two more launches per layer: {', '.join(SPLIT)}"
     ids = prompt_ids()
-    one = decode_after_prompt(engine(backend, fusion=True), ids, TOKENS, graph=False)[0]
-    got = watched(_REFS, decode_after_prompt, engine(backend, fusion=True, step=cls), ids,
+    one = decode_after_prompt(engine(backend, fusion=True, attn_tail="heads"), ids, TOKENS, graph=False)[0]
+    got = watched(_REFS, decode_after_prompt, engine(backend, fusion=True, attn_tail="heads", step=cls), ids,
                   TOKENS, False, what="decoding with SplitAttention")[0]
     if list(got.tokens) != list(one.tokens):
         raise Fail("the split decodes other tokens than attn_fused")
     if got.logits.tobytes() != one.logits.tobytes():
         raise Fail("the split's logits differ from attn_fused's in their bits: keep its "
                    "summation order (its partials, the merge, the heads summed in head order)")
-    rep = watched(_REFS, replay_check, engine(backend, fusion=True, step=cls), [PROMPT],
+    rep = watched(_REFS, replay_check, engine(backend, fusion=True, attn_tail="heads", step=cls), [PROMPT],
                   replays=4, what="replay_check")
     if not rep.ok:
         raise Fail(f"replays of the split differ from its eager steps: {rep.summary()}")
     yield "attn_fused's tokens and logits to the bit; 4 replays byte-identical"
-    cost = price(backend, cls, base=FusedStep, fusion=True)
+    cost = price(backend, cls, base=FusedStep, fusion=True, attn_tail="heads")
     where = "simulated" if backend == "sim" else "measured on the GPU"
     line = (f"the split costs {cost['eager']:+.1f} us/token eagerly and "
             f"{cost['captured']:+.1f} captured ({where}, {REPS} interleaved reps)")
