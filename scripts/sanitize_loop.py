@@ -90,26 +90,34 @@ def minimal(steps: int, shared: bool = False) -> str:
     return f"pos {got} after one launch of a {steps}-iteration loop"
 
 
-def step_body(steps: int, kernel: str | None = None) -> str:
+def step_body(steps: int, kernel: str | None = None, prefix: int | None = None,
+              repeat: int = 1) -> str:
     """The loop's body: the engine's step for the first plan, as its own loop issues it; or,
-    with `kernel`, the step's first launch of that kernel, then advance."""
+    with `kernel`, the step's first launch of that kernel (`repeat` times), then advance; or,
+    with `prefix`,
+    the step's first `prefix` launches in order, then advance (a bisection by node count)."""
     eng = _engine()
     be, b = eng.backend, eng.buf
     plan = eng.plan(0)
     eng.reset(eng.encode(PROMPT), 0)
     start = eng.position
-    if kernel is None:
+    if kernel is None and prefix is None:
         def issue(k):
             for item in eng._items(plan):
                 eng._issue(item)
         got = one_body_loop(be, issue, b.pos, b.plan_of, b.limit, start, steps, "one-body")
         return f"pos {start} -> {got} in one launch of a loop whose one body is the step"
-    launches = [x for x in eng.step_launches(plan) if x.name == kernel]
+    if prefix is not None:
+        launches = [x for x in eng.step_launches(plan) if x.name != "advance"][:prefix]
+        kernel = f"the step's first {len(launches)} launches"
+    else:
+        launches = [x for x in eng.step_launches(plan) if x.name == kernel][:1] * repeat
     if not launches:
         raise SystemExit(f"sanitize_loop kernel: the step has no launch of {kernel!r}")
 
     def issue_kernel(k):
-        be.launch(launches[0])
+        for x in launches:
+            be.launch(x)
         be.launch(_advance(b.pos))
     got = one_body_loop(be, issue_kernel, b.pos, b.plan_of, b.limit, start, steps,
                         f"kernel {kernel}")
@@ -135,8 +143,11 @@ def tokens_of(loop: str, steps: int, positions=None) -> list[int]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="the device loop under compute-sanitizer, piece by piece")
     ap.add_argument("--mode", required=True,
-                    choices=("minimal", "shared", "one-body", "kernel", "loop", "body"))
+                    choices=("minimal", "shared", "one-body", "kernel", "prefix", "loop", "body"))
     ap.add_argument("--kernel", default=None, help="with --mode kernel: the step's kernel")
+    ap.add_argument("--count", type=int, default=None,
+                    help="with --mode prefix: the step's first COUNT launches as the body; "
+                         "with --mode kernel: the kernel COUNT times")
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--backend", default="cuda", choices=("cuda", "sim"))
     args = ap.parse_args(argv)
@@ -148,10 +159,16 @@ def main(argv=None) -> int:
     if args.mode == "kernel" and not args.kernel:
         print("sanitize_loop: --mode kernel needs --kernel NAME", file=sys.stderr)
         return 2
+    if args.mode == "prefix" and not (args.count or 0) >= 1:
+        print("sanitize_loop: --mode prefix needs --count N, N >= 1", file=sys.stderr)
+        return 2
     if args.mode in ("minimal", "shared"):
         what = minimal(args.tokens, shared=args.mode == "shared")
     elif args.mode in ("one-body", "kernel"):
-        what = step_body(args.tokens, args.kernel if args.mode == "kernel" else None)
+        what = step_body(args.tokens, args.kernel if args.mode == "kernel" else None,
+                         repeat=args.count or 1)
+    elif args.mode == "prefix":
+        what = step_body(args.tokens, prefix=args.count)
     elif args.mode == "loop":
         ids = tokens_of("device", args.tokens)
         what = f"{len(ids)} ids after a {args.tokens}-step device loop: {ids[-args.tokens:]}"

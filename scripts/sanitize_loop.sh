@@ -26,6 +26,7 @@ run one-body --mode one-body &
 run loop --mode loop &
 run body --mode body &
 for k in $kernels; do run "kernel-$k" --mode kernel --kernel "$k" & done
+for n in ${PREFIXES:-2 4 8 16 36}; do run "prefix-$n" --mode prefix --count "$n" & done
 wait
 {
   echo "compute-sanitizer racecheck on the device loop, piece by piece ($(compute-sanitizer --version | grep -o 'Version [^ ]*'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader))"

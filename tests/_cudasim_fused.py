@@ -200,6 +200,33 @@ def check_attn_fused_grid(rng, cfg, tag):
         same_bits(out[8], x, f"attn_fused_grid {label}: x vs attn_combine(attn_partial)")
 
 
+def check_row_dot_loaded(rng, cfg, tag):
+    """attn_fused_grid's row dots: row_load + row_dot_loaded give row_dot's bits, row for row,
+    with K past one group of loads (K = 600 > ROW_UNROLL * 32: the later groups' loop too) and
+    rows past the matrix's end (0)."""
+    from kernels.matvec import ROW_UNROLL, row_dot, row_dot_loaded, row_load
+
+    @cuda.jit
+    def both(W, vec, a, b):
+        red = cuda.shared.array(64, np.float32)
+        tid = cuda.threadIdx.x
+        r = cuda.blockIdx.x * 2 + tid // 32
+        wk = cuda.local.array(ROW_UNROLL, np.float32)
+        row_load(W, r, tid, wk)
+        x = row_dot_loaded(W, r, vec, tid, red, wk)
+        y = row_dot(W, r, vec, tid, red)
+        if tid % 32 == 0 and r < a.shape[0]:
+            a[r] = x
+            b[r] = y
+    K = 600 if not GPU else 1100
+    W, vec = f32(rng, 5, K), f32(rng, K)
+    a, b = np.zeros(6, np.float32), np.zeros(6, np.float32)
+    both[3, 64](W, vec, a, b)
+    same_bits(a, b, f"row_dot_loaded {tag} K={K}: vs row_dot")
+    if not np.any(a[:5]) or a[5] != 0:
+        raise Mismatch(f"row_dot_loaded {tag}: rows {a} (want 5 dots, then 0 past the end)")
+
+
 def check_norm_swiglu(rng, cfg, tag):
     D, F = cfg["D"], cfg["F"]
     # rmsnorm, two D-term dots, exp and a divide: atol 1e-5, k = 16 (as swiglu_up's check); its
@@ -264,6 +291,7 @@ def main() -> int:
         tag = f"D={cfg['D']} H={cfg['n_head']} hd={cfg['hd']}"
         for name, check in (("norm_qkv_rope", check_norm_qkv_rope), ("attn_fused", check_attn_fused),
                             ("attn_fused_grid", check_attn_fused_grid),
+                            ("row_dot_loaded", check_row_dot_loaded),
                             ("norm_swiglu", check_norm_swiglu),
                             ("norm_lm_head_argmax", check_norm_lm_head_argmax)):
             t = time.perf_counter()
