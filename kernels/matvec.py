@@ -67,47 +67,35 @@ def row_load(W, r, tid, wk):
     wait for its vector issues these first (kernels/fused.py's attn_fused_grid loads its row of
     Wo while the partials it waits for are being computed); `row_dot_loaded` finishes the dot.
     row_dot itself does not go through these two: built on them, every matvec node measured
-    1.1 to 2.4 us slower on the H200 (data/gpu/kernel_costs.json of commit 4cfbf7a)."""
+    1.1 to 2.4 us slower on the H200 (data/gpu/kernel_costs.json, the pass of commit 4cfbf7a,
+    against the pass before it)."""
     lane = tid % WARP
-    if r < W.shape[0]:
-        Wr = W[r]
-        for j in range(ROW_UNROLL):
-            k = lane + j * WARP
-            wk[j] = Wr[numba.uint64(k)] if k < W.shape[1] else numba.float32(0.0)
-    else:
-        for j in range(ROW_UNROLL):
-            wk[j] = numba.float32(0.0)
+    for j in range(ROW_UNROLL):
+        k = lane + j * WARP
+        wk[j] = W[r, numba.uint64(k)] if r < W.shape[0] and k < W.shape[1] else numba.float32(0.0)
 
 
 @cuda.jit(device=True)
 def row_dot_loaded(W, r, vec, tid, red, wk):
     """`row_dot`(W, r, vec) with its first group of loads already in wk (`row_load`): the same
-    fmas in the same order, so the same bits. The first group's fmas, then any further groups
-    as row_dot runs them (K > ROW_UNROLL * 32). Every thread of the block must call it."""
+    fmas in the same order, so the same bits. Every thread of the block must call it."""
     lane = tid % WARP
     acc = numba.float32(0.0)
     if r < W.shape[0]:
         K = W.shape[1]
         Wr = W[r]                                         # [K] the row
         xk = cuda.local.array(ROW_UNROLL, numba.float32)  # [unroll] vec[k]
-        for j in range(ROW_UNROLL):                       # the first group: its row in wk
-            k = lane + j * WARP
-            if k < K:
-                xk[j] = vec[numba.uint64(k)]
-        for j in range(ROW_UNROLL):
-            if lane + j * WARP < K:
-                acc = cuda.fma(wk[j], xk[j], acc)
-        vk = cuda.local.array(ROW_UNROLL, numba.float32)  # [unroll] W[r, k] of later groups
-        for k0 in range(lane + ROW_UNROLL * WARP, K, ROW_UNROLL * WARP):
-            for j in range(ROW_UNROLL):
+        for k0 in range(lane, K, ROW_UNROLL * WARP):
+            for j in range(ROW_UNROLL):  # every load of the group first ...
                 k = k0 + j * WARP
                 if k < K:
                     ku = numba.uint64(k)
-                    vk[j] = Wr[ku]
+                    if k0 != lane:        # the first group's row is in wk already
+                        wk[j] = Wr[ku]
                     xk[j] = vec[ku]
-            for j in range(ROW_UNROLL):
+            for j in range(ROW_UNROLL):  # ... then the fmas, in increasing k
                 if k0 + j * WARP < K:
-                    acc = cuda.fma(vk[j], xk[j], acc)
+                    acc = cuda.fma(wk[j], xk[j], acc)
     return warp_sum(acc, tid, red)
 
 
