@@ -7,8 +7,16 @@ Owns
   memory, no barrier). QKV_THREADS = 128: 4 pairs per block, parts * D / 8 blocks (96 for
   the tiny model). `part0` says which of q (0), k (1), v (2) its first rows are, so the q part
   and the k/v part can be two launches on two streams (LAB_OVERLAP=1).
-- `attn_fused`: split-K attention partials, the merge, the output projection Wo and the
-  residual add in ONE launch, the tail parallel over heads (below).
+- `attn_fused_grid` (LAB_ATTN_TAIL=grid, the default): the unfused attention's two kernels,
+  attn_partial and attn_combine, as two kinds of block of ONE launch; the tail blocks wait on a
+  device counter for the partial blocks (`count_arrival`, `wait_arrivals`). Its bits are the
+  unfused attention's. On the H200 it measured 7.93 us as a graph node at context 65 against
+  2.77 + 3.53 for the two kernels it merges (data/gpu/kernel_costs.json, the pass of 4cfbf7a):
+  the wait inside a kernel costs more than the node boundary under capture, so its split
+  (LAB_SPLIT_COMBINE=1: attn_partial + attn_combine) is the faster fused step.
+- `attn_fused` (LAB_ATTN_TAIL=heads): split-K attention partials, the merge, the output
+  projection Wo and the residual add in ONE launch, the tail parallel over heads (below):
+  lecture §6's combine on n_head blocks, which its split (three launches) beats under capture.
 - `norm_swiglu`: RMSNorm folded into the gate/up projections + SwiGLU, a warp per row.
 - `norm_lm_head_argmax`: the final RMSNorm folded into the LM head; the last block to finish
   picks the next token (argmax_next's policy, through `pick_next`) and advances the position.
@@ -99,7 +107,8 @@ from kernels.attention import (ATTN_STEPS, ATTN_WARPS, MAX_D, MERGE_MAX_PAIRS, a
                                merge_weights, partial_slice_at, udivmod)
 from kernels.attention import ATTN_THREADS as PARTIAL_THREADS
 from kernels.fused_device import HEAD_ROWS, head_dots, inv_rms, slice_partial, xw_dot, xw_dot2
-from kernels.matvec import MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS, ROW_UNROLL, row_dot_loaded, row_load
+from kernels.matvec import (MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS, ROW_UNROLL, row_dot_loaded,
+                            row_load)
 from kernels.matvec import grid_for as rows_grid
 from kernels.pdl import pdl_launch_dependents, pdl_wait
 from kernels.position import advance_twin

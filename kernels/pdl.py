@@ -40,7 +40,10 @@ under numba's CUDA simulator.
 from numba import config
 
 # kernels that trigger their dependents after their main work, not right after their wait
-# (above, piece 2): the split-K attention partials, whose grid grows with the context
+# (above, piece 2): the split-K attention partials, whose grid grows with the context.
+# (kernels/fused.py's attn_fused_grid does too, in its partial blocks; its tail blocks trigger
+# once their wait is over. Two triggers in two branches: the static check below takes one
+# trigger at the top level, so it is not listed; tests/test_fusion.py holds it.)
 LATE_TRIGGER = ("attn_partial", "attn_partial_wide", "attn_fused")
 
 if config.ENABLE_CUDASIM:  # the simulator runs kernels as Python: nothing to emit

@@ -5,7 +5,8 @@ and no graph node boundary inside a token, only grid-wide barriers.
 Owns `step_persistent` and its launch geometry (`persistent_geometry`). Everything it computes
 comes from the fused step's device functions (kernels/fused.py, fused_device.py, matvec.py,
 attention.py, sample.py), in the fused step's arithmetic, so it writes the FUSED step's bits
-(LAB_FUSION=1): the same tokens, logits, KV rows and residual, on the simulator and on a GPU.
+(LAB_FUSION=1 with LAB_ATTN_TAIL=heads: attn_fused, the tail on one block per head): the same
+tokens, logits, KV rows and residual, on the simulator and on a GPU.
 Its twin is the fused step's twins, composed.
 
 The grid and the virtual-block loop. One block size for the whole kernel, T =

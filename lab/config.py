@@ -22,7 +22,8 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
     ("LAB_GRAPH", "graph", ("0", "1"), "1", "capture the decode step as a CUDA graph and replay it"),
     ("LAB_SPLIT_COMBINE", "split_combine", ("0", "1"), "0",
      "attention combine as two kernels (merge, project) instead of one; under LAB_FUSION=1 the "
-     "fused attention as three (partials, merge, per-head projection + residual; its bits)"),
+     "fused attention's phases as launches of their own, its bits (LAB_ATTN_TAIL=grid: "
+     "attn_partial + attn_combine; heads: partials, merge, per-head projection + residual)"),
     ("LAB_PDL", "pdl", ("0", "1"), "0",
      "programmatic dependent launch (sm_90+; refused with a message elsewhere)"),
     ("LAB_OVERLAP", "overlap", ("0", "1"), "0",
@@ -31,8 +32,9 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
      "0: one op per kernel (37 launches per token); 1: the fused step (18: norms folded into "
      "the projections, RoPE + KV append into qkv, attention partials + merge + Wo + residual "
      "in one kernel, argmax + position advance into the LM head; kernels/fused.py). "
-     "LAB_SPLIT_COMBINE=1 splits its attention into its three phases (26 launches, the same "
-     "bits); the deliberate bugs that override a standalone kernel the fused step lacks are "
+     "LAB_ATTN_TAIL picks its attention's form; LAB_SPLIT_COMBINE=1 splits that attention into "
+     "its phases (22 launches with the grid tail, 26 with the heads tail; the same bits); the "
+     "deliberate bugs that override a standalone kernel the fused step lacks are "
      "refused"),
     ("LAB_ATTN_TAIL", "attn_tail", ("grid", "heads"), "grid",
      "the fused attention's tail under LAB_FUSION=1 (kernels/fused.py): grid = attn_fused_grid, "
@@ -44,7 +46,8 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
      "LAB_PERSISTENT=1 runs the heads form"),
     ("LAB_PERSISTENT", "persistent", ("0", "1"), "0",
      "1: the whole decode step of a token in ONE persistent cooperative kernel "
-     "(kernels/persistent.py: the fused step's math and bits, phases separated by grid "
+     "(kernels/persistent.py: the math and bits of the fused step with LAB_ATTN_TAIL=heads, "
+     "phases separated by grid "
      "barriers; 1 launch per token), captured in a graph or launched alone; refuses the other "
      "step variants (LAB_FUSION=1 too: it is implied)"),
     ("LAB_LAUNCH", "launch", ("dispatcher", "prebound"), "prebound",

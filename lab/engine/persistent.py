@@ -1,6 +1,7 @@
 """The persistent step (LAB_PERSISTENT=1): one token, ONE launch -- kernels/persistent.py's
-`step_persistent`, a cooperative kernel that runs the fused step's math (LAB_FUSION=1's bits)
-phase by phase over a persistent grid, the phases separated by grid barriers.
+`step_persistent`, a cooperative kernel that runs the fused step's math (the bits of
+LAB_FUSION=1 with LAB_ATTN_TAIL=heads) phase by phase over a persistent grid, the phases
+separated by grid barriers.
 
 What it needs that the other steps do not, allocated once at start-up (`alloc_persistent`,
 before any capture, and only in this mode):

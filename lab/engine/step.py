@@ -230,11 +230,13 @@ _NORM = (rmsnorm.RMSNORM_GRID, rmsnorm.RMSNORM_BLOCK)
 
 
 class FusedStep(Step):
-    """The fused decode step (LAB_FUSION=1): per layer norm_qkv_rope, attn_fused, norm_swiglu,
-    matvec_residual; around them embed and norm_lm_head_argmax: 2 + 4 * n_layer launches (18
-    for the tiny model). LAB_SPLIT_COMBINE splits attn_fused into its three phases as launches
-    of their own -- attn_partial_wide, attn_merge, attn_project_heads, the same bits (26
-    launches); LAB_OVERLAP makes norm_qkv_rope two launches (q | k, v) on two streams.
+    """The fused decode step (LAB_FUSION=1): per layer norm_qkv_rope, the fused attention,
+    norm_swiglu, matvec_residual; around them embed and norm_lm_head_argmax: 2 + 4 * n_layer
+    launches (18 for the tiny model). The fused attention is attn_fused_grid
+    (LAB_ATTN_TAIL=grid) or attn_fused (heads). LAB_SPLIT_COMBINE splits it into its phases as
+    launches of their own, the same bits: attn_partial + attn_combine (grid: 22 launches), or
+    attn_partial_wide, attn_merge, attn_project_heads (heads: 26); LAB_OVERLAP makes
+    norm_qkv_rope two launches (q | k, v) on two streams.
     It keeps the host-work pieces (prelude, prepare_rope, norm_input, prepare_attention, scratch)."""
 
     # the one-op-per-kernel step's pieces this step does not have, and where their work went

@@ -125,7 +125,8 @@ def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
 # (name, toggles over the base, what the rung removes). The persistent rung is another step, not
 # another launch of the same step: its toggles set the step's other variants off (it refuses
 # them), it runs on an engine of its own (its stacked buffers: `pool_key`), and its bits are the
-# fused step's (LAB_FUSION=1), so its outputs are compared with the other rungs' token ids only.
+# fused step's with the heads tail (LAB_FUSION=1 LAB_ATTN_TAIL=heads), so its outputs are
+# compared with the other rungs' token ids only.
 LADDER = (("dispatcher", dict(graph=False, launch="dispatcher"),
            "eager, numba's dispatcher: types and flattens every argument at every launch"),
           ("prebound", dict(graph=False, launch="prebound"),
