@@ -683,9 +683,11 @@ for r in failed:
 # A failing row that the data folder explains is a **recorded finding**
 # (`data/gpu/conformance_findings.json`: the lesson and the measured reason, printed under the
 # table). It still fails; the file says the failure is understood, not that it is fine, and a
-# finding whose row starts passing is reported as stale. Here both findings have one cause: a
-# graph step without PDL runs slower on some engines than its components add up to, by buffer
-# placement alone, and PDL hides it (the engine-instance A/A above shows the spread).
+# finding whose row starts passing is reported as stale. Here two findings have one cause: a
+# graph step without PDL runs slower than its components add up to, on every engine of this
+# recording's process (the engine-instance A/A above), and PDL hides most of it. The third is an
+# eager row: a host-bound A/B whose host cost per launch moved from one recording to the next
+# (its reason names both recordings' figures).
 #
 # ## What you should now be able to do
 # - Run an A/B the way this lab does — one process, one shared engine, interleaved and paired

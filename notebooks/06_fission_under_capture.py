@@ -28,7 +28,9 @@
 # is settled by how launches are paid for, not by the arithmetic.
 #
 # This notebook tests that claim on the lab's own kernels: first on the case the lecture is
-# about (a fused kernel with a serial tail), then on a split that does **not** pay.
+# about (a fused kernel with a serial tail: the fused step's heads tail), then on a fused kernel
+# whose tail fills the grid (the fused step's default, the grid tail), then on a split that does
+# **not** pay.
 #
 # ## What one launch costs, eagerly and captured
 # Eagerly the host submits every kernel; captured, the host submits the graph once per token and
@@ -52,7 +54,7 @@ from lab.teach.verify import decode_after_prompt
 
 model = load_model()
 cfg = LabConfig()
-FUSED = cfg.replace(fusion=True)                  # LAB_FUSION=1: the fused step
+FUSED = cfg.replace(fusion=True, attn_tail="heads")   # LAB_FUSION=1 LAB_ATTN_TAIL=heads: §6's case
 GPU = Path("../data/gpu")
 costs = json.loads((GPU / "kernel_costs.json").read_text())   # components, measured on the H200
 fission = json.loads((GPU / "fission.json").read_text())      # whole-step A/Bs, on the H200
@@ -74,12 +76,16 @@ show(f"measured: {costs['source']} ({costs['date']})")
 
 # %% [markdown]
 # ## The fused attention and its split: same bits, more launches
-# Under `LAB_FUSION=1` the attention of a layer is one kernel, `attn_fused` (`kernels/fused.py`):
+# Under `LAB_FUSION=1` the attention of a layer is one kernel. Which kernel is a toggle,
+# `LAB_ATTN_TAIL`; from here to the section on the grid tail, the notebook takes the **heads
+# tail** (`LAB_ATTN_TAIL=heads`), the lecture's case. With it the kernel is `attn_fused`
+# (`kernels/fused.py`):
 # its (head, slice) blocks write the softmax partials; the last block of each head to finish
 # merges that head and projects it through its columns of `Wo`; the last head's block sums the
 # heads in head order and adds the residual. Everything after the partials is a **serial
 # tail**: a few blocks working, behind two fence-and-count steps, while the rest of the grid has
-# finished. `LAB_SPLIT_COMBINE=1` splits it into its three phases as launches of their own
+# finished: the lecture's "combine in a grid of n_head blocks". `LAB_SPLIT_COMBINE=1` splits
+# it into its three phases as launches of their own
 # (`kernels/fused_split.py`): `attn_partial_wide` (the partials alone, the same grid and block),
 # `attn_merge` (the merge into `o`) and `attn_project_heads` (each head's `Wo` columns dotted
 # with `o`, summed in head order, plus the residual, a warp per row over the whole grid).
@@ -109,7 +115,7 @@ def both_forms(base, tag):
             len(launches[True]) - len(launches[False]))
 
 
-fused_eng, _, same, fused_extra = both_forms(FUSED, "fusion=1")
+fused_eng, _, same, fused_extra = both_forms(FUSED, "heads tail")
 print(f"fused vs fused+split, logits bit-identical over {TOKENS} tokens: {same}")
 print(f"the split adds {fused_extra} launches per token "
       f"({fused_extra // L} per layer x {L} layers)")
@@ -267,11 +273,16 @@ rows = {row.lesson: row for row in table["rows"]}
 
 
 def conformance_lines(prefix):
-    print(f"{'lesson':<37} {'unit':<9} {'simulated':>9} {'H200':>8} {'± sem':>6}  verdict")
-    for row in rows.values():
-        if row.lesson.startswith(prefix):
-            print(f"{row.lesson:<37} {row.unit:<9} {row.sim:>+9.2f} {row.gpu:>+8.2f} "
-                  f"{row.gpu_sem:>6.2f}  {row.verdict}")
+    """The rows whose lesson starts with `prefix`; a failing row's recorded finding after them
+    (data/gpu/conformance_findings.json: why it fails, as measured)."""
+    mine = [row for row in rows.values() if row.lesson.startswith(prefix)]
+    print(f"{'lesson':<42} {'unit':<9} {'simulated':>9} {'H200':>8} {'± sem':>6}  verdict")
+    for row in mine:
+        print(f"{row.lesson:<42} {row.unit:<9} {row.sim:>+9.2f} {row.gpu:>+8.2f} "
+              f"{row.gpu_sem:>6.2f}  {row.verdict}")
+    for row in mine:
+        if row.finding and not row.ok:
+            show(f"finding, {row.lesson}: {row.finding}")
 
 
 conformance_lines("fused fission")
@@ -315,8 +326,193 @@ plt.show()
 # captured one is barely visible. The simulator, which knows only the components, predicts both
 # signs (the conformance rows). A row marked `PASS (2 sem)` is outside the relative band but within
 # two of the recording's own standard errors: that recording is too noisy to tell the prediction
-# from what it measured, which is why the recorder runs the eager A/B with many paired reps.
+# from what it measured, which is why the recorder runs the eager A/B with many paired reps. A
+# row marked `FAIL (finding)` misses by more than either allows, and
+# `data/gpu/conformance_findings.json` records why, as measured (printed under the table): for
+# the eager row here, the host's price per launch, which moves from one GPU pass to the next.
+
+# %% [markdown]
+# ## The grid tail: one kernel that fills the grid, and its split
+# The heads tail loses to its split under capture because its merge and projection run on `n_head`
+# blocks while the rest of the GPU idles. The fused step's default tail (`LAB_ATTN_TAIL=grid`, what
+# `LAB_FUSION=1` runs unless told otherwise) keeps one launch and drops that reason.
+# `attn_fused_grid` (`kernels/fused.py`) is one 1-D grid of `attn_partial`'s 128-thread blocks:
+# first the `n_head x splits` partial blocks, then `ceil(D / 4)` tail blocks. Each partial block,
+# once its partials are written, counts itself on a device counter (`count_arrival`); each tail
+# block loads its rows of `Wo` into registers, waits until the count says every partial is written
+# (`wait_arrivals`: a spin on the counter with a nanosleep backoff), then does `attn_combine`'s
+# work: the merge, its rows' dots with `o`, the residual. Its bits are the unfused attention's, and
+# its split (`LAB_SPLIT_COMBINE=1` with the grid tail) is exactly the unfused attention's two
+# launches, `attn_partial` then `attn_combine`: one extra launch per layer, not two. There is no
+# serial tail left to remove. Does the split still pay?
+
+# %%
+GRID = cfg.replace(fusion=True)                   # LAB_FUSION=1, the default tail: grid
+grid_eng, _, same, grid_extra = both_forms(GRID, "grid tail")
+print(f"grid tail vs its split, logits bit-identical over {TOKENS} tokens: {same}")
+print(f"the split adds {grid_extra} launches per token "
+      f"({grid_extra // L} per layer x {L} layers)")
+
+# %% [markdown]
+# Node by node (`kernel_costs.json`, the same H200 pass as above): the one kernel against its
+# two halves as nodes of their own, with how many blocks of each kind its grid holds, and the
+# heads tail's `attn_fused` beside it for scale.
+
+# %%
+GT = ("attn_fused_grid", "attn_partial", "attn_combine")
+node_pdl = {}                            # (kernel, context) -> node us with PDL, as recorded
+for r in costs["kernels"]:
+    if r["kernel"] in GT:
+        node[r["kernel"], r["context"]] = r["node_us"]
+        node_pdl[r["kernel"], r["context"]] = r["node_pdl_us"]
+        grid[r["kernel"], r["context"]] = r["grid"]
+print(f"node us per layer ({report.source_label(costs['source'])}, kernel_costs.json):")
+print(f"{'context':>7} {'partial':>7} {'tail':>4}   {'fused grid':>10} {'partial':>7} "
+      f"{'combine':>7} {'split - fused':>13} {'with PDL':>8}   {'heads':>6}")
+grid_rows = []
+for c in sorted(c for k, c in node if k == "attn_fused_grid"):
+    n_part = int(np.prod(grid["attn_partial", c]))
+    fg, pa, co = (node[k, c] for k in GT)
+    with_pdl = node_pdl["attn_partial", c] + node_pdl["attn_combine", c] - node_pdl[GT[0], c]
+    grid_rows.append((c, fg, pa + co, node["attn_fused", c]))
+    print(f"{c:>7} {n_part:>7} {grid['attn_fused_grid', c][0] - n_part:>4}   {fg:>10.2f} "
+          f"{pa:>7.2f} {co:>7.2f} {pa + co - fg:>+13.2f} {with_pdl:>+8.2f}   "
+          f"{node['attn_fused', c]:>6.2f}")
+show("(partial, tail: attn_fused_grid's blocks of each kind; with PDL: split - fused from the "
+     "chains timed with PDL, node_pdl_us; heads: attn_fused, the heads tail's one kernel)")
+
+# %% [markdown]
+# Every row has the same sign again, with PDL or without: the two nodes take less device time
+# than the one kernel, though by far less than the heads tail's split saved, and by most at the
+# longest contexts, whose grids hold the most partial blocks. The one kernel is far cheaper than
+# `attn_fused` at every context. One caveat on this file: the pass that wrote it ran a build
+# whose shared row-dot routine (`row_dot`, used by the matvecs, by `attn_combine` and, through
+# `row_dot_loaded`, by the grid tail's dots) was slower than before; the commit after it
+# restored the old form. The whole-step timings at the end of this section were taken with the
+# restored form.
 #
+# The step-level estimates, as for the heads tail:
+
+# %%
+grid_est = estimates(grid_eng, ("fused", "split"), fission["fused_grid"]["graph"])
+
+# %% [markdown]
+# The simulator's paired A/B (A = `attn_fused_grid`, B = `attn_partial` + `attn_combine`), the
+# H200's recording of the same pair (`fission.json["fused_grid"]`: plain capture, no PDL, as
+# every recording in that file), and their conformance rows:
+
+# %%
+grid_sim = sim_ab(GRID, ("fused", "split"), {"eager": 8, "graph": 4},
+                  fission["fused_grid"]["graph"]["tokens"])
+show(f"{fission['source']} - {fission['date']}")
+for mode in ("eager", "graph"):
+    ab_lines(f"{mode}, H200", fission["fused_grid"][mode], ("fused", "split"))
+conformance_lines("fused grid fission")
+g = fission["fused_grid"]["graph"]
+print(f"captured, H200: {g['diff_b_minus_a_ms'] / g['diff_sem_ms']:+.0f} standard errors from "
+      f"zero, {1000 * g['diff_b_minus_a_ms'] / grid_extra:+.2f} us per extra node")
+
+# %% [markdown]
+# ## The grid tail under capture and PDL, on the H200
+# The fission recordings run without PDL. With PDL (notebook 07) a node's launch overlaps the
+# end of the node before it, and the split's `attn_combine` waits for `attn_partial` in
+# hardware (`griddepcontrol.wait`, `pdl_wait` in the kernels) rather than on a counter. The
+# H200 also timed the whole step in several arms at a short and a long context
+# (`data/gpu/fused_tails.json`, `lab.measure.bench.run_sweep`: means of independent reps, not a
+# paired A/B). Its provenance says which kernels it ran:
+
+# %%
+tails = json.loads((GPU / "fused_tails.json").read_text())   # the GPU's, not the simulator's
+show(f"provenance: {tails['provenance']}")
+show(f"{tails['source']} - {tails['date']}; {tails['reps']} reps x {tails['tokens']} tokens")
+
+
+def step_name(row):
+    """The step an arm ran: unfused, or fused with its tail (and split)."""
+    t = row["toggles"]
+    if t["LAB_FUSION"] == "0":
+        return "unfused"
+    return f"fused {t['LAB_ATTN_TAIL']}" + (" + split" if t["LAB_SPLIT_COMBINE"] == "1" else "")
+
+
+tail = {}                                    # (step, pdl, context) -> (mean us, sem us)
+print(f"{'arm':<27} {'step':<18} {'PDL':>3} {'context':>7} {'us/token':>8} {'± sem':>5} "
+      f"{'launches':>8}")
+for row in tails["rows"]:
+    pdl = row["toggles"]["LAB_PDL"]
+    tail[step_name(row), pdl, row["context"]] = (1000 * row["mean_ms"], 1000 * row["sem_ms"])
+    print(f"{row['arm']:<27} {step_name(row):<18} {pdl:>3} {row['context']:>7} "
+          f"{1000 * row['mean_ms']:>8.2f} {1000 * row['sem_ms']:>5.2f} "
+          f"{row['launches_per_token']:>8}")
+
+
+def tail_diff(b, a, c, pdl=("1", "1")):
+    """B - A in us/token at context c (PDL of B, of A), the two means' standard errors combined."""
+    (mb, sb), (ma, sa) = tail[b, pdl[0], c], tail[a, pdl[1], c]
+    return f"{mb - ma:+7.2f} ± {np.hypot(sb, sa):.2f} us/token"
+
+
+for c in tails["contexts"]:
+    print(f"context {c}, graph+pdl:")
+    print(f"  fused grid + split - fused grid  {tail_diff('fused grid + split', 'fused grid', c)}")
+    print(f"  fused grid - unfused             {tail_diff('fused grid', 'unfused', c)}")
+    print(f"  fused heads - fused grid         {tail_diff('fused heads', 'fused grid', c)}")
+    print(f"  fused grid, PDL on - PDL off     "
+          f"{tail_diff('fused grid', 'fused grid', c, ('1', '0'))}")
+print(f"a graph node boundary (kernel_costs.json floors): {floors['empty']['per_node_us']:.2f} us, "
+      f"with PDL {floors['empty_pdl']['per_node_us']:.2f} us")
+
+# %%
+fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
+ctx = [r[0] for r in grid_rows]
+for i, (label, color) in enumerate((("attn_fused_grid (one kernel)", "tab:blue"),
+                                    ("attn_partial + attn_combine (its split)", "tab:green"),
+                                    ("attn_fused (heads tail)", "tab:red")), start=1):
+    ax0.plot(ctx, [r[i] for r in grid_rows], "o-", color=color, label=label)
+ax0.set_xscale("log")
+ax0.set_xlabel("context")
+ax0.set_ylabel("node us per layer")
+ax0.set_title(f"graph nodes, no PDL: kernel_costs.json ({costs['date']})", fontsize=9)
+ax0.legend(fontsize=8)
+steps = ["unfused", "fused heads", "fused grid", "fused grid + split"]
+w = 0.38
+for j, c in enumerate(tails["contexts"]):
+    mean = [tail[s, "1", c][0] for s in steps]
+    sem = [tail[s, "1", c][1] for s in steps]
+    bar = ax1.bar(np.arange(len(steps)) + (j - 0.5) * w, mean, w, yerr=sem, capsize=3,
+                  label=f"context {c}")
+    ax1.bar_label(bar, [f"{m:.1f}" for m in mean], padding=2, fontsize=7)
+ax1.set_xticks(np.arange(len(steps)), steps, fontsize=8)
+ax1.set_ylabel("us/token")
+ax1.margins(y=0.12)
+ax1.set_title(f"whole step, graph+pdl: fused_tails.json ({tails['date'][:10]}, "
+              f"{report.source_label(tails['source'])})", fontsize=9)
+ax1.legend(fontsize=8, loc="upper left")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Left, device time per layer: the grid tail's one kernel sits far below the heads tail's at every
+# context, and still above its own two halves as two nodes. Right, the whole step on the GPU under
+# capture and PDL: the heads tail is the slowest arm, the grid tail beats the unfused step at the
+# short context and not at the long one, and the grid tail's split beats everything at both. So even
+# the one-kernel form that fills the grid loses to its split once the step is captured, on this GPU:
+# without PDL in the fission recording, and in this sweep with PDL by more, at both contexts, than
+# that recording measured. Eagerly the split still loses (the recording and the simulator above):
+# one more host submit per layer on a host-bound step.
+#
+# Why, as these measurements read: inside one kernel, the tail blocks learn that the partials
+# are written by polling a counter, a memory round trip per read with a nanosleep between reads,
+# and only then merge. Between two nodes the same hand-off is a node boundary, about the floor
+# printed above, and under PDL `attn_combine` is already launched while `attn_partial` runs and
+# waits in hardware (`griddepcontrol.wait`), released without a poll. The spin and merge inside
+# the kernel cost more than that boundary. The heads tail's split wins by much more because
+# what it removes is worse: a tail on `n_head` blocks. What the grid tail shows is that fusing
+# across a grid-wide dependency costs time here, where the hardware already provides a cheaper
+# wait between launches; whether it would on another GPU, or with a cheaper wait, is a fresh
+# measurement, not a rule.
+
+# %% [markdown]
 # ## Where fission does not pay: the unfused combine
 # The unfused step (`LAB_FUSION=0`) has a split too: its combine, `attn_combine` (every block
 # re-merges all heads into shared memory, then computes its rows of `Wo · o` plus the residual),
@@ -360,18 +556,22 @@ for mode in ("eager", "graph"):
     ab_lines(f"{mode}, H200", fission[mode], ("combine", "split"))
 conformance_lines("fission (")
 per_node = {k: 1000 * d["graph"]["diff_b_minus_a_ms"] / n for k, d, n in
-            (("unfused", fission, unf_extra), ("fused", fission["fused"], fused_extra))}
-print(f"captured, H200, per extra node: unfused split {per_node['unfused']:+.2f} us, "
-      f"fused split {per_node['fused']:+.2f} us")
+            (("unfused", fission, unf_extra), ("fused heads", fission["fused"], fused_extra),
+             ("fused grid", fission["fused_grid"], grid_extra))}
+print("captured, H200, B - A per extra node: "
+      + ", ".join(f"{k} {us:+.2f} us" for k, us in per_node.items()))
 
 # %% [markdown]
 # So the lecture's rule holds in its honest form: capture changes the *price* of a launch — a
 # host submit becomes a node — and with it which shape wins, but it does not decide by itself.
-# Where a kernel carries a serial tail (the fused attention), the split removes latency the
-# extra nodes cost less than, and it wins once captured while still losing eagerly. Where it
-# does not (the unfused combine), each extra node is device time with nothing to win back, and
-# the split loses in both modes — by less captured than eagerly. Re-measure either verdict
-# when the kernels, the model or the launch mechanism change.
+# Where a kernel carries a serial tail (the heads tail), the split removes latency the extra
+# nodes cost less than, and it wins once captured while still losing eagerly. Where the kernel
+# fills the grid but makes some of its blocks wait for the others (the grid tail), the split
+# still wins captured on this GPU, by less per node: a node boundary, and under PDL a wait in
+# hardware, cost less than the kernel's own wait. Where neither holds (the unfused combine),
+# each extra node is device time with nothing to win back, and the split loses in both modes —
+# by less captured than eagerly. Re-measure each verdict when the kernels, the model or the
+# launch mechanism change.
 #
 # ## What you should now be able to do
 # - Split a kernel into launches without moving a bit (same device functions, same accumulation
@@ -382,5 +582,6 @@ print(f"captured, H200, per extra node: unfused split {per_node['unfused']:+.2f}
 #   extra node floors against the serial tail removed, captured — before measuring it.
 # - Check the estimate with a paired A/B behind an A/A gate in each mode, read its sign and
 #   standard error, and hold the simulator's prediction against a GPU recording.
-# - Tell a split that wins under capture (it removes a serial tail) from one that does not (it
-#   only adds nodes), with the numbers to show which is which.
+# - Tell a split that wins under capture (it removes a serial tail, or an in-kernel wait that
+#   costs more than a node boundary) from one that does not (it only adds nodes), with the
+#   numbers to show which is which.

@@ -497,11 +497,14 @@ if rec is not None:
 # projection that follows it: a row of the normalised projection is `inv * (W[r] . (x * w))`
 # instead of `W[r] . ((x * inv) * w)`, the same mathematics in another order. So it does not
 # write the unfused step's bits, on the simulator (its twins fold the norm the same way) or on a
-# GPU, and bit identity is the wrong test across the two arms. Within one arm it is the right
-# one: eager and graph, replay after replay, byte-identical (`tests/test_fusion.py`). Across
-# arms the judge is the float64 oracle, with `decode-lab compare`'s float32 bar and the greedy
-# ids of each prompt, where a divergence passes only at a near-tie (the oracle's margin under
-# 1e-3, reported). On the simulator:
+# GPU, and bit identity is the wrong test across the two arms. (By default its attention is not
+# where the orders part: `attn_fused_grid` sums in the unfused attention's order, `attn_partial`
+# then `attn_combine`, bit for bit. With `LAB_ATTN_TAIL=heads` it is `attn_fused`, which
+# projects each head apart and then sums the heads: another order again.) Within one arm it is
+# the right one: eager and graph, replay after replay, byte-identical (`tests/test_fusion.py`).
+# Across arms the judge is the float64 oracle, with `decode-lab compare`'s float32 bar and the
+# greedy ids of each prompt, where a divergence passes only at a near-tie (the oracle's margin
+# under 1e-3, reported). On the simulator:
 
 # %%
 fz = compare.compare("FUSION=0", "FUSION=1", tokens=64, base=cfg)
@@ -514,10 +517,11 @@ show(f"verdict: {'PASS' if fused_vs_oracle['verdict']['ok'] else 'FAIL'} on "
      f"{len(fused_vs_oracle['prompts'])} prompts x {fused_vs_oracle['tokens']} tokens (simulated)")
 
 # %% [markdown]
-# The megakernel (`LAB_PERSISTENT=1`, notebook 10) runs the fused step's device functions in
-# the same order, so the fused step is its reference: its ids and logits must be the fused
-# step's bytes, and on the H200 they were (`data/gpu/persistent.json`). On a GPU the same
-# judgement runs as a test: the fused arm against the oracle on the five standard prompts
+# The megakernel (`LAB_PERSISTENT=1`, notebook 10) runs the device functions of the fused step
+# with the heads tail (`LAB_FUSION=1 LAB_ATTN_TAIL=heads`, attention in `attn_fused`) in the
+# same order, so that step is its reference: its ids and logits must be that step's bytes, and
+# on the H200 they were (`data/gpu/persistent.json`). On a GPU the same judgement runs as a
+# test: the fused arm against the oracle on the five standard prompts
 # (`tests/test_fusion.py::test_gpu_fused_arm_against_the_oracle_on_the_standard_prompts`).
 #
 # ## What you should now be able to do

@@ -270,7 +270,8 @@ result = check("fission", globals())
 # %% [markdown]
 # That split does not pay, even captured: the one-kernel combine had no serial tail to remove.
 # Exercise `fission_fused`: the case lecture §6 is about -- the fused step's attention
-# (`attn_fused`, `LAB_FUSION=1`), one launch with a serial tail, split into its three phases. It
+# with the heads tail (`attn_fused`, `LAB_FUSION=1 LAB_ATTN_TAIL=heads`), one launch with a
+# serial tail, split into its three phases. It
 # must lose eagerly and win captured (notebook 06 shows the same on the H200's recording).
 
 # %%

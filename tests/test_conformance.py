@@ -159,7 +159,8 @@ def test_a_subset_of_lessons_gives_the_same_rows_as_the_whole_table(model, repor
     """`only=` re-runs a subset (notebooks 06 and 07 show theirs); its rows are the whole
     table's rows for those lessons, and an unknown lesson is a clear error."""
     part = conformance.run(model, only=("fission", "nodes"))
-    want = [r for r in report["rows"] if r.lesson.startswith(("fission", "fused fission", "node:"))]
+    want = [r for r in report["rows"]
+            if r.lesson.startswith(("fission", "fused fission", "fused grid fission", "node:"))]
     assert [(r.lesson, r.sim, r.gpu) for r in part["rows"]] == [(r.lesson, r.sim, r.gpu) for r in want]
     with pytest.raises(LabError, match="unknown conformance lesson"):
         conformance.run(model, only=("fision",))
