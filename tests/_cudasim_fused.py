@@ -172,9 +172,15 @@ def check_attn_fused_grid(rng, cfg, tag):
     D, H, hd, S = cfg["D"], cfg["n_head"], cfg["hd"], cfg["max_seq"]
     scale = np.float32(1.0 / np.sqrt(hd))
     tol = (1e-5, 64)   # as attn_fused's
-    cases = [(np.float32, 9, 3), (np.float16, 0, 2)]   # 3 slices over 2 passes; L = 1, an empty slice
+    # 2 slices of a 10-step context; L = 1 over 2 slices (an empty slice), the float16 signature
+    cases = [(np.float32, 9, 2), (np.float16, 0, 2)]
     if GPU and D > 16:
         cases += [(np.float32, S - 1, 1), (np.float32, S - 1, 4), (np.float16, S - 1, 32)]
+    # the contract against attn_partial + attn_combine, on one case under the simulator's trees
+    # (slow to simulate: those two kernels again); with --shuffles the harness's dump holds this
+    # kernel's outputs bit for bit against the trees run's, and tests/_cudasim_kernels.py holds
+    # attn_partial and attn_combine on both paths
+    contract = (0, 1) if GPU else ((0,) if "--shuffles" not in sys.argv else ())
     for n, (dt, p, splits) in enumerate(cases):
         grid, block = fused.grid_tail_grid(H, splits, D)
         label = f"{tag} pos={p} splits={splits} grid={grid[0]} cache={np.dtype(dt).name}"
@@ -190,6 +196,8 @@ def check_attn_fused_grid(rng, cfg, tag):
             counter_zero(again[9], f"attn_fused_grid {label}, second launch")
             for i in (4, 5, 8):
                 same_bits(again[i], out[i], f"attn_fused_grid {label}: second launch, argument {i}")
+        if n not in contract and n < 2:
+            continue
         part_o, part_ml = np.zeros_like(args[4]), np.zeros_like(args[5])
         compiled("attn_partial", sig_for("attn_partial", dt))[partial_grid(H, splits, hd)](
             *args[:4], part_o, part_ml, scale)
