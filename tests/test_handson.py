@@ -190,3 +190,38 @@ def test_a_thread_left_running_does_not_hold_the_check(tmp_path):
             "    threading.Thread(target=lambda: time.sleep(3600)).start()\n")
     res = _check("prewarm", _file(tmp_path, text), timeout_s=30)
     assert not res.passed and "fell back to eager" in res.message
+
+
+def test_aa_control_names_the_ids_only_mistake_whatever_the_skipped_rows_held(monkeypatch):
+    """The uninitialised-cache fixture's two runs of A differ by what memory held: some memory
+    flips a token id, some only the logits. When only the logits differ, comparing ids alone
+    says A matches itself; the check must still name that mistake, not a generic one."""
+    from lab.teach.handson import aa_control as ac
+    from lab.teach.handson.base import Fail
+
+    ids = np.arange(4, dtype=np.int32)
+    draws = iter(range(1000))
+
+    def fake_run(backend, kv_init, graph, bugs=frozenset(), calls=None):
+        def run():
+            # the uninitialised cache: the same ids every run, logits that differ run to run
+            logits = np.full(3, float(next(draws)) if kv_init == "empty" else 0.0, np.float32)
+            out = (ids.copy(), logits)
+            if calls is not None:
+                calls.append(out)
+            return out
+        return run
+    monkeypatch.setattr(ac, "_run", fake_run)
+    monkeypatch.setattr(ac, "_truth", lambda backend, kv_init, bugs:
+                        "broken" if kv_init == "empty" else "same")
+    import types
+
+    def module(src):
+        mod = types.ModuleType("solution")
+        exec(src, mod.__dict__)
+        return mod
+    with pytest.raises(Fail, match="compare the logits too"):
+        list(ac.cases(module(ac.TOKENS_ONLY), "sim"))
+    assert len(list(ac.cases(module(ac.REFERENCE), "sim"))) == len(ac._FIXTURES)
+    assert not ac._ids_only_differ_in_logits([(ids, np.zeros(2)), (ids, np.zeros(2))])
+    assert not ac._ids_only_differ_in_logits([(ids, np.zeros(2))])

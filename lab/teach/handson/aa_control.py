@@ -96,6 +96,14 @@ def _truth(backend, kv_init, bugs) -> str:
     return "different" if outputs_differ([a1], [_run(backend, kv_init, True, bugs)()]) else "same"
 
 
+def _ids_only_differ_in_logits(calls) -> bool:
+    """True when the first two runs recorded have the same token ids and different logits."""
+    if len(calls) < 2:
+        return False
+    (ids1, logits1), (ids2, logits2) = calls[0], calls[1]
+    return ids1.tobytes() == ids2.tobytes() and logits1.tobytes() != logits2.tobytes()
+
+
 def cases(sol, backend):
     (fn,) = need(sol, ("ab_verdict",))
     for label, kv_init, bugs in _FIXTURES:
@@ -112,6 +120,11 @@ def cases(sol, backend):
         if want == "broken" and len(a_calls) < 2:
             why = (f"you ran A {len(a_calls)} time(s): the A/A control runs A twice, as two "
                    f"independent runs, and compares them" if a_calls else "you never ran A")
+        elif want == "broken" and _ids_only_differ_in_logits(a_calls):
+            # the seek's skipped rows moved the logits but no id: a verdict on ids alone says
+            # A matches itself (whether they do depends on what memory held: name the mistake)
+            why = ("compare the logits too, byte for byte: your two runs of A have the same "
+                   "token ids and different logits")
         elif want == "broken":
             why = "two runs of A differed and still you trusted the comparison"
         else:
