@@ -97,9 +97,10 @@ SPEC_BUGS: dict[str, Bug] = {b.name: b for b in (
 FUSED_ABSENT: dict[str, str] = {
     "attn_norm_kernel": "the standalone attention rmsnorm, which norm_qkv_rope folds in",
     "append_kv": "the standalone RoPE + KV append, which is norm_qkv_rope's epilogue",
-    "attention": "the standalone attention partial, which attn_fused does together with the "
-                 "merge, the output projection and the residual add (attn_partial_wide, its "
-                 "first phase, under LAB_SPLIT_COMBINE=1)",
+    "attention": "the standalone attention partial, which the fused attention (attn_fused_grid, "
+                 "or attn_fused with LAB_ATTN_TAIL=heads) does together with the merge, the "
+                 "output projection and the residual add (under LAB_SPLIT_COMBINE=1 its first "
+                 "phase is a launch of its own: attn_partial, or attn_partial_wide)",
     "advance": "the standalone position kernel: norm_lm_head_argmax advances the position",
     "sample_next": "the standalone argmax: norm_lm_head_argmax picks the next id",
 }

@@ -154,9 +154,13 @@ class Step:
         if plan.split_combine:  # fission: merge, then project (bit-identical to the fused form)
             yield from self.merge_then_project(layer, part_o, part_ml)
         else:
-            b, D = self.dev.buf, self.engine.model.cfg.d_model
-            yield launch(attention.attn_combine, attention.combine_grid(D),
-                         (part_o, part_ml, self.dev.w[f"layers.{layer}.wo"], b.x), layer)
+            yield self.combine_one(layer, part_o, part_ml)
+
+    def combine_one(self, layer: int, part_o, part_ml) -> Launch:
+        """attn_combine: the merge, the output projection and the residual add in one launch."""
+        b, D = self.dev.buf, self.engine.model.cfg.d_model
+        return launch(attention.attn_combine, attention.combine_grid(D),
+                      (part_o, part_ml, self.dev.w[f"layers.{layer}.wo"], b.x), layer)
 
     def merge_then_project(self, layer: int, part_o, part_ml):
         b, hd = self.dev.buf, self.engine.model.cfg.head_dim
@@ -310,12 +314,10 @@ class FusedStep(Step):
 
     def attention_grid_split(self, plan: Plan, layer: int, part_o, part_ml, scale):
         """attn_fused_grid as two launches (LAB_ATTN_TAIL=grid, LAB_SPLIT_COMBINE=1): its partial
-        blocks are attn_partial, its tail blocks attn_combine -- the unfused step's attention."""
-        c, b = self.engine.model.cfg, self.dev.buf
-        yield launch(attention.attn_partial, attention.partial_grid(c.n_head, plan.splits, c.head_dim),
-                     (b.q, b.k_cache[layer], b.v_cache[layer], b.pos, part_o, part_ml, scale), layer)
-        yield launch(attention.attn_combine, attention.combine_grid(c.d_model),
-                     (part_o, part_ml, self.dev.w[f"layers.{layer}.wo"], b.x), layer)
+        blocks are attn_partial, its tail blocks attn_combine -- the unfused step's attention,
+        issued by the unfused step's own pieces."""
+        yield Step.attention(self, plan, layer, part_o, part_ml, scale)
+        yield Step.combine_one(self, layer, part_o, part_ml)
 
     def attention_split(self, plan: Plan, layer: int, part_o, part_ml, scale):
         """attn_fused as three launches (LAB_SPLIT_COMBINE=1): its partials, the merge into o,

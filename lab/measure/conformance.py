@@ -306,19 +306,17 @@ def _table(model, data_dir, rec, loop_file, only, cost, base, reps, progress, dr
             kw = {"graph": mode == "graph"}
             ab("fission.json", kw, {**kw, "split_combine": True},
                _field(rec["fission"], mode, "fission"), f"fission ({mode}): split - combine")
-        # the fused step's attention split (recorded since it exists: older files lack it)
-        if "fused" in rec["fission"]:   # the heads tail: lecture §6's case
+        # the fused step's attention split, for each tail recorded (older files lack them): the
+        # heads tail (lecture §6's case) and the grid tail (a one-kernel form that fills the grid)
+        for key, tail, label in (("fused", "heads", "fused fission"),
+                                 ("fused_grid", "grid", "fused grid fission")):
+            if key not in rec["fission"]:
+                continue
             for mode in ("eager", "graph"):
-                kw = {"graph": mode == "graph", "fusion": True, "attn_tail": "heads"}
+                kw = {"graph": mode == "graph", "fusion": True, "attn_tail": tail}
                 ab("fission.json", kw, {**kw, "split_combine": True},
-                   _field(rec["fission"]["fused"], mode, "fission.fused"),
-                   f"fused fission ({mode}): split - fused")
-        if "fused_grid" in rec["fission"]:   # the grid tail: a one-kernel form that fills the grid
-            for mode in ("eager", "graph"):
-                kw = {"graph": mode == "graph", "fusion": True, "attn_tail": "grid"}
-                ab("fission.json", kw, {**kw, "split_combine": True},
-                   _field(rec["fission"]["fused_grid"], mode, "fission.fused_grid"),
-                   f"fused grid fission ({mode}): split - fused")
+                   _field(rec["fission"][key], mode, f"fission.{key}"),
+                   f"{label} ({mode}): split - fused")
     if "device loop" in only and loop_file.is_file():
         ab("device_loop.json", {}, {"loop": "device"}, _field(_load(data_dir, "device_loop.json"),
            "plain", "device_loop"), "device loop: device - host loop")
