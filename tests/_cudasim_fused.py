@@ -71,6 +71,25 @@ def same_bits(a, b, what):
                        f"{np.nanmax(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))):.3g})")
 
 
+def second_launch(name, dt, grid, block, args, out, counter, written, label):
+    """The replay-2 check: `name` launched again on copies of the same inputs leaves its counter
+    slots (argument `counter`) at 0 and writes out's bits into every argument in `written`."""
+    again = copies(args)
+    compiled(name, sig_for(name, dt))[grid, block](*again)
+    counter_zero(again[counter], f"{name} {label}, second launch")
+    for i in written:
+        same_bits(again[i], out[i], f"{name} {label}: second launch, argument {i}")
+
+
+def attention_inputs(rng, D, H, hd, S, dt, p, splits, scale):
+    """The fused attentions' first nine arguments, in their order: q, the caches (dt), pos,
+    zeroed part_o / part_ml for `splits` slices, scale, Wo, x."""
+    return [f32(rng, D, scale=2.0), f32(rng, S, D).astype(dt), f32(rng, S, D).astype(dt),
+            np.array([p], np.int32), np.zeros((H, splits, hd), np.float32),
+            np.zeros((H, splits, 2), np.float32), scale, f32(rng, D, D, scale=D ** -0.5),
+            f32(rng, D)]
+
+
 def counter_zero(counter, what):
     if np.any(counter != 0):
         raise Mismatch(f"{what}: the last-block counter slots are {counter} after the launch, not 0")
@@ -136,19 +155,12 @@ def check_attn_fused(rng, cfg, tag):
         threads = cfg["attn_threads"][n % len(cfg["attn_threads"])]
         grid, block = fused.attention_grid(H, splits, hd, threads)
         label = f"{tag} pos={p} splits={splits} threads={block[0]} cache={np.dtype(dt).name}"
-        args = [f32(rng, D, scale=2.0), f32(rng, S, D).astype(dt), f32(rng, S, D).astype(dt),
-                np.array([p], np.int32), np.zeros((H, splits, hd), np.float32),
-                np.zeros((H, splits, 2), np.float32), scale, f32(rng, D, D, scale=D ** -0.5),
-                f32(rng, D), np.zeros((H, D), np.float32),
-                np.zeros(fused.counter_slots(H), np.int32)]
+        args = [*attention_inputs(rng, D, H, hd, S, dt, p, splits, scale),
+                np.zeros((H, D), np.float32), np.zeros(fused.counter_slots(H), np.int32)]
         out = run_case("attn_fused", grid, block, args, tol, dt, label=label)
         counter_zero(out[10], f"attn_fused {label}")
         if n == 1:
-            again = copies(args)
-            compiled("attn_fused", sig_for("attn_fused", dt))[grid, block](*again)
-            counter_zero(again[10], f"attn_fused {label}, second launch")
-            for i in (4, 5, 8, 9):
-                same_bits(again[i], out[i], f"attn_fused {label}: second launch, argument {i}")
+            second_launch("attn_fused", dt, grid, block, args, out, 10, (4, 5, 8, 9), label)
         # the split form: its three kernels, each against its twin, and their bits against
         # attn_fused's (merge and projection run on the kernel's partials); its partials on
         # the several-slice and the float16 case (slow to simulate: the same device function)
@@ -180,23 +192,17 @@ def check_attn_fused_grid(rng, cfg, tag):
     # (slow to simulate: those two kernels again); with --shuffles the harness's dump holds this
     # kernel's outputs bit for bit against the trees run's, and tests/_cudasim_kernels.py holds
     # attn_partial and attn_combine on both paths
-    contract = (0, 1) if GPU else ((0,) if "--shuffles" not in sys.argv else ())
+    contract = (range(len(cases)) if GPU else () if "--shuffles" in sys.argv else (0,))
     for n, (dt, p, splits) in enumerate(cases):
         grid, block = fused.grid_tail_grid(H, splits, D)
         label = f"{tag} pos={p} splits={splits} grid={grid[0]} cache={np.dtype(dt).name}"
-        args = [f32(rng, D, scale=2.0), f32(rng, S, D).astype(dt), f32(rng, S, D).astype(dt),
-                np.array([p], np.int32), np.zeros((H, splits, hd), np.float32),
-                np.zeros((H, splits, 2), np.float32), scale, f32(rng, D, D, scale=D ** -0.5),
-                f32(rng, D), np.zeros(fused.counter_slots(H), np.int32)]
+        args = [*attention_inputs(rng, D, H, hd, S, dt, p, splits, scale),
+                np.zeros(fused.counter_slots(H), np.int32)]
         out = run_case("attn_fused_grid", grid, block, args, tol, dt, label=label)
         counter_zero(out[9], f"attn_fused_grid {label}")
         if n == 0:
-            again = copies(args)
-            compiled("attn_fused_grid", sig_for("attn_fused_grid", dt))[grid, block](*again)
-            counter_zero(again[9], f"attn_fused_grid {label}, second launch")
-            for i in (4, 5, 8):
-                same_bits(again[i], out[i], f"attn_fused_grid {label}: second launch, argument {i}")
-        if n not in contract and n < 2:
+            second_launch("attn_fused_grid", dt, grid, block, args, out, 9, (4, 5, 8), label)
+        if n not in contract:
             continue
         part_o, part_ml = np.zeros_like(args[4]), np.zeros_like(args[5])
         compiled("attn_partial", sig_for("attn_partial", dt))[partial_grid(H, splits, hd)](
@@ -282,11 +288,8 @@ def check_norm_lm_head_argmax(rng, cfg, tag):
             raise Mismatch(f"norm_lm_head_argmax {label}: picked {out[7][p + 1]}, want 0 (all NaN)")
         counter_zero(out[8], f"norm_lm_head_argmax {label}")
         if n == 0:
-            again = copies(args)
-            compiled("norm_lm_head_argmax", sig_for("norm_lm_head_argmax"))[grid, block](*again)
-            counter_zero(again[8], f"norm_lm_head_argmax {label}, second launch")
-            for i in (4, 5, 7):
-                same_bits(again[i], out[i], f"norm_lm_head_argmax {label}: second launch, argument {i}")
+            second_launch("norm_lm_head_argmax", np.float32, grid, block, args, out, 8, (4, 5, 7),
+                          label)
 
 
 def main() -> int:
