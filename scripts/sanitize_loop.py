@@ -94,8 +94,8 @@ def step_body(steps: int, kernel: str | None = None, prefix: int | None = None,
               repeat: int = 1) -> str:
     """The loop's body: the engine's step for the first plan, as its own loop issues it; or,
     with `kernel`, the step's first launch of that kernel (`repeat` times), then advance; or,
-    with `prefix`,
-    the step's first `prefix` launches in order, then advance (a bisection by node count)."""
+    with `prefix`, the step's first `prefix` launches in order, then advance (a bisection by
+    node count)."""
     eng = _engine()
     be, b = eng.backend, eng.buf
     plan = eng.plan(0)
@@ -109,19 +109,19 @@ def step_body(steps: int, kernel: str | None = None, prefix: int | None = None,
         return f"pos {start} -> {got} in one launch of a loop whose one body is the step"
     if prefix is not None:
         launches = [x for x in eng.step_launches(plan) if x.name != "advance"][:prefix]
-        kernel = f"the step's first {len(launches)} launches"
+        what = f"the step's first {len(launches)} launches"
     else:
         launches = [x for x in eng.step_launches(plan) if x.name == kernel][:1] * repeat
-    if not launches:
-        raise SystemExit(f"sanitize_loop kernel: the step has no launch of {kernel!r}")
+        if not launches:
+            raise SystemExit(f"sanitize_loop kernel: the step has no launch of {kernel!r}")
+        what = kernel if repeat == 1 else f"{kernel} x{repeat}"
 
     def issue_kernel(k):
         for x in launches:
             be.launch(x)
         be.launch(_advance(b.pos))
-    got = one_body_loop(be, issue_kernel, b.pos, b.plan_of, b.limit, start, steps,
-                        f"kernel {kernel}")
-    return f"{kernel} and advance as the loop's body, pos {start} -> {got}"
+    got = one_body_loop(be, issue_kernel, b.pos, b.plan_of, b.limit, start, steps, what)
+    return f"{what} and advance as the loop's body, pos {start} -> {got}"
 
 
 def tokens_of(loop: str, steps: int, positions=None) -> list[int]:
@@ -159,8 +159,11 @@ def main(argv=None) -> int:
     if args.mode == "kernel" and not args.kernel:
         print("sanitize_loop: --mode kernel needs --kernel NAME", file=sys.stderr)
         return 2
-    if args.mode == "prefix" and not (args.count or 0) >= 1:
-        print("sanitize_loop: --mode prefix needs --count N, N >= 1", file=sys.stderr)
+    if args.mode == "prefix" and args.count is None:
+        print("sanitize_loop: --mode prefix needs --count N", file=sys.stderr)
+        return 2
+    if args.count is not None and args.count < 1:
+        print("sanitize_loop: --count must be at least 1", file=sys.stderr)
         return 2
     if args.mode in ("minimal", "shared"):
         what = minimal(args.tokens, shared=args.mode == "shared")
