@@ -223,6 +223,37 @@ def arrive_last(counter, slot, arrivals, flag):
 
 
 @cuda.jit(device=True)
+def head_tail(part_o, part_ml, Wo, x, head_out, counter, h, o_sh, red, flag):
+    """The heads tail of head h, in the block elected last of its partials (every thread of it
+    calls): merge the head (attn_merge's bits), write head_out[h] = Wo[:, head h] @ o_h, and, in
+    the last head's block to get here (counter[n_head]), add the heads in head order to x.
+    attn_fused's tail and the persistent step's. o_sh: shared [hd]; red: shared [threads];
+    flag: shared [1] int32."""
+    tid = cuda.threadIdx.x
+    T = cuda.blockDim.x
+    hd = part_o.shape[2]
+    H = part_o.shape[0]
+    D = x.shape[0]
+    for d in range(tid, hd, T):                         # the head's merge: attn_merge's bits
+        o_sh[d] = merge_elem(part_o, part_ml, h, d)     # rounded to f32, as there
+    cuda.syncthreads()
+    warps = T // WARP
+    dots = cuda.local.array(HEAD_ROWS, numba.float32)
+    for r0 in range(0, D, HEAD_ROWS * warps):           # warp w: rows r0 + w + i * warps
+        r = r0 + tid // WARP
+        head_dots(Wo, r, warps, h * hd, hd, o_sh, tid, red, dots)
+        for i in range(HEAD_ROWS):
+            if tid % WARP == 0 and r + i * warps < D:
+                head_out[h, r + i * warps] = dots[i]
+    if arrive_last(counter, H, H, flag):               # the last head: sum in head order
+        for r in range(tid, D, T):
+            s = head_out[0, r]
+            for hh in range(1, H):
+                s = s + head_out[hh, r]
+            x[r] = x[r] + s
+
+
+@cuda.jit(device=True)
 def count_arrival(counter, slot):
     """Count this block in counter[slot] once its writes are done: every thread fences (its
     writes visible device-wide), the block meets, then thread 0 adds 1. Nothing is elected:
@@ -383,29 +414,8 @@ def attn_fused(q, k_cache, v_cache, pos, part_o, part_ml, scale, Wo, x, head_out
     slice_partial(q, k_cache, v_cache, pos[0] + 1, part_o, part_ml, scale, q_sh, sc, red)
     pdl_launch_dependents()  # after the partials, as attn_partial (kernels/attention.py: why)
     h = cuda.blockIdx.x
-    H = cuda.gridDim.x
     if arrive_last(counter, h, cuda.gridDim.y, flag):      # the last of head h's blocks
-        tid = cuda.threadIdx.x
-        T = cuda.blockDim.x
-        hd = part_o.shape[2]
-        D = x.shape[0]
-        for d in range(tid, hd, T):                         # the head's merge: attn_merge's bits
-            o_sh[d] = merge_elem(part_o, part_ml, h, d)     # rounded to f32, as there
-        cuda.syncthreads()
-        warps = T // WARP
-        dots = cuda.local.array(HEAD_ROWS, numba.float32)
-        for r0 in range(0, D, HEAD_ROWS * warps):           # warp w: rows r0 + w + i * warps
-            r = r0 + tid // WARP
-            head_dots(Wo, r, warps, h * hd, hd, o_sh, tid, red, dots)
-            for i in range(HEAD_ROWS):
-                if tid % WARP == 0 and r + i * warps < D:
-                    head_out[h, r + i * warps] = dots[i]
-        if arrive_last(counter, H, H, flag):               # the last head: sum in head order
-            for r in range(tid, D, T):
-                s = head_out[0, r]
-                for hh in range(1, H):
-                    s = s + head_out[hh, r]
-                x[r] = x[r] + s
+        head_tail(part_o, part_ml, Wo, x, head_out, counter, h, o_sh, red, flag)
 
 
 # ---- attn_fused_grid -----------------------------------------------------------------------

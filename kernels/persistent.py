@@ -74,12 +74,11 @@ import numba
 from numba import cuda
 
 from kernels._spec import kernel
-from kernels.attention import merge_elem
 from kernels.embed import embed_twin
 from kernels.fused import (MAX_HEAD_DIM, MAX_THREADS, arrive_last, attention_threads,
-                           attn_fused_twin, norm_lm_head_argmax_twin, norm_qkv_rope_twin,
-                           norm_swiglu_twin)
-from kernels.fused_device import HEAD_ROWS, head_dots, inv_rms, slice_partial_at, xw_dot, xw_dot2
+                           attn_fused_twin, head_tail, norm_lm_head_argmax_twin,
+                           norm_qkv_rope_twin, norm_swiglu_twin)
+from kernels.fused_device import inv_rms, slice_partial_at, xw_dot, xw_dot2
 from kernels.matvec import matvec_residual_twin, row_dot
 from kernels.pdl import pdl_wait
 from kernels.reduce import WARP
@@ -165,7 +164,6 @@ def step_persistent(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, f
     best_i = cuda.shared.array(MAX_THREADS, numba.int32)    # [threads] argmax indices
     o_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)   # [hd] a head's merged output
     flag = cuda.shared.array(1, numba.int32)
-    dots = cuda.local.array(HEAD_ROWS, numba.float32)
     tid = cuda.threadIdx.x
     lane = tid % WARP
     T = cuda.blockDim.x
@@ -223,21 +221,7 @@ def step_persistent(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, f
             slice_partial_at(q, k_cache[layer], v_cache[layer], p + 1, part_o, part_ml, scale,
                              q_sh, sc, red, h, item % splits, splits)
             if arrive_last(counter, h, splits, flag):       # the last of head h's items
-                for d in range(tid, hd, T):                 # the head's merge: attn_merge's bits
-                    o_sh[d] = merge_elem(part_o, part_ml, h, d)
-                cuda.syncthreads()
-                for r0 in range(0, D, HEAD_ROWS * warps):   # warp w: rows r0 + w + i * warps
-                    r = r0 + tid // WARP
-                    head_dots(Wo, r, warps, h * hd, hd, o_sh, tid, red, dots)
-                    for i in range(HEAD_ROWS):
-                        if lane == 0 and r + i * warps < D:
-                            head_out[h, r + i * warps] = dots[i]
-                if arrive_last(counter, H, H, flag):        # the last head: sum in head order
-                    for r in range(tid, D, T):
-                        acc = head_out[0, r]
-                        for hh in range(1, H):
-                            acc = acc + head_out[hh, r]
-                        x[r] = x[r] + acc
+                head_tail(part_o, part_ml, Wo, x, head_out, counter, h, o_sh, red, flag)
         grid.sync()
 
         # ---- mlp up: norm_swiglu, a warp per row

@@ -406,6 +406,7 @@ def test_fused_kernels_follow_the_house_rules():
                 users.add(f"calls:{fn.name}")
     assert users == {"fused.py:arrive_last", "fused.py:count_arrival", "fused.py:wait_arrivals",
                      "calls:attn_fused", "calls:attn_fused_grid", "calls:norm_lm_head_argmax",
+                     "calls:head_tail",            # the heads tail: attn_fused's, the megakernel's
                      "calls:step_persistent"}      # LAB_PERSISTENT=1: the fused tails, in one kernel
     for name in ("attn_fused", "attn_fused_grid", "norm_lm_head_argmax"):
         spec = kernels.REGISTRY[name]
