@@ -6,7 +6,9 @@ and the inter-node gap, with and without PDL), `spin` (one thread runs a depende
 launches behind it, so CUDA events then time those launches' DEVICE side alone) and `pos_set`
 (one thread writes pos[0] = value: chained after a launch that advances the position, the
 persistent step's, it puts the position back, so every link of a chain runs at the same
-context instead of walking it and past max_seq).
+context instead of walking it and past max_seq) and `relay` (dst = src + 1 over 256 floats,
+one block: a chain of relays, each reading what the node before it wrote, measures the floor of a
+node that depends on data, the empty node's floor plus one round trip through memory).
 """
 import numba
 import numpy as np
@@ -21,6 +23,8 @@ SPIN_GRID = (1,)
 SPIN_BLOCK = (1,)
 POS_SET_GRID = (1,)
 POS_SET_BLOCK = (32,)
+RELAY_GRID = (1,)
+RELAY_BLOCK = (256,)
 
 
 def empty_twin(grid, block, flag):
@@ -63,3 +67,19 @@ def pos_set(pos, value):
     pdl_wait()
     if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
         pos[0] = value
+
+
+def relay_twin(grid, block, src, dst):
+    dst[:] = src + np.float32(1.0)
+
+
+@kernel("void(float32[::1], float32[::1])", twin=relay_twin, reads=(0,), writes=(1,))
+def relay(src, dst):
+    """dst[i] = src[i] + 1 for i < len(dst); grid (1,), block (256,), one element a thread (the
+    shape of rmsnorm's vector without its reduction). Chained relay(a, b), relay(b, a): each
+    node reads what the one before it wrote."""
+    pdl_wait()
+    pdl_launch_dependents()
+    i = cuda.threadIdx.x
+    if i < dst.shape[0]:
+        dst[i] = src[i] + numba.float32(1.0)

@@ -465,6 +465,12 @@ for c in CONTEXTS:
          f"({(r['ratio'] - 0.4) / r['sem']:.1f} sem above 0.4); "
          f"{peer_rows[c][b][0] / hi:.3f} against its slowest rep, "
          f"{peer_rows[c][b][0] / lo:.3f} against its fastest")
+relay = recorded_costs["floors"].get("relay")   # recorded since the relay probe
+if relay is not None:
+    over = relay["per_node_us"] - floor_node
+    show(f"a node that only reads the 1 KB the node before it wrote (the relay probe): "
+         f"{relay['per_node_us']:.3f} us/node, {over:.3f} over the empty node; "
+         f"{worst_node} is {over_floor[worst_node] - over:.3f} us above it")
 met = [t[0].split(" (")[0] for t in targets if t[1] <= t[2]]
 missed = [t[0].split(" (")[0] for t in targets if t[1] > t[2]]
 show(f"met: {', '.join(met) or 'none'}; MISSED: {', '.join(missed) or 'none'}")

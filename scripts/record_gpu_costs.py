@@ -18,6 +18,8 @@ Measures, on the real engine's buffers and launches (nothing here decodes a toke
 - the extra cost of a node whose predecessor runs another kernel (chains of adjacent pairs);
 - the empty-node floor (the `empty` probe kernel in chains of 1 .. 64 nodes, with and without
   PDL: slope = floor per node, intercept = the per-replay overhead of a graph launch);
+- the floor of a node that depends on data (the `relay` probe: chains of relays, each reading
+  the 1 KB the one before wrote), with and without PDL;
 - one fork/join pair (an empty side branch) against the same chain without it;
 - the eager device time per kernel (empty kernels queued behind the `spin` probe, CUDA events);
 - the host cost of one eager launch of each kernel per launch mechanism (dispatcher, prebound),
@@ -251,6 +253,7 @@ def measure_floors(eng, progress) -> dict:
         out["empty_pdl" if pdl else "empty"] = fit
         progress(f"  empty chain{' + PDL' if pdl else ''}: {fit['per_node_us']:.3f} us/node, "
                  f"{fit['intercept_us']:.3f} us per replay")
+    out.update(relay_floor(be, progress))
     # a fork/join pair: [empty; fork; empty(side) || empty; join] vs [empty; empty]
     par = [empty, StreamWait("main", "side"), empty_side, empty, StreamWait("side", "main")]
     seq = [empty, empty]
@@ -265,6 +268,26 @@ def measure_floors(eng, progress) -> dict:
     progress(f"  graph launch, host: {out['graph_submit_us']:.3f} us")
     out["loop"] = loop_floor(eng, progress)
     out["capture"] = capture_floor(be, empty, progress)
+    return out
+
+
+def relay_floor(be, progress, lengths=(4, 12, 32)) -> dict:
+    """{"relay": fit, "relay_pdl": fit}: the floor of a node that depends on data, from chains
+    of [relay(a, b), relay(b, a)] (each node reads the 1 KB the node before it wrote), without
+    and with PDL."""
+    a, b = (be.alloc(f"probe_relay_{n}", (256,), np.float32) for n in "ab")
+    relays = [Launch(REGISTRY["relay"], probe.RELAY_GRID, probe.RELAY_BLOCK, (a, b)),
+              Launch(REGISTRY["relay"], probe.RELAY_GRID, probe.RELAY_BLOCK, (b, a))]
+    out = {}
+    for pdl in (False, True):
+        fit = chain_fit(be, relays, 2, pdl, lengths=lengths)
+        out["relay_pdl" if pdl else "relay"] = fit
+        progress(f"  relay chain{' + PDL' if pdl else ''}: {fit['per_node_us']:.3f} us/node "
+                 f"(a node that reads what the node before it wrote)")
+    # every relay read the one before's output: a = b + 1 everywhere (both start at zero)
+    va, vb = be.download(a), be.download(b)
+    if not (np.all(va == va[0]) and np.all(va - vb == 1) and va[0] >= 2):
+        raise RuntimeError(f"relay chains: a[0] {va[0]}, b[0] {vb[0]}: not a chain of relays")
     return out
 
 

@@ -167,7 +167,7 @@ FAMILIES = {
     "rope_kv_append": {"rope_kv_append", "rope_kv_append_row"},
     "attention": {"attn_partial", "attn_partial_len", "attn_merge", "attn_combine"},
     "argmax_next": {"argmax_next", "argmax_next_float"},
-    "advance": {"advance", "empty", "spin", "pos_set"},   # the position kernel, the cost recorder's probes
+    "advance": {"advance", "empty", "spin", "pos_set", "relay"},  # + the cost recorder's probes
     # speculative decoding: the kernels with no reduction of kernels/reduce.py (the shuffle path
     # changes nothing in them: tests/test_kernels.py runs them on the trees only) ...
     "spec": {"draft_lookup", "accept", "embed_cols", "rope_kv_append_cols", "verify_partial",
@@ -741,13 +741,14 @@ def main() -> int:
 
         # ---- advance
         # ---- advance, and the probes of the cost recorder: empty does nothing, spin's float32
-        # loop matches its twin, pos_set writes the position it is given
+        # loop matches its twin, pos_set writes the position it is given, relay adds one
         def t_advance(rng):
             run_case("advance", (1,), (1,), [np.array([7], np.int32)], (0.0, 0))
             if first:
                 run_case("empty", (1,), (32,), [np.array([3], np.int32)], (0.0, 0))
                 run_case("spin", (1,), (1,), [np.int32(50), np.zeros(1, np.float32)], (0.0, 4))
                 run_case("pos_set", (1,), (32,), [np.array([7], np.int32), np.int32(300)], (0.0, 0))
+                run_case("relay", (1,), (256,), [f32(rng, 256), np.zeros(256, np.float32)], (0.0, 0))
         timed("advance", t_advance)
 
         # ---- the speculative-decoding kernels: the drafter and the acceptance (integers, exact)
