@@ -524,6 +524,39 @@ show(f"verdict: {'PASS' if fused_vs_oracle['verdict']['ok'] else 'FAIL'} on "
 # test: the fused arm against the oracle on the five standard prompts
 # (`tests/test_fusion.py::test_gpu_fused_arm_against_the_oracle_on_the_standard_prompts`).
 #
+# The GPU pass runs that judgement for every arm of the ladder, the same way:
+# `scripts/record_gpu_compare.py` puts each arm against the oracle on the five standard prompts x
+# 256 tokens, fed the oracle's ids and decoding alone (`data/gpu/compare.json`). Arms that sum
+# in the same order share their bits (the split grid tail writes the grid tail's, the megakernel
+# the heads tail's), so their rows must match each other too.
+
+# %%
+cmp_path = DATA_DIR / "gpu" / "compare.json"
+if not cmp_path.exists():
+    show("no GPU recording yet: data/gpu/compare.json is absent "
+         "(scripts/record_gpu_compare.py --out DIR writes it on a GPU host)")
+else:
+    arms_rec = json.loads(cmp_path.read_text())
+    print(f"{'arm':<30} {'verdict':>7} {'max|Δlogit|':>11} {'max KL':>9} {'top-1':>11} "
+          f"{'ties':>4}  alone")
+    for arm, r in arms_rec["arms"].items():
+        if "refused" in r:
+            print(f"{arm:<30} refused on this GPU: {r['refused']}")
+            continue
+        rows = r["prompts"]
+        dl = max(p["summary"]["max_dlogit"] for p in rows)
+        kl = max(max(p["summary"]["mean_kld_ab"], p["summary"]["mean_kld_ba"]) for p in rows)
+        agree = sum(p["summary"]["top1_agree_steps"] for p in rows)
+        steps = sum(p["summary"]["steps"] for p in rows)
+        ties = sum(len(p["summary"]["near_ties"]) for p in rows)
+        alone = sum(p["greedy"]["identical"] for p in rows)
+        print(f"{arm:<30} {'PASS' if r['verdict']['ok'] else 'FAIL':>7} {dl:>11.2e} {kl:>9.1e} "
+              f"{agree:>5}/{steps:<5} {ties:>4}  {alone}/{len(rows)} prompts identical")
+    show(f"{len(arms_rec['prompts'])} prompts x {arms_rec['tokens']} tokens per arm; "
+         f"thresholds: {arms_rec['thresholds']}")
+    show(f"source: {arms_rec['source']}, {arms_rec['date']}")
+
+# %% [markdown]
 # ## What you should now be able to do
 # - Say why a faster kernel may change the bits, and judge it against the float64 oracle
 #   (thresholds on KL, max |Δlogit|, top-1, greedy ids with near-ties reported) instead of

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU host: run the GPU-marked tests and the kernel checks at model dims, then record every
-# GPU figure the README and notebooks quote. Everything lands in OUTDIR (logs + data/gpu JSON).
+# GPU figure the README and notebooks quote, and hold every ladder arm against the float64 oracle
+# (record_gpu_compare.py). Everything lands in OUTDIR (logs + data/gpu JSON).
 # The simulator's predictions are held against the fresh recordings (decode-lab conformance);
 # the PyTorch peer (which needs torch, the `peer` extra) runs after it, then the checks that
 # record no figure a lesson shows: PDL without triggers, the device loop under racecheck
@@ -43,6 +44,8 @@ step() { echo "== $* ($(date +%T))"; timeout "${LIMIT:-${STEP_LIMIT:-240}}" "$@"
   step python3 scripts/record_gpu_spec.py --out "$out/gpu"
   step python3 scripts/record_gpu_pdl_context.py --out "$out/gpu"
   step python3 scripts/record_gpu_pdl_context.py --out "$out/gpu" --trigger early
+  step python3 scripts/record_gpu_tails.py --out "$out/gpu"
+  step python3 scripts/record_gpu_compare.py --out "$out/gpu"
   step python3 -m lab conformance --data "$out/gpu"
   # the peer times the persistent arm only where its check above held
   python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["bits"]["ok"] else 1)' \

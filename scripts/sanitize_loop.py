@@ -12,10 +12,16 @@ under `compute-sanitizer --tool racecheck` (or synccheck, memcheck) in one of th
   kernel   `--kernel NAME`: the loop's one body is the step's first launch of NAME (the first
            plan's) and `advance`: which of the step's kernels, alone in a conditional body, the
            sanitizer cannot run
+  kernels  `--kernels A,B,...`: the loop's one body is the step's first launch of each named
+           kernel, in the order given, then `advance`: which combinations of kernels crash it
   loop     the engine's device loop: `--tokens` steps of the clean step in one graph launch
   body     the loop's bodies without the loop: the same step, captured into an ordinary graph
            per plan (LAB_LOOP=host) and replayed, at a position in every plan of the loop
            (plan_boundaries), 2 steps at each
+
+`--warm` (modes one-body, kernel, kernels, prefix) launches the body's kernels once eagerly, and
+puts the position back, before the loop is built: whether the crash needs a kernel's first run
+to be inside a conditional body.
 
 Each mode prints one line `sanitize_loop <mode>: ok ...` when the run completes and its
 results check out (exit 0), or says what failed (exit 1). What the sanitizer reports, it
@@ -90,10 +96,19 @@ def minimal(steps: int, shared: bool = False) -> str:
     return f"pos {got} after one launch of a {steps}-iteration loop"
 
 
+def _warm(be, b, launches, start: int) -> None:
+    """Launch `launches` once eagerly, wait, and put the position back at `start`."""
+    for x in launches:
+        be.launch(x)
+    be.synchronize()
+    be.upload(b.pos, np.array([start], np.int32))
+
+
 def step_body(steps: int, kernel: str | None = None, prefix: int | None = None,
-              repeat: int = 1) -> str:
+              repeat: int = 1, kernels: list[str] | None = None, warm: bool = False) -> str:
     """The loop's body: the engine's step for the first plan, as its own loop issues it; or,
     with `kernel`, the step's first launch of that kernel (`repeat` times), then advance; or,
+    with `kernels`, the step's first launch of each named kernel in that order, then advance; or,
     with `prefix`, the step's first `prefix` launches in order, then advance (a bisection by
     node count)."""
     eng = _engine()
@@ -101,15 +116,26 @@ def step_body(steps: int, kernel: str | None = None, prefix: int | None = None,
     plan = eng.plan(0)
     eng.reset(eng.encode(PROMPT), 0)
     start = eng.position
-    if kernel is None and prefix is None:
+    if kernel is None and prefix is None and kernels is None:
         def issue(k):
             for item in eng._items(plan):
                 eng._issue(item)
+        if warm:
+            _warm(be, b, eng.step_launches(plan), start)
         got = one_body_loop(be, issue, b.pos, b.plan_of, b.limit, start, steps, "one-body")
         return f"pos {start} -> {got} in one launch of a loop whose one body is the step"
     if prefix is not None:
         launches = [x for x in eng.step_launches(plan) if x.name != "advance"][:prefix]
         what = f"the step's first {len(launches)} launches"
+    elif kernels is not None:
+        first = {}
+        for x in eng.step_launches(plan):
+            first.setdefault(x.name, x)
+        missing = [k for k in kernels if k not in first]
+        if missing:
+            raise SystemExit(f"sanitize_loop kernels: the step has no launch of {missing}")
+        launches = [first[k] for k in kernels]
+        what = " + ".join(kernels)
     else:
         launches = [x for x in eng.step_launches(plan) if x.name == kernel][:1] * repeat
         if not launches:
@@ -120,8 +146,11 @@ def step_body(steps: int, kernel: str | None = None, prefix: int | None = None,
         for x in launches:
             be.launch(x)
         be.launch(_advance(b.pos))
+    if warm:
+        _warm(be, b, launches + [_advance(b.pos)], start)
     got = one_body_loop(be, issue_kernel, b.pos, b.plan_of, b.limit, start, steps, what)
-    return f"{what} and advance as the loop's body, pos {start} -> {got}"
+    return (f"{what} and advance as the loop's body{' (run once eagerly first)' if warm else ''}, "
+            f"pos {start} -> {got}")
 
 
 def tokens_of(loop: str, steps: int, positions=None) -> list[int]:
@@ -143,12 +172,17 @@ def tokens_of(loop: str, steps: int, positions=None) -> list[int]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="the device loop under compute-sanitizer, piece by piece")
     ap.add_argument("--mode", required=True,
-                    choices=("minimal", "shared", "one-body", "kernel", "prefix", "loop", "body"))
+                    choices=("minimal", "shared", "one-body", "kernel", "kernels", "prefix", "loop",
+                             "body"))
     ap.add_argument("--kernel", default=None, help="with --mode kernel: the step's kernel")
+    ap.add_argument("--kernels", default=None,
+                    help="with --mode kernels: the step's kernels, comma-separated, in body order")
     ap.add_argument("--count", type=int, default=None,
                     help="with --mode prefix: the step's first COUNT launches as the body; "
                          "with --mode kernel: the kernel COUNT times")
     ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--warm", action="store_true",
+                    help="launch the body's kernels once eagerly before the loop is built")
     ap.add_argument("--backend", default="cuda", choices=("cuda", "sim"))
     args = ap.parse_args(argv)
     global BACKEND
@@ -159,8 +193,15 @@ def main(argv=None) -> int:
     if args.mode == "kernel" and not args.kernel:
         print("sanitize_loop: --mode kernel needs --kernel NAME", file=sys.stderr)
         return 2
+    if args.mode == "kernels" and not args.kernels:
+        print("sanitize_loop: --mode kernels needs --kernels A,B,...", file=sys.stderr)
+        return 2
     if args.mode == "prefix" and args.count is None:
         print("sanitize_loop: --mode prefix needs --count N", file=sys.stderr)
+        return 2
+    if args.warm and args.mode not in ("one-body", "kernel", "kernels", "prefix"):
+        print(f"sanitize_loop: --warm applies to the modes one-body, kernel, kernels and "
+              f"prefix, not {args.mode}", file=sys.stderr)
         return 2
     if args.count is not None and args.count < 1:
         print("sanitize_loop: --count must be at least 1", file=sys.stderr)
@@ -169,9 +210,12 @@ def main(argv=None) -> int:
         what = minimal(args.tokens, shared=args.mode == "shared")
     elif args.mode in ("one-body", "kernel"):
         what = step_body(args.tokens, args.kernel if args.mode == "kernel" else None,
-                         repeat=args.count or 1)
+                         repeat=args.count or 1, warm=args.warm)
+    elif args.mode == "kernels":
+        what = step_body(args.tokens, kernels=[k for k in args.kernels.split(",") if k],
+                         warm=args.warm)
     elif args.mode == "prefix":
-        what = step_body(args.tokens, prefix=args.count)
+        what = step_body(args.tokens, prefix=args.count, warm=args.warm)
     elif args.mode == "loop":
         ids = tokens_of("device", args.tokens)
         what = f"{len(ids)} ids after a {args.tokens}-step device loop: {ids[-args.tokens:]}"
