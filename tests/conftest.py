@@ -35,6 +35,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def conformance_cache(tmp_path_factory):
+    """One folder per test run where conformance keeps what it simulated (lab/measure/
+    conformance.py's CACHE_ENV), shared by the pytest-xdist workers and the notebook kernels
+    they start: the conformance table is simulated once per run, not once per process (its
+    users share the xdist group "conformance", so they run one after another)."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "conformance-cache"
+    os.environ["DECODE_LAB_CONFORMANCE_CACHE"] = str(folder)
+    yield folder
+    os.environ.pop("DECODE_LAB_CONFORMANCE_CACHE", None)
+
+
 @pytest.fixture(scope="session")
 def model():
     """The shipped tiny model (data/tiny_model.npz), validated."""

@@ -182,3 +182,27 @@ def test_a_recording_of_the_wrong_shape_is_a_clear_error(tmp_path, capsys, name,
     err = capsys.readouterr().err
     assert err.startswith("decode-lab: error:") and needle in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_kept_simulation_is_found_only_by_the_same_key_code_and_toggles(tmp_path, monkeypatch):
+    """CACHE_ENV: a result another process simulated is re-used only under the same key, the
+    same code (lab/, kernels/) and the same LAB_* environment; a torn file is simulated again."""
+    monkeypatch.setenv(conformance.CACHE_ENV, str(tmp_path))
+    calls = []
+
+    def simulate(value):
+        return lambda: calls.append(value) or {"value": value}
+    assert conformance._kept(("k", 1), simulate(1)) == {"value": 1}
+    assert conformance._kept(("k", 1), simulate(2)) == {"value": 1}      # kept: not simulated
+    assert conformance._kept(("k", 2), simulate(3)) == {"value": 3}      # another key
+    monkeypatch.setenv("LAB_PDL", "1")
+    assert conformance._kept(("k", 1), simulate(4)) == {"value": 4}      # another toggle
+    monkeypatch.delenv("LAB_PDL")
+    monkeypatch.setattr(conformance, "_code_digest", lambda: "other code")
+    assert conformance._kept(("k", 1), simulate(5)) == {"value": 5}      # other code
+    for kept in tmp_path.glob("*.pickle"):
+        kept.write_bytes(b"\x80")                                         # torn
+    assert conformance._kept(("k", 1), simulate(6)) == {"value": 6}
+    assert calls == [1, 3, 4, 5, 6]
+    monkeypatch.delenv(conformance.CACHE_ENV)
+    assert conformance._kept(("k", 1), simulate(7)) == {"value": 7}      # unset: nothing kept

@@ -69,6 +69,7 @@ def test_the_simulator_shows_the_sign_flip_from_the_recorded_costs(model):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("conformance")   # re-uses the conformance tests' simulation
 def test_conformance_holds_the_fused_fission_rows_against_a_recording(model, tmp_path):
     """The two rows appear when fission.json records the fused arms (here: a recording made the
     way scripts/record_gpu_costs.py makes one, on the simulator with its noise) and pass when
