@@ -45,7 +45,7 @@ step() { echo "== $* ($(date +%T))"; timeout "${LIMIT:-${STEP_LIMIT:-240}}" "$@"
   step python3 scripts/record_gpu_pdl_context.py --out "$out/gpu"
   step python3 scripts/record_gpu_pdl_context.py --out "$out/gpu" --trigger early
   step python3 scripts/record_gpu_tails.py --out "$out/gpu"
-  step python3 scripts/record_gpu_compare.py --out "$out/gpu"
+  LIMIT=360 step python3 scripts/record_gpu_compare.py --out "$out/gpu"
   step python3 -m lab conformance --data "$out/gpu"
   # the peer times the persistent arm only where its check above held
   python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["bits"]["ok"] else 1)' \
