@@ -74,12 +74,10 @@ def main() -> int:
     th = compare.Thresholds(tie_margin=args.tie_margin)
     progress = recorder.stopwatch()
     from lab.backend import make_backend
-    backend = make_backend(base)
-    versions = recorder.versions(backend)
-    simulated = backend.simulated
+    versions = recorder.versions(make_backend(base))
     result = {"what": "every ladder arm against the float64 oracle (decode-lab compare "
                       "--prompts): fed the oracle's ids, and decoding alone",
-              "source": versions["describe"] if simulated else "measured on " + versions["describe"],
+              "source": versions["describe"],   # "measured on <GPU, versions>" or "simulated (...)"
               "versions": versions, "date": recorder.now(), "tokens": args.tokens,
               "prompts": list(prompts), "thresholds": th.describe(), "arms": {}}
     lines = []
