@@ -685,9 +685,10 @@ for r in failed:
 # table). It still fails; the file says the failure is understood, not that it is fine, and a
 # finding whose row starts passing is reported as stale. Here two findings have one cause: a
 # graph step without PDL runs slower than its components add up to, on every engine of this
-# recording's process (the engine-instance A/A above), and PDL hides most of it. The third is an
-# eager row: a host-bound A/B whose host cost per launch moved from one recording to the next
-# (its reason names both recordings' figures).
+# recording's process (the engine-instance A/A above), and PDL hides most of it. The other two
+# are eager rows, host-bound A/Bs on a slow and noisy host: one the component costs overprice
+# by the same share on two recordings, one whose own standard error is too wide to tell the
+# prediction from zero (each reason gives the figures).
 #
 # ## What you should now be able to do
 # - Run an A/B the way this lab does — one process, one shared engine, interleaved and paired

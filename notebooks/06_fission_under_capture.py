@@ -322,14 +322,15 @@ plt.show()
 # device time the split saves is idle time the device would have spent waiting for the host
 # anyway. Captured, the bars stand below zero: the host is out of the loop, an extra launch is
 # one node's floor, and the split removes the fused kernel's serial tail. The eager recording's
-# error bar is wide (a host-bound effect on a host whose speed drifts from rep to rep); the
-# captured one is barely visible. The simulator, which knows only the components, predicts both
+# error bar is the wider one (a host-bound effect on a host whose speed drifts from rep to rep);
+# the captured one is barely visible. The simulator, which knows only the components, predicts both
 # signs (the conformance rows). A row marked `PASS (2 sem)` is outside the relative band but within
 # two of the recording's own standard errors: that recording is too noisy to tell the prediction
 # from what it measured, which is why the recorder runs the eager A/B with many paired reps. A
 # row marked `FAIL (finding)` misses by more than either allows, and
 # `data/gpu/conformance_findings.json` records why, as measured (printed under the table): for
-# the eager row here, the host's price per launch, which moves from one GPU pass to the next.
+# the eager row here, the host's price per added launch in a running step, which the per-kernel
+# host costs (each launch timed alone) overstate, by about the same share on two passes.
 
 # %% [markdown]
 # ## The grid tail: one kernel that fills the grid, and its split
@@ -385,11 +386,7 @@ show("(partial, tail: attn_fused_grid's blocks of each kind; with PDL: split - f
 # Every row has the same sign again, with PDL or without: the two nodes take less device time
 # than the one kernel, though by far less than the heads tail's split saved, and by most at the
 # longest contexts, whose grids hold the most partial blocks. The one kernel is far cheaper than
-# `attn_fused` at every context. One caveat on this file: the pass that wrote it ran a build
-# whose shared row-dot routine (`row_dot`, used by the matvecs, by `attn_combine` and, through
-# `row_dot_loaded`, by the grid tail's dots) was slower than before; the commit after it
-# restored the old form. The whole-step timings at the end of this section were taken with the
-# restored form.
+# `attn_fused` at every context.
 #
 # The step-level estimates, as for the heads tail:
 
@@ -418,12 +415,11 @@ print(f"captured, H200: {g['diff_b_minus_a_ms'] / g['diff_sem_ms']:+.0f} standar
 # end of the node before it, and the split's `attn_combine` waits for `attn_partial` in
 # hardware (`griddepcontrol.wait`, `pdl_wait` in the kernels) rather than on a counter. The
 # H200 also timed the whole step in several arms at a short and a long context
-# (`data/gpu/fused_tails.json`, `lab.measure.bench.run_sweep`: means of independent reps, not a
-# paired A/B). Its provenance says which kernels it ran:
+# (`data/gpu/fused_tails.json`, `scripts/record_gpu_tails.py` in the same pass:
+# `lab.measure.bench.run_sweep`, means of independent reps, not a paired A/B):
 
 # %%
 tails = json.loads((GPU / "fused_tails.json").read_text())   # the GPU's, not the simulator's
-show(f"provenance: {tails['provenance']}")
 show(f"{tails['source']} - {tails['date']}; {tails['reps']} reps x {tails['tokens']} tokens")
 
 
@@ -498,8 +494,11 @@ plt.show()
 # short context and not at the long one, and the grid tail's split beats everything at both. So even
 # the one-kernel form that fills the grid loses to its split once the step is captured, on this GPU:
 # without PDL in the fission recording, and in this sweep with PDL by more, at both contexts, than
-# that recording measured. Eagerly the split still loses (the recording and the simulator above):
-# one more host submit per layer on a host-bound step.
+# that recording measured. Eagerly the simulator says the split loses (one more host submit per
+# layer on a host-bound step); this pass's eager recording has the same sign but cannot tell
+# its difference from zero (its standard error above, and the conformance finding under the
+# table: a noisy host), where the pass before measured +36.77 ± 1.01 us/token against +30.84
+# simulated.
 #
 # Why, as these measurements read: inside one kernel, the tail blocks learn that the partials
 # are written by polling a counter, a memory round trip per read with a nanosleep between reads,

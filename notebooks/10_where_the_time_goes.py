@@ -90,9 +90,7 @@ def breakdown(cfg, context, pdl=False):
 # ## 1. The step, kernel by kernel
 # First as recorded: each kernel's time as a node of a graph on the H200, at context 65 (the
 # cost recorder's chains of one kernel's launches, the gap to the next node included; the
-# largest of a kernel's launch shapes), for the kernels of this build, unfused and fused. The
-# pass ran a slower `row_dot` than this build's, which lifts `matvec`, `matvec_residual` and
-# `attn_combine` (section 5 says how, and gives a probe of this build's kernels):
+# largest of a kernel's launch shapes), for the kernels of this build, unfused and fused:
 
 # %%
 logged = node_times(64)
@@ -323,67 +321,45 @@ show(f"us per node, per layer; blocks: those the work after the partials runs on
      f"data/gpu/kernel_costs.json, {recorded_costs['source']}, {recorded_costs['date']}")
 
 # %% [markdown]
-# **A caveat on this pass's kernels.** The H200 pass that wrote `data/gpu/` (the peer table,
-# `kernel_costs.json`, `persistent.json`) ran commit 4cfbf7a, whose `row_dot`
-# (`kernels/matvec.py`, the row dot of `matvec`, `matvec_residual` and `attn_combine`) was built
-# on `row_load` + `row_dot_loaded` and measured slower on every node that calls it; the next
-# commit (b2b809b) restored the earlier `row_dot` (the probe's provenance, printed below, says by
-# how much per node). So every step above runs slower than this build's code would, each by its
-# `row_dot` nodes. `data/gpu/fused_tails.json` is a probe of this build's kernels (restored
-# `row_dot`, the same `attn_fused_grid`) on the same GPU the same day, with the heads tail and
-# the fused step without PDL beside them; another harness (`bench.run_sweep`: 5 reps of 32
-# tokens from a zeroed cache, not the peer's 64 tokens after a real prompt), so read its arms
-# against each other, and against the pass only roughly:
+# The same pass also timed whole steps of the attention forms side by side
+# (`scripts/record_gpu_tails.py`, `data/gpu/fused_tails.json`), with two arms the peer table
+# lacks: the fused step without PDL and with the heads tail. Another harness (`bench.run_sweep`:
+# 5 reps of 32 tokens from a zeroed cache, not the peer's 64 tokens after a real prompt), so
+# read its arms against each other, and against the peer table only roughly:
 
 # %%
 tails = json.loads((GPU / "fused_tails.json").read_text())
 tail_rows = {(r["arm"], r["context"]): r for r in tails["rows"]}
-ROW_DOT = ("matvec", "matvec_residual", "attn_combine")   # the kernels that call row_dot
-STEP_CFG = {"unfused": unfused, "fused": fused, "fused split": fused_split}
-PROBE_ARM = {"lab graph": "graph", "lab graph+pdl": "graph+pdl",
-             "lab graph+pdl+fusion": "fused grid graph+pdl",
-             "lab graph+pdl+fusion+split": "fused grid split graph+pdl"}
-print(f"{'context':>7} {'probe arm':<26} {'nodes':>5} {'ms/token':>9} {'± sem us':>8} "
-      f"{'/ graph+pdl':>11} {'row_dot nodes':>13} {'pass - probe':>12}")
+print(f"{'context':>7} {'arm':<26} {'nodes':>5} {'ms/token':>9} {'± sem us':>8} {'/ graph+pdl':>11}")
 for c in CONTEXTS:
     base = tail_rows[("graph+pdl", c)]["mean_ms"]
     for a in tails["arms"]:
         r = tail_rows[(a, c)]
-        peer_arm = next((p for p, q in PROBE_ARM.items() if q == a), None)
-        extra = ""
-        if peer_arm in peer_rows[c]:
-            names = [x.name for x in step_at(STEP_CFG[dict(PEER_STEPS)[peer_arm]], c)]
-            counts = "+".join(str(names.count(k)) for k in ROW_DOT)
-            extra = (f" {counts:>13} "
-                     f"{1000 * (peer_rows[c][peer_arm][0] - r['mean_ms']):>+12.1f}")
         print(f"{c:>7} {a:<26} {r['launches_per_token']:>5} {r['mean_ms']:>9.4f} "
-              f"{1000 * r['sem_ms']:>8.2f} {r['mean_ms'] / base:>11.3f}{extra}")
-show(f"row_dot nodes: {' + '.join(ROW_DOT)} per token (the engine's step); pass - probe: the "
-     f"peer's matching lab arm (section 4) minus the probe's, us/token")
-show(f"source: data/gpu/fused_tails.json, {tails['source']}, {tails['date']}; "
-     f"{tails['provenance']}")
+              f"{1000 * r['sem_ms']:>8.2f} {r['mean_ms'] / base:>11.3f}")
+show(f"source: data/gpu/fused_tails.json, {tails['source']}, {tails['date']}")
 
 # %% [markdown]
 # What the tables say:
 # - **The fused step (grid tail) pays at context 64, not at 900.** The fused step
 #   has about half the unfused step's nodes, so about half its floor, and at context 64 its
 #   kernel work is below the unfused step's too: the fused graph is the faster one in the peer
-#   table and in the probe. At context 900 the one-launch form pays no more: a hair slower than
-#   the unfused step in the pass, clearly slower in the probe. Its attention node costs more than
-#   the unfused attention's two nodes together, and more so at the longer context (the second
-#   table).
+#   table and in the tails recording. At context 900 the one-launch form is the slower one in
+#   both: its attention node costs more than the unfused attention's two nodes together, and
+#   more so at the longer context (the second table).
 # - **The heads tail was the slow one.** `attn_fused` (`LAB_ATTN_TAIL=heads`, the fused
 #   attention of the build before this one) ends in a serial tail: after the partials, the last
 #   block of each head merges that head and projects it through its columns of `Wo` — the tail
 #   on as many blocks as there are heads, 4 of 132 SMs busy — then the last head adds the heads
 #   into the residual. As a node it costs twice the grid tail's at context 65 and still far more
-#   at 1001, and the probe's heads arm is its slowest graph + PDL arm at both contexts, well
+#   at 1001, and the heads arm is the slowest graph + PDL arm of the tails recording at both contexts, well
 #   behind the unfused step: while this was the fused step's attention, fusion lost. The grid
 #   tail gives the same work the unfused attention's shape: `attn_partial`'s blocks, then tail
 #   blocks that each take a few rows of `Wo`, merge all of `o` as `attn_combine` does and add
 #   their rows' dots to `x` — the tail on dozens of blocks (the blocks column), with the unfused
 #   attention's bits.
-# - **The split grid tail is the best arm**, at both contexts, in the pass and in the probe.
+# - **The split grid tail is the best arm**, at both contexts, in the peer table and in the
+#   tails recording.
 #   Inside `attn_fused_grid` the tail blocks learn that the partials are written by polling a
 #   counter that every partial block fences and counts itself into; split, the same hand-off is
 #   a node boundary, under half a microsecond under PDL. Per layer the two nodes cost less
@@ -391,19 +367,16 @@ show(f"source: data/gpu/fused_tails.json, {tails['source']}, {tails['date']}; "
 #   wins time back. Lecture §6 again (notebook 06): under capture, and more under PDL, a node
 #   boundary costs less than the wait it replaces inside a kernel; whether one launch or two is
 #   faster is a measurement, not a count of launches.
-# - **What kernel quality buys.** Every step of the pass is slower than the probe's, and the
-#   unfused step, with the most `row_dot` nodes, moves most; the split fused step, with more of
-#   them than the one-launch form, moves more than it. Same nodes, same floors, a slower row dot:
-#   kernel work above the floor, not the floor, is most of every step here (the first table's
-#   last column). Because the slower `row_dot` lifts the unfused step most, the pass flatters
-#   fusion; the probe's ratios (`/ graph+pdl`) are this build's.
+# - **Kernel work above the floor is most of every step** (the first table's last column): the
+#   floor is what the node count alone costs, and every arm spends several times it in its
+#   kernels.
 #
 # ## 6. The targets this step was built against
 # Each target of the work on fast kernels, the number it is held to, and the recorded figure
 # (the peer's lab arms and torch.compile ran interleaved in one pass; the kernels' node times
 # from `kernel_costs.json`). "Fused" is the faster of the two fused arms at each context, held
 # against the unfused step under PDL (`lab graph+pdl`). Below it, the whole-step targets on the
-# probe of this build's kernels (`fused_tails.json`, no torch arm):
+# same pass's tails recording (`fused_tails.json`, section 5: another harness, no torch arm):
 
 # %%
 LAB_ARMS = [a for a in ("lab graph", "lab graph+pdl", "lab graph+pdl+fusion",
@@ -461,8 +434,9 @@ for c in CONTEXTS:
     print(f"torch.compile's reps at context {c}: {lo:.4f} to {hi:.4f} ms/token "
           f"(mean {peer_rows[c]['torch.compile'][0]:.4f} ± "
           f"{peer_rows[c]['torch.compile'][1] / 1000:.4f})")
+    z = (r["ratio"] - 0.4) / r["sem"]
     show(f"  {b} / torch.compile: {r['ratio']:.3f} ± {r['sem']:.3f} "
-         f"({(r['ratio'] - 0.4) / r['sem']:.1f} sem above 0.4); "
+         f"({abs(z):.1f} sem {'above' if z > 0 else 'below'} 0.4); "
          f"{peer_rows[c][b][0] / hi:.3f} against its slowest rep, "
          f"{peer_rows[c][b][0] / lo:.3f} against its fastest")
 relay = recorded_costs["floors"].get("relay")   # recorded since the relay probe
@@ -476,39 +450,40 @@ missed = [t[0].split(" (")[0] for t in targets if t[1] > t[2]]
 show(f"met: {', '.join(met) or 'none'}; MISSED: {', '.join(missed) or 'none'}")
 show(f"source: {peer_source}; node times: {recorded_costs['source']}, {recorded_costs['date']}")
 
-print("\nthe probe of this build's kernels (fused_tails.json):")
-probe_ms = {(a, c): tail_rows[(a, c)]["mean_ms"] for a in tails["arms"] for c in CONTEXTS}
-probe_targets = []
+print("\nthe same targets on the tails recording (fused_tails.json):")
+tails_ms = {(a, c): tail_rows[(a, c)]["mean_ms"] for a in tails["arms"] for c in CONTEXTS}
+tails_targets = []
 for c in CONTEXTS:
-    b = min(tails["arms"], key=lambda a: probe_ms[(a, c)])
-    probe_targets.append((f"best arm @{c} ({b}), ms/token", probe_ms[(b, c)], LIMITS[c]))
+    b = min(tails["arms"], key=lambda a: tails_ms[(a, c)])
+    tails_targets.append((f"best arm @{c} ({b}), ms/token", tails_ms[(b, c)], LIMITS[c]))
 for c in CONTEXTS:
-    f = min((a for a in tails["arms"] if a.startswith("fused")), key=lambda a: probe_ms[(a, c)])
-    probe_targets.append((f"fused / unfused @{c} ({f} / graph+pdl)",
-                          probe_ms[(f, c)] / probe_ms[("graph+pdl", c)], 1.0))
-print_targets(probe_targets)
+    f = min((a for a in tails["arms"] if a.startswith("fused")), key=lambda a: tails_ms[(a, c)])
+    tails_targets.append((f"fused / unfused @{c} ({f} / graph+pdl)",
+                          tails_ms[(f, c)] / tails_ms[("graph+pdl", c)], 1.0))
+print_targets(tails_targets)
 show(f"source: data/gpu/fused_tails.json, {tails['source']}, {tails['date']}")
 
 # %% [markdown]
-# One target is met, at both contexts: **fused against unfused**. The rest are MISSED, and the
-# table says by how much; each has its measured reason:
+# Two targets are met: **fused against unfused** at both contexts, and **against torch.compile**
+# at context 64. The rest are MISSED, and the table says by how much; each has its measured
+# reason:
 # - **Fused against unfused.** Met by the split grid tail, the faster fused arm at both
-#   contexts; the one-launch grid tail alone would meet it at context 64 only (section 5). The
-#   pass's slower `row_dot` flatters the ratio (section 5), but the probe of this build's
-#   kernels meets it too, by a smaller margin.
-# - **The best arm's ms/token.** The best arm's floor (section 5's first table) is a small part
-#   of the limit; what misses it is kernel work above the floor, several times the floor, and
-#   attention's growth with the context. The pass's `row_dot` lifts the figure; the probe is
-#   lower and still misses both limits.
-# - **The worst node over the floor** (attention aside) is `matvec_residual`, one of the kernels
-#   this pass measured on the slower `row_dot`, so the row overstates this build's kernel; the
-#   probe times whole steps, not nodes, and cannot settle it. The previous pass's node times,
-#   on the restored `row_dot`, are `git show b2b809b:data/gpu/kernel_costs.json`.
-# - **Against torch.compile.** Its reps wander (the spread under the table), so the ratio
-#   carries a wide error: against its mean the best arm misses 0.4, by under two of the ratio's
-#   standard errors at context 64 and by about two at 900; against its slowest rep it would be
-#   below 0.4 at context 64, against its fastest well above 0.5. A tighter torch.compile figure
-#   is what this row needs before it can say more.
+#   contexts, in the peer table and in the tails recording; the one-launch grid tail alone
+#   meets it at context 64 only (section 5).
+# - **The best arm's ms/token.** The best arm's floor (section 5's first table: its 22 nodes at
+#   the empty node's cost under PDL) is a small part of the limit; what misses it is kernel work
+#   above the floor, several times the floor, and attention's growth with the context. The
+#   relay line above says how little of that is the hand-off alone: a node that only reads what
+#   the node before it wrote costs a few tenths of a microsecond more than an empty one.
+# - **The worst node over the floor** (attention aside) is `argmax_next`: one block whose
+#   threads each scan a few logits, then a reduction through shared memory with its barriers,
+#   then a dependent store. Its excess over the relay, a node with one round trip through
+#   memory, is what its reduction costs; several of the unfused step's other small nodes are
+#   over the limit too, by less (section 1's table against the floor).
+# - **Against torch.compile.** Met at context 64, missed at 900: between the two contexts the
+#   best arm grows by its attention nodes (section 5's second table), while torch.compile's
+#   time stays where it was. Its reps are tight in this pass (the spread under the table), so
+#   the ratio's standard error is small.
 # A missed target is a measurement, not a failure of the method: each row names the next thing
 # to work on.
 
@@ -609,8 +584,7 @@ else:
 # empty-node floor printed above, and adds 16 grid barriers, each about 1.3 us on the H200 at 132
 # blocks (`../shared/gpu/FACTS.md`): about 21 us. Its phases do the heads-tail kernels' work
 # (the same device functions, the same bits), so what is left is that exchange, and the table
-# shows it. (Both sides carry this pass's slower `row_dot`, section 5: `step_persistent`'s down
-# projection calls it as `matvec_residual` does.) In the peer table (section 4) it is the
+# shows it. In the peer table (section 4) it is the
 # slowest lab arm, about twice the split grid tail's time. Worse, most phases occupy few of the
 # 132 blocks (4 x splits attention items, 384 rotate-half pairs, 71 logits) while every block
 # waits at every barrier. A persistent kernel pays when it removes barriers rather than trading node
