@@ -20,7 +20,7 @@ from kernels import fused_device  # (device fns only) xw_dot2, xw_dot, inv_rms (
 from kernels import fused       # norm_qkv_rope, attn_fused, norm_swiglu, norm_lm_head_argmax (LAB_FUSION=1); device fn arrive_last
 from kernels import fused_split  # attn_partial_wide, attn_project_heads (attn_fused split in launches: LAB_SPLIT_COMBINE=1 under fusion)
 from kernels import persistent  # step_persistent: the whole fused step in one cooperative kernel (LAB_PERSISTENT=1)
-from kernels import probe       # empty, spin, pos_set (cost-recorder probes, not part of a step)
+from kernels import probe       # empty, spin, pos_set, relay (cost-recorder probes, not part of a step)
 from kernels import loop        # loop_plan, loop_continue (CUDA C for conditional nodes; LAB_LOOP=device)
 
 __all__ = ["REGISTRY", "KernelSpec", "reduce", "embed", "rmsnorm", "matvec", "rope", "attention", "mlp",
