@@ -404,14 +404,22 @@ over_floor = {k: v - floor_node for k, v in logged.items()
               if k in unfused_names and k not in ATTENTION}
 worst_node = max(over_floor, key=over_floor.get)
 LIMITS = {64: 0.035, 900: 0.045}
-targets = []
-for c in CONTEXTS:
-    b = best_arm(c)
-    targets.append((f"best arm @{c} ({b}), ms/token", peer_rows[c][b][0], LIMITS[c]))
-for c in CONTEXTS:
-    f = best_arm(c, FUSED_ARMS)
-    targets.append((f"fused / unfused @{c} ({f} / lab graph+pdl)",
-                    peer_rows[c][f][0] / peer_rows[c]["lab graph+pdl"][0], 1.0))
+
+
+def step_targets(ms, arms, fused_arms, unfused):
+    """The whole-step targets from ms(arm, context): the best arm at each context against its
+    limit, then the faster fused arm over the unfused one."""
+    rows = []
+    for c in CONTEXTS:
+        b = min(arms, key=lambda a: ms(a, c))
+        rows.append((f"best arm @{c} ({b}), ms/token", ms(b, c), LIMITS[c]))
+    for c in CONTEXTS:
+        f = min(fused_arms, key=lambda a: ms(a, c))
+        rows.append((f"fused / unfused @{c} ({f} / {unfused})", ms(f, c) / ms(unfused, c), 1.0))
+    return rows
+
+
+targets = step_targets(lambda a, c: peer_rows[c][a][0], LAB_ARMS, FUSED_ARMS, "lab graph+pdl")
 targets.append((f"worst node over the floor, but attention ({worst_node}), us",
                 over_floor[worst_node], 1.0))
 for c in CONTEXTS:
@@ -451,16 +459,8 @@ show(f"met: {', '.join(met) or 'none'}; MISSED: {', '.join(missed) or 'none'}")
 show(f"source: {peer_source}; node times: {recorded_costs['source']}, {recorded_costs['date']}")
 
 print("\nthe same targets on the tails recording (fused_tails.json):")
-tails_ms = {(a, c): tail_rows[(a, c)]["mean_ms"] for a in tails["arms"] for c in CONTEXTS}
-tails_targets = []
-for c in CONTEXTS:
-    b = min(tails["arms"], key=lambda a: tails_ms[(a, c)])
-    tails_targets.append((f"best arm @{c} ({b}), ms/token", tails_ms[(b, c)], LIMITS[c]))
-for c in CONTEXTS:
-    f = min((a for a in tails["arms"] if a.startswith("fused")), key=lambda a: tails_ms[(a, c)])
-    tails_targets.append((f"fused / unfused @{c} ({f} / graph+pdl)",
-                          tails_ms[(f, c)] / tails_ms[("graph+pdl", c)], 1.0))
-print_targets(tails_targets)
+print_targets(step_targets(lambda a, c: tail_rows[(a, c)]["mean_ms"], tails["arms"],
+                           [a for a in tails["arms"] if a.startswith("fused")], "graph+pdl"))
 show(f"source: data/gpu/fused_tails.json, {tails['source']}, {tails['date']}")
 
 # %% [markdown]
