@@ -127,20 +127,18 @@ def step_body(steps: int, kernel: str | None = None, prefix: int | None = None,
     if prefix is not None:
         launches = [x for x in eng.step_launches(plan) if x.name != "advance"][:prefix]
         what = f"the step's first {len(launches)} launches"
-    elif kernels is not None:
+    else:   # --mode kernels, or --mode kernel: one kernel `repeat` times
+        names = kernels if kernels is not None else [kernel] * repeat
         first = {}
         for x in eng.step_launches(plan):
             first.setdefault(x.name, x)
-        missing = [k for k in kernels if k not in first]
+        missing = sorted({k for k in names if k not in first})
         if missing:
-            raise SystemExit(f"sanitize_loop kernels: the step has no launch of {missing}")
-        launches = [first[k] for k in kernels]
-        what = " + ".join(kernels)
-    else:
-        launches = [x for x in eng.step_launches(plan) if x.name == kernel][:1] * repeat
-        if not launches:
-            raise SystemExit(f"sanitize_loop kernel: the step has no launch of {kernel!r}")
-        what = kernel if repeat == 1 else f"{kernel} x{repeat}"
+            mode = "kernels" if kernels is not None else "kernel"
+            raise SystemExit(f"sanitize_loop {mode}: the step has no launch of {missing}")
+        launches = [first[k] for k in names]
+        what = (" + ".join(kernels) if kernels is not None
+                else kernel if repeat == 1 else f"{kernel} x{repeat}")
 
     def issue_kernel(k):
         for x in launches:
