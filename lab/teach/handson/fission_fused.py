@@ -19,6 +19,9 @@ from .base import Exercise, Fail, need, variant, watched
 from .fission import REPS, launch_names, price
 from .fixtures import PROMPT, TOKENS, engine, prompt_ids
 
+# the fused step whose attention this exercise splits: LAB_FUSION=1 with the heads tail
+HEADS = dict(fusion=True, attn_tail="heads")
+
 SPEC = """
 Lecture §6: a single kernel can be the right design eagerly and the wrong one captured. The
 fused step's attention with LAB_ATTN_TAIL=heads (kernels.fused.attn_fused) does three things in
@@ -133,30 +136,30 @@ def cases(sol, backend):
     if not (isinstance(cls, type) and issubclass(cls, FusedStep)):
         raise Fail(f"SplitAttention is a {type(cls).__name__}: make it a subclass of "
                    "lab.engine.step.FusedStep")
-    split = watched(_REFS, engine, backend, graph=False, fusion=True, attn_tail="heads", step=cls,
+    split = watched(_REFS, engine, backend, graph=False, **HEADS, step=cls,
                     what="building SplitAttention")
     names = launch_names(split)
-    clean = launch_names(engine(backend, graph=False, fusion=True, attn_tail="heads"))
+    clean = launch_names(engine(backend, graph=False, **HEADS))
     if len(names) != len(clean) + 2:
         raise Fail(f"a layer issues {len(names)} launches, the fused step {len(clean)}: the "
                    f"split is three ({', '.join(SPLIT)}) where attn_fused is one")
     _order(names)
     yield f"two more launches per layer: {', '.join(SPLIT)}"
     ids = prompt_ids()
-    one = decode_after_prompt(engine(backend, fusion=True, attn_tail="heads"), ids, TOKENS, graph=False)[0]
-    got = watched(_REFS, decode_after_prompt, engine(backend, fusion=True, attn_tail="heads", step=cls), ids,
+    one = decode_after_prompt(engine(backend, **HEADS), ids, TOKENS, graph=False)[0]
+    got = watched(_REFS, decode_after_prompt, engine(backend, **HEADS, step=cls), ids,
                   TOKENS, False, what="decoding with SplitAttention")[0]
     if list(got.tokens) != list(one.tokens):
         raise Fail("the split decodes other tokens than attn_fused")
     if got.logits.tobytes() != one.logits.tobytes():
         raise Fail("the split's logits differ from attn_fused's in their bits: keep its "
                    "summation order (its partials, the merge, the heads summed in head order)")
-    rep = watched(_REFS, replay_check, engine(backend, fusion=True, attn_tail="heads", step=cls), [PROMPT],
+    rep = watched(_REFS, replay_check, engine(backend, **HEADS, step=cls), [PROMPT],
                   replays=4, what="replay_check")
     if not rep.ok:
         raise Fail(f"replays of the split differ from its eager steps: {rep.summary()}")
     yield "attn_fused's tokens and logits to the bit; 4 replays byte-identical"
-    cost = price(backend, cls, base=FusedStep, fusion=True, attn_tail="heads")
+    cost = price(backend, cls, base=FusedStep, **HEADS)
     where = "simulated" if backend == "sim" else "measured on the GPU"
     line = (f"the split costs {cost['eager']:+.1f} us/token eagerly and "
             f"{cost['captured']:+.1f} captured ({where}, {REPS} interleaved reps)")
