@@ -685,10 +685,9 @@ for r in failed:
 # table). It still fails; the file says the failure is understood, not that it is fine, and a
 # finding whose row starts passing is reported as stale. Here two findings have one cause: a
 # graph step without PDL runs slower than its components add up to, on every engine of this
-# recording's process (the engine-instance A/A above), and PDL hides most of it. The other two
-# are eager rows, host-bound A/Bs on a slow and noisy host: one the component costs overprice
-# by the same share on two recordings, one whose own standard error is too wide to tell the
-# prediction from zero (each reason gives the figures).
+# recording's process (the engine-instance A/A above), and PDL hides most of it. The third is
+# an eager row, a host-bound A/B on a slow and noisy host whose own standard error is too wide
+# to tell the prediction from zero (its reason gives the figures).
 #
 # ## What you should now be able to do
 # - Run an A/B the way this lab does — one process, one shared engine, interleaved and paired

@@ -256,3 +256,25 @@ def test_the_persistent_step_is_priced_from_its_recorded_rows_or_a_stand_in(mode
         assert not {k for k in cost.misses if k.startswith("step_persistent")}, cost.misses
     # one node per token: 50 us more per node is 0.05 ms more per token (device-bound replays)
     assert ms[50.0] - ms[0.0] == pytest.approx(0.05, rel=0.02)
+
+
+def test_a_launch_at_an_unmeasured_geometry_costs_the_host_its_own_kernels_launch(model):
+    """Host costs are measured at one position; before position 64 the attention kernels run
+    other grids and partials shapes. Such a launch costs the host what its own kernel's launches
+    cost (the argument list, not the grid, sets the host's work), not the mean of all kernels:
+    that fallback once priced the fused heads tail's split 30% above the H200's eager A/B."""
+    cost = CostModel.load().replace(launch_jitter=0.0)
+    rng = np.random.default_rng(0)
+    eng = DecodeEngine(model, SIM.replace(graph=False, fusion=True, attn_tail="heads"))
+    eng.reset(eng.encode("ROMEO.\n"), 0)
+    at = {p: next(x for x in eng.step_launches(eng.plan(p)) if x.name == "attn_fused")
+          for p in (10, 64)}
+    measured = cost.host_launch_us["prebound"]
+    assert cost_key(at[64]) in measured and cost_key(at[10]) not in measured
+    own = [us for k, us in measured.items() if k.startswith("attn_fused ")]
+    mean_all = float(np.mean(list(measured.values())))
+    assert cost.host_launch(at[10], "prebound", rng) == pytest.approx(float(np.mean(own)))
+    assert abs(float(np.mean(own)) - mean_all) > 1.0       # the two fallbacks differ measurably
+    unknown = Launch(at[10].kernel, at[10].grid, at[10].block, at[10].args,
+                     prepared={"cost_key": "not_a_kernel grid=(1,) block=(1,) []"})
+    assert cost.host_launch(unknown, "prebound", rng) == pytest.approx(mean_all)

@@ -505,10 +505,31 @@ class CostModel:
     # ---- host --------------------------------------------------------------------------------
     def host_launch(self, launch: Launch, mechanism: str, rng: np.random.Generator) -> float:
         """Host us of one eager launch through `mechanism`, with its jitter."""
-        us = self.host_launch_us[mechanism].get(cost_key(launch))
-        if us is None:                  # a launch the recording lacks: the mechanism's mean
+        key = cost_key(launch)
+        us = self.host_launch_us[mechanism].get(key)
+        if us is None:
+            us = self._host_launch_by_kernel[mechanism].get(key.split(" ", 1)[0])
+        if us is None:                  # a kernel the recording lacks: the mechanism's mean
             us = self._host_launch_means[mechanism]
         return us * self.host_scale * _unit_lognormal(rng, self.launch_jitter)
+
+    @functools.cached_property
+    def _host_launch_by_kernel(self) -> dict[str, dict[str, float]]:
+        """Per mechanism, the mean host cost of each kernel over its measured keys: what a launch
+        of a measured kernel with an unmeasured geometry costs. The host cost of a launch is its
+        argument list's, not its grid's: the recorder measures each launch of the step at one
+        position (record_gpu_costs.BASE_POSITION), and the attention kernels change grid and
+        partials shape with the context's plan; the keys of one kernel at other geometries cost
+        the same within 1% on the H200 (matvec's four 10.67 to 10.79 us, norm_qkv_rope's three
+        16.30 to 16.35, pre-bound). Falling back to the mean of all kernels instead priced every
+        attention launch before position 64 at the all-kernel mean."""
+        out: dict[str, dict[str, float]] = {}
+        for m, per in self.host_launch_us.items():
+            by: dict[str, list] = {}
+            for k, us in per.items():
+                by.setdefault(k.split(" ", 1)[0], []).append(us)
+            out[m] = {name: float(np.mean(v)) for name, v in by.items()}
+        return out
 
     @functools.cached_property
     def _host_launch_means(self) -> dict[str, float]:
