@@ -506,7 +506,8 @@ def _quiet_heap(eng) -> None:
     gc.freeze()
 
 
-def record_fission(model, base: LabConfig, eng, out: Path, progress, reps=15, tokens=64) -> None:
+def record_fission(model, base: LabConfig, eng, out: Path, progress, reps=15, eager_reps=40,
+                   tokens=64) -> None:
     """fission.json: one-kernel combine (A) vs merge + project (B), eagerly and captured, paired
     A/Bs on this engine; under `fused` the same for the fused step's heads tail (lecture §6's
     case): attn_fused (A) vs its three phases as launches of their own (B, LAB_SPLIT_COMBINE=1
@@ -514,8 +515,10 @@ def record_fission(model, base: LabConfig, eng, out: Path, progress, reps=15, to
     attn_fused_grid (A) vs attn_partial + attn_combine (B). Recorded
     here because its eager half is host-bound and the host's speed differs between processes
     (up to 1.5x on one lease): the model's host costs come from this process. Whole-step
-    figures: nothing of them enters kernel_costs.json. 15 reps: with 5, the eager effect (about
-    4 launches' host time) had a standard error of a third of itself."""
+    figures: nothing of them enters kernel_costs.json. 15 reps captured; with 5, the eager effect
+    (about 4 launches' host time) had a standard error of a third of itself. 40 reps eager (a rep
+    of 64 host-bound tokens takes about 20 ms): on a noisy host 15 left the grid tail's eager
+    effect unresolved (+14.65 +- 11.52 us/token, t = 1.3, on the 400fcee pass)."""
     pool = recorder.engine_pool(eng, base)
     fission = {"what": "fission under capture: one-kernel combine (A) vs merge + project (B); "
                        "fused: attn_fused (A) vs partials + merge + per-head projection (B); "
@@ -527,7 +530,8 @@ def record_fission(model, base: LabConfig, eng, out: Path, progress, reps=15, to
                               (fission.setdefault("fused_grid", {}), fused, ("fused", "split"))):
         for mode in ("eager", "graph"):
             a = arm.replace(graph=(mode == "graph"))
-            where[mode] = bench.run_ab(model, a, a.replace(split_combine=True), reps=reps,
+            where[mode] = bench.run_ab(model, a, a.replace(split_combine=True),
+                                       reps=eager_reps if mode == "eager" else reps,
                                        tokens=tokens, names=names, per_token=200, pool=pool)
     fission.update(source=fission["graph"]["source"], date=fission["graph"]["date"],
                    recorded_by="scripts/record_gpu_costs.py")
