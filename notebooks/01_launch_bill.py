@@ -283,12 +283,13 @@ for name, toggles, what in bench.LADDER:
 
 # %% [markdown]
 # - **dispatcher**: every launch goes through numba's dispatcher, which types and flattens every
-#   argument, every time. On the H200 host this cost tens of microseconds per launch (it moved
-#   between processes, from about 30 us to over 55 us), so 37 launches are 1.4–2 ms per token
-#   of pure host work: nearly the whole step.
+#   argument, every time. On the H200 host this cost tens of microseconds per launch (65 us
+#   within a step's sequence in this recording, 73 in the pass before's: it moves between
+#   processes), so 37 launches are about 2.4 ms per token of pure host work: nearly the whole
+#   step (the ladder's dispatcher rung ran at 2.50 ms/token).
 # - **prebound** removes the typing and flattening: the kernel handle and the flattened argument
 #   list are prepared once per plan, and each launch is one submit through `cuda.core`. One host
-#   submit per kernel remains — several microseconds, in a budget under the ~10 us line — so
+#   submit per kernel remains — several microseconds, in a budget near the ~10 us line — so
 #   the step is still **host-bound**: the device finishes each kernel before the host has
 #   submitted the next.
 # - **graph** removes the per-kernel submit: the host submits once per token, and the device runs
@@ -330,9 +331,10 @@ else:
     print("no recorded component costs yet")
 
 # %% [markdown]
-# On both eager rungs the host's cost per launch is nearly the whole budget: the step is the
-# host's submits, whichever mechanism issues them. The pre-bound budget is under the ~10 us
-# line, where the rule of thumb says capture pays — and the graph rung is the proof. (The
+# On both eager rungs the host's cost per launch is about the whole budget (the printed host
+# share): the step is the host's submits, whichever mechanism issues them. The pre-bound budget
+# is at the ~10 us line (10.9 us on the ladder, 8.5 in the eager-vs-graph recording above),
+# where the rule of thumb says capture pays — and the graph rung is the proof. (The
 # dispatcher's budget is far above the line only because its own host cost inflates the step:
 # the rule is a quick test, the host share is the diagnosis.) A graph's single submit, spread
 # over 37 kernels, is a small fraction of a microsecond per kernel, paid once per token while

@@ -157,13 +157,13 @@ ax.legend(loc="upper left", fontsize=8)
 plt.show()
 
 # %% [markdown]
-# Every rep count stays within a point of the nominal 1%, so the CLI refuses no rep count.
-# The rates sit a little above 1%, most at 8 reps. That is not heavy tails: the host's drift is
-# redrawn about every 18 ms of model time, which spans adjacent reps, and the alternating order
-# (A A', A' A, ...) then puts the same drift into neighbouring reps' differences, which become
-# correlated, so the paired standard error is slightly too small. At a 5% nominal rate the same
-# effect put the gate at 6-7% on 24-token reps, more than a point off: that is why the gate runs
-# at 1%. The price is power: at 2 reps the critical |t| is 63.7, so a 2-rep A/A is in practice a
+# At 2, 3 and 5 reps the rate stays within half a point of the nominal 1%; at 8 reps of these
+# short runs it is more than two points above it. That is not heavy tails: the host's drift is
+# redrawn about every 22 ms of model time (`noise.prebound.rep_seconds`), which spans adjacent
+# reps, and the alternating order (A A', A' A, ...) then puts the same drift into neighbouring
+# reps' differences, which become correlated, so the paired standard error is too small. At a
+# 5% nominal rate the same effect puts the gate further off still: that is why the gate runs at
+# 1%. The price is power: at 2 reps the critical |t| is 63.7, so a 2-rep A/A is in practice a
 # byte check of the outputs, not a check of the timing.
 
 # %% [markdown]
@@ -215,14 +215,15 @@ for arm in sweep["arms"]:
 # The graph arm grows steadily with the context: once the host is out of the way, the
 # attention kernels' work (more KV rows per token) is what the step costs. Eager has no such
 # reason to grow — its time is the host's, launch by launch, and the attention hides behind it
-# (on the H200 it shows no trend with the context; the recorded sweep is at the end, and the
-# next section takes the curve apart). Its simulated points still move between context
-# lengths, by more than their own error bars (compare max − min with the sem printed above):
-# each context's reps run back to back, within one stretch of the simulated host's slow drift
-# (the measured spread of whole reps, redrawn every `drift_us` of model time), so a point's
-# standard error says nothing about the drift *between* points. A sweep's points are not paired
-# with each other; only the arms at one context are. The table's `replays` column is the
-# replay gate (notebook 04): each graph point was replays only.
+# (on the H200 it holds level until its host slows down partway through the sweep; the
+# recorded sweep is at the end, and the next section takes the curve apart). Its simulated
+# points still move between context lengths, by more than their own error bars (compare
+# max − min with the sem printed above): each context's reps run back to back, within one
+# stretch of the simulated host's slow drift (the measured spread of whole reps, redrawn every
+# `drift_us` of model time), so a point's standard error says nothing about the drift *between*
+# points. A sweep's points are not paired with each other; only the arms at one context are.
+# The table's `replays` column is the replay gate (notebook 04): each graph point was replays
+# only.
 
 # %% [markdown]
 # ## Reading the curve: what grows with the context (the lecture's case study 003)
@@ -384,11 +385,14 @@ else:
 # %% [markdown]
 # The crossover lies far beyond this model's `max_seq`: at every context it can run, eager decode
 # on this model is host-bound and graph decode is device-bound. On the H200 the graph arm loses
-# tokens/s at every step of the context; the eager arm moves too, but down and up again, in
-# steps the size of its host's drift (its standard errors are far larger than the graph's; see
-# the sweep above): no trend with the context. A big model at 64k context is the other end of
-# the same picture: the K/V bytes dominate, the graph's advantage shrinks, and the next gain has
-# to come from the attention kernel — which is where case study 003 went next.
+# tokens/s at every step of the context; the eager arm holds at about 0.28 ms/token from context
+# 64 to 256 and through its first three reps at 512, then its host slowed: its last reps at 512
+# and its reps at 1000 spread from 0.29 to 0.54 ms/token, with standard errors more than ten
+# times its own at the short contexts (the recorded sweep at the end). One rep at 1000 ran at
+# 0.29, as at 64: a drift of the host, not a trend with the context. A big model at 64k context
+# is the other end of the same picture: the K/V bytes dominate, the graph's advantage shrinks,
+# and the next gain has to come from the attention kernel — which is where case study 003 went
+# next.
 
 # %% [markdown]
 # ## The split count: a trade-off, not a constant
@@ -612,10 +616,11 @@ for path in recorded:
 # them (in the A/B figure: the H200's row above the simulator's). Compare shapes, not only
 # levels: on both, the graph arm sits well below eager with a standard error more than an
 # order of magnitude smaller; the graph arm grows with the context while the H200's eager arm
-# stays flat; the graph factor dominates the leave-one-out. Read the A/A gate line of each A/B table
-# too: one slow rep in an A/A arm shows up as that arm's large standard error, and the gate
-# judges the paired difference, not the arms' levels. The simulator ran fewer reps and tokens
-# than the recordings; the levels it predicts are checked row by row in the last section.
+# stays level until its host slows, at 512 and 1000 (its wide error bars there); the graph
+# factor dominates the leave-one-out. Read the A/A gate line of each A/B table too: one slow
+# rep in an A/A arm shows up as that arm's large standard error, and the gate judges the paired
+# difference, not the arms' levels. The simulator ran fewer reps and tokens than the
+# recordings; the levels it predicts are checked row by row in the last section.
 
 # %% [markdown]
 # ## Why arms share one engine
@@ -677,17 +682,19 @@ for r in failed:
 # switches plus floors for a graph, host costs per launch for eager. A failing row says which
 # lesson the simulator's numbers should not be trusted for, and by how much (the ratio). The
 # eager rows rest on the host's cost per launch, the least stable figure the recorder measures
-# (numba's dispatcher cost about 30 us per launch in one process on the H200 host, over 55 in
-# another), so they are the rows to re-check first after a new recording.
+# (numba's dispatcher, per launch on the H200 host: 65 us within a step's sequence and 39
+# timed alone, in one process of this recording; 73 within the sequence in the pass before's),
+# so they are the rows to re-check first after a new recording.
 #
 # A failing row that the data folder explains is a **recorded finding**
 # (`data/gpu/conformance_findings.json`: the lesson and the measured reason, printed under the
 # table). It still fails; the file says the failure is understood, not that it is fine, and a
-# finding whose row starts passing is reported as stale. Here two findings have one cause: a
+# finding whose row starts passing is reported as stale. Here both findings have one cause: a
 # graph step without PDL runs slower than its components add up to, on every engine of this
-# recording's process (the engine-instance A/A above), and PDL hides most of it. The third is
-# an eager row, a host-bound A/B on a slow and noisy host whose own standard error is too wide
-# to tell the prediction from zero (its reason gives the figures).
+# recording's process (the engine-instance A/A above), and PDL hides most of it. The pass
+# before had a third, an eager row (the fused grid tail's fission) whose A/B, 15 paired reps on
+# a noisy host, could not tell its difference from zero; recorded again with 40 paired reps, it
+# resolves its difference (+27.68 ± 2.98 us/token) and passes (notebook 06).
 #
 # ## What you should now be able to do
 # - Run an A/B the way this lab does — one process, one shared engine, interleaved and paired

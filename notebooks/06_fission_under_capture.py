@@ -496,11 +496,12 @@ plt.show()
 # short context and not at the long one, and the grid tail's split beats everything at both. So even
 # the one-kernel form that fills the grid loses to its split once the step is captured, on this GPU:
 # without PDL in the fission recording, and in this sweep with PDL by more, at both contexts, than
-# that recording measured. Eagerly the simulator says the split loses (one more host submit per
-# layer on a host-bound step); this pass's eager recording has the same sign but cannot tell
-# its difference from zero (its standard error above, and the conformance finding under the
-# table: a noisy host), where the pass before measured +36.77 ± 1.01 us/token against +30.84
-# simulated.
+# that recording measured. Eagerly the split loses, as the simulator says (one more host submit
+# per layer on a host-bound step): the recording, 40 paired reps, measured +27.68 ± 2.98
+# us/token against +32.85 simulated, and its conformance row (above) passes. The pass
+# before recorded this A/B with 15 paired reps and could not tell its difference from zero
+# (+14.65 ± 11.52, t = 1.3): on a host whose speed drifts, a host-bound difference of this size
+# takes many paired reps to resolve.
 #
 # Why, as these measurements read: inside one kernel, the tail blocks learn that the partials
 # are written by polling a counter, a memory round trip per read with a nanosleep between reads,

@@ -252,9 +252,9 @@ show(report.format_loo(loo))
 # %% [markdown]
 # ## Recorded on the H200
 # Read the A/A line before the A/B line. The arms run on one shared engine (same buffers): on
-# the H200, separate but identical graph engines differ by a steady microsecond or two per token
-# from buffer placement alone (`engine_instances.json`, notebook 05), enough to fail the A/A
-# gate and to swamp an effect of overlap's size.
+# the H200, separate but identical graph engines differ by a steady amount, up to about a
+# microsecond per token, from buffer placement alone (`engine_instances.json`, notebook 05),
+# enough to fail the A/A gate and to swamp an effect of overlap's size.
 # `scripts/record_gpu_overlap.py`: leave-one-out with 5 paired reps; graph vs graph + PDL with
 # the captured graph's edge types (programmatic edges counted through cuda-bindings); graph vs
 # graph + overlap.
@@ -411,9 +411,11 @@ else:
 # the parts add up to the whole; a failing row is a finding, not a rounding error: the whole
 # step gains more (ratio below 1) or less (above 1) than its measured parts predict, and the
 # ratio says by how much. At the ladder's short context the sign is clear on both: PDL saves
-# time, while overlap, on this model, costs about a microsecond per token captured. PDL's gain
-# is not a constant of the kernels: it depends on where each kernel triggers and on how much of
-# the GPU its grid fills (above), so a PDL claim holds for the contexts it was measured at.
+# time, while overlap, on this model, costs time captured: about half a microsecond per token
+# in its A/B (`overlap.json`), a microsecond in the leave-one-out beside PDL and the split.
+# PDL's gain is not a constant of the kernels: it depends on where each kernel triggers and on
+# how much of the GPU its grid fills (above), so a PDL claim holds for the contexts it was
+# measured at.
 #
 # ## What you should now be able to do
 # - Say what PDL overlaps (a dependent kernel's launch and prologue with its predecessor's

@@ -482,8 +482,13 @@ show(f"source: data/gpu/fused_tails.json, {tails['source']}, {tails['date']}")
 #   over the limit too, by less (section 1's table against the floor).
 # - **Against torch.compile.** Met at context 64, missed at 900: between the two contexts the
 #   best arm grows by its attention nodes (section 5's second table), while torch.compile's
-#   time stays where it was. Its reps are tight in this pass (the spread under the table), so
-#   the ratio's standard error is small.
+#   time stays where it was. Neither verdict is firm in this pass: torch.compile's reps spread
+#   widely (the spread under the table: one rep at each context ran at about two thirds of the
+#   others' time), so the ratio carries a wide error. Against its mean the best arm is under 0.4
+#   by less than one of the ratio's standard errors at context 64, and over it by about 1.3 at
+#   900; against its slowest rep it would be below 0.4 at both contexts, against its fastest
+#   above 0.5 at both. A tighter torch.compile figure is what this row needs before it can say
+#   more.
 # A missed target is a measurement, not a failure of the method: each row names the next thing
 # to work on.
 

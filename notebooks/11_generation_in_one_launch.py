@@ -124,7 +124,7 @@ else:
 # %% [markdown]
 # Read the table from the top. Capturing the 37 launches is most of what a plan change costs;
 # instantiation is the rest, and an update replaces only that second part. Keeping each plan's
-# captured graph turns a switch back into an update alone, tens of microseconds. Setting the
+# captured graph turns a switch back into an update alone, about 15 microseconds. Setting the
 # parameters of just the kernel nodes that differ (`cudaGraphExecKernelNodeSetParams`) costs
 # about as much as the whole update here, and it is the floor of an in-place switch: with the
 # new parameters in hand (here taken from a captured graph), no capture is needed at all.
@@ -164,7 +164,7 @@ print("updated == clean:", np.array_equal(right, clean.tokens))
 # %% [markdown]
 # Both designs are correct; they differ in who pays. The device-resident position costs one tiny
 # kernel per step and nothing on the host; the update costs host time before every launch (on
-# the H200 table above: tens of microseconds for an update from a kept graph, more with a
+# the H200 table above: about 15 microseconds for an update from a kept graph, over 200 with a
 # capture), and the host must stay in the loop — which the next section removes altogether.
 #
 # ## 3. The whole generation in one launch

@@ -520,9 +520,10 @@ class CostModel:
         argument list's, not its grid's: the recorder measures each launch of the step at one
         position (record_gpu_costs.BASE_POSITION), and the attention kernels change grid and
         partials shape with the context's plan; the keys of one kernel at other geometries cost
-        the same within 1% on the H200 (matvec's four 10.67 to 10.79 us, norm_qkv_rope's three
-        16.30 to 16.35, pre-bound). Falling back to the mean of all kernels instead priced every
-        attention launch before position 64 at the all-kernel mean."""
+        about the same on the H200 (pre-bound, the pass of 400fcee: matvec's four keys 10.67 to
+        10.79 us, norm_qkv_rope's three 16.30 to 16.35; all kernels 9.6 to 16.4). Falling back to
+        the mean of all kernels instead priced every attention launch before position 64 at the
+        all-kernel mean, and the heads tail's split 30% above that pass's eager A/B."""
         out: dict[str, dict[str, float]] = {}
         for m, per in self.host_launch_us.items():
             by: dict[str, list] = {}
