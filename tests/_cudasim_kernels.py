@@ -119,8 +119,85 @@ def lock_shared_allocations() -> None:
     kernelapi.FakeCUDAShared.array = array
 
 
+def pooled_blocks() -> None:
+    """Run simulated blocks on a pool of reused Python threads, without numba's polling loop.
+
+    numba's simulator starts a new Python thread for every CUDA thread of every block (creating
+    and joining one costs about 0.2 ms on a 2-core CI machine: most of this harness's time went to
+    the kernel, not to Python), then spins over them, holding the GIL between switches, to see
+    whether all are blocked in syncthreads. Here a pool of threads, grown to the largest block
+    seen, runs every block: each thread takes its CUDA thread's indices for the block, runs the
+    kernel, and reports done; syncthreads is a barrier of the block (`threading.Barrier`: waiters
+    sleep, no one spins). A thread's exception breaks the barrier, so its blockmates stop at
+    their next syncthreads instead of waiting for ever, and it is re-raised as numba does. The
+    semantics are numba's: blocks run one after another, every thread of a block reaches each
+    syncthreads, and `threading.current_thread()` answers threadIdx, blockIdx and the lane."""
+    from numba.cuda.simulator import kernel as simkernel
+
+    class PoolThread(threading.Thread):
+        syncthreads_count = simkernel.BlockThread.syncthreads_count
+        syncthreads_and = simkernel.BlockThread.syncthreads_and
+        syncthreads_or = simkernel.BlockThread.syncthreads_or
+
+        def __init__(self):
+            super().__init__(daemon=True)
+            self.go = threading.Semaphore(0)
+            self.job = None
+
+        def syncthreads(self):
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads call")
+            try:
+                self._manager._barrier.wait()
+            except threading.BrokenBarrierError:
+                self.abort = True
+                raise RuntimeError("a thread of this block raised: abort") from None
+
+        def run(self):
+            while True:
+                self.go.acquire()
+                manager, args = self.job
+                try:
+                    manager._f(*args)
+                except Exception as e:  # noqa: BLE001 -- kept for the manager, as numba does
+                    self.exception = (type(e)(f"tid={list(self.threadIdx)} "
+                                              f"ctaid={list(self.blockIdx)}: {e}"), sys.exc_info()[2])
+                    manager._barrier.abort()
+                self.job = None
+                manager._done.release()
+
+    pool: list[PoolThread] = []
+
+    def run_block(self, grid_point, *args):
+        points = list(np.ndindex(*self._block_dim))
+        while len(pool) < len(points):
+            pool.append(PoolThread())
+            pool[-1].start()
+        self._barrier = threading.Barrier(len(points))
+        self._done = threading.Semaphore(0)
+        workers = pool[:len(points)]
+        dim = simkernel.Dim3(*self._block_dim)
+        for t, point in zip(workers, points):
+            t._manager, t.abort, t.exception = self, False, None
+            t.blockIdx, t.threadIdx = simkernel.Dim3(*grid_point), simkernel.Dim3(*point)
+            i = t.threadIdx      # numba's own numbering (BlockThread.thread_id): x fastest
+            t.thread_id = i.x + dim.x * (i.y + dim.y * i.z)
+            t.job = (self, args)
+        for t in workers:
+            t.go.release()
+        for _ in workers:
+            self._done.acquire()
+        first = next((t for t in workers if t.exception and not t.abort), None) or next(
+            (t for t in workers if t.exception), None)
+        if first is not None:
+            raise first.exception[0].with_traceback(first.exception[1])
+
+    simkernel.BlockManager.run = run_block
+
+
 if config.ENABLE_CUDASIM:
     lock_shared_allocations()
+    pooled_blocks()
 
 if "--shuffles" in sys.argv:
     if not config.ENABLE_CUDASIM:
@@ -586,11 +663,9 @@ def check_verify(rng, cfg, tag):
 
 
 def main() -> int:
-    # the simulator runs a Python thread per CUDA thread and its block manager polls them in a
-    # loop: shorter GIL time slices let the threads it waits for run sooner (measured: the whole
-    # run about 1.5x faster at 0.2 ms than at Python's default 5 ms). They also make the
-    # simulator's shared-allocation race likely: lock_shared_allocations() closes it.
-    sys.setswitchinterval(2e-4)
+    # Python's default GIL time slice (5 ms): with pooled_blocks() no thread spins, and shorter
+    # slices only add hand-offs (the attention family's tree run took 64 s at 0.2 ms, 34 at 5 ms;
+    # 0.2 ms was right for numba's polling block manager, about 1.5x faster than 5 ms there)
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
 

@@ -419,3 +419,68 @@ def test_kernels_under_cudasim(family, tmp_path):
             x, y = a[f"a{j}"], b[f"a{i}"]
             assert x.dtype == y.dtype and np.array_equal(x.view(np.uint8), y.view(np.uint8)), \
                 f"{labels[i]}: the shuffle path's bits differ from the tree path's"
+
+
+_POOL_CHECK = r'''
+import numpy as np
+import _cudasim_kernels  # noqa: F401 -- installs the harness's block pool (pooled_blocks)
+from numba import cuda
+from numba.cuda.simulator import kernel as simkernel
+assert simkernel.BlockManager.run.__name__ == "run_block", "the block pool is not installed"
+
+@cuda.jit
+def reverse(a, out, count):
+    sh = cuda.shared.array(64, np.float32)
+    i = cuda.threadIdx.x
+    sh[i] = a[cuda.blockIdx.x * 64 + i]
+    cuda.syncthreads()
+    out[cuda.blockIdx.x * 64 + i] = sh[63 - i]
+    n = cuda.syncthreads_count(sh[i] > 0)
+    if i == 0:
+        count[cuda.blockIdx.x] = n
+
+@cuda.jit
+def lanes(out):
+    t = cuda.threadIdx.x + cuda.blockDim.x * cuda.threadIdx.y
+    out[cuda.blockIdx.x, t] = cuda.laneid
+
+@cuda.jit
+def fails(out):
+    i = cuda.threadIdx.x
+    if i == 5:
+        out[1000] = 1.0          # out of bounds: the simulator raises in thread 5 only
+    cuda.syncthreads()
+    out[i] = 1.0
+
+a = np.random.default_rng(0).standard_normal(192).astype(np.float32)
+out, count = np.zeros_like(a), np.zeros(3, np.int32)
+reverse[3, 64](a, out, count)
+assert np.array_equal(out, a.reshape(3, 64)[:, ::-1].ravel())
+assert list(count) == [int((a.reshape(3, 64)[b] > 0).sum()) for b in range(3)]
+ln = np.full((2, 64), -1, np.int32)
+lanes[2, (16, 4)](ln)
+assert (ln == np.arange(64) % 32).all(), ln
+try:
+    fails[1, 32](np.zeros(32, np.float32))
+except Exception as e:  # noqa: BLE001
+    assert "tid=[5, 0, 0]" in str(e), e
+else:
+    raise AssertionError("a thread's exception was not raised")
+reverse[3, 64](a, out, count)    # the pool runs the next launch as before
+assert np.array_equal(out, a.reshape(3, 64)[:, ::-1].ravel())
+print("pool ok")
+'''
+
+
+def test_the_harness_block_pool_keeps_the_simulators_semantics():
+    """tests/_cudasim_kernels.py runs the simulator's blocks on a pool of reused threads
+    (`pooled_blocks`, instead of a new thread per CUDA thread and a polling manager). It must
+    keep numba's semantics: shared memory and syncthreads(_count) within each block, one block
+    after another; threadIdx and the lane (x fastest, in a 2-D block too); a thread's exception
+    raised for the launch, named by its thread, without its blockmates hanging at the next
+    syncthreads; and the pool usable for the next launch."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=os.pathsep.join(
+        [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
+    res = subprocess.run([sys.executable, "-c", _POOL_CHECK], cwd=ROOT, env=env, text=True,
+                         capture_output=True, timeout=120)
+    assert res.returncode == 0 and "pool ok" in res.stdout, res.stderr[-3000:]
