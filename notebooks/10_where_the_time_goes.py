@@ -487,10 +487,41 @@ show(f"source: data/gpu/fused_tails.json, {tails['source']}, {tails['date']}")
 #   others' time), so the ratio carries a wide error. Against its mean the best arm is under 0.4
 #   by less than one of the ratio's standard errors at context 64, and over it by about 1.3 at
 #   900; against its slowest rep it would be below 0.4 at both contexts, against its fastest
-#   above 0.5 at both. A tighter torch.compile figure is what this row needs before it can say
-#   more.
+#   above 0.5 at both. The next subsection times torch.compile over 15 reps.
 # A missed target is a measurement, not a failure of the method: each row names the next thing
 # to work on.
+
+# %% [markdown]
+# ### torch.compile over more reps
+# A ratio to a reference is only as firm as the reference. After the pass, the peer ran again
+# with 15 reps and torch.compile alone (`data/gpu/peer_reps.json`: the same recorder, the lab's
+# code unchanged, the same day on the same kind of H200). Its reps spread over a factor of two
+# while the lab's best arm holds within a few percent, so the mean says little about what
+# torch.compile can do. Below, the best arm against torch.compile's mean, its median and its
+# fastest reps:
+
+# %%
+more = json.loads((GPU / "peer_reps.json").read_text())
+for c in CONTEXTS:
+    res = more["results"][str(c)]
+    best = min((a for a in res if a.startswith("lab")), key=lambda a: res[a]["mean_ms"])
+    lab_ms, tc = res[best]["mean_ms"], sorted(res["torch.compile"]["ms_per_token"])
+    lo, hi = min(res[best]["ms_per_token"]), max(res[best]["ms_per_token"])
+    print(f"context {c}, {len(tc)} reps: {best} {lo:.4f} to {hi:.4f} ms/token")
+    print(f"  torch.compile {tc[0]:.4f} to {tc[-1]:.4f} ms/token")
+    print(f"  ratio to torch.compile's mean {lab_ms / np.mean(tc):.3f}, median "
+          f"{lab_ms / np.median(tc):.3f}, fastest three reps {lab_ms / np.mean(tc[:3]):.3f} "
+          f"(target 0.4)")
+show(f"source: data/gpu/peer_reps.json, {more['source']}, {more['date']}")
+
+# %% [markdown]
+# Against torch.compile's mean the best arm meets 0.4 at context 64 here as in the pass; against
+# its median or its fastest reps, what it does when nothing slows it, it misses the target at
+# both contexts. The lab's arm replays one CUDA graph per token and barely moves from rep to rep.
+# torch.compile (`mode="reduce-overhead"`) runs Python around its graph at every step, which
+# would move with the host's speed: the likely reason for its spread, not measured here. Read
+# the target against torch.compile's fastest reps: by that reading it is missed at both
+# contexts.
 
 # %% [markdown]
 # ## 7. The megakernel rung: the whole step in one launch (`LAB_PERSISTENT=1`)
