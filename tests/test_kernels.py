@@ -327,12 +327,17 @@ def test_attention_geometry_comes_from_partial_grid():
 # ------------------------------------------------------------------ the kernels, simulated
 
 
+def _cudasim_env(*paths):
+    """The environment of a child process under numba's CUDA simulator, with the repository
+    (and `paths`) importable."""
+    return dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=os.pathsep.join(
+        [str(ROOT), *map(str, paths), os.environ.get("PYTHONPATH", "")]))
+
+
 def _cudasim(*flags, timeout=600):
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     return subprocess.Popen([sys.executable, str(ROOT / "tests" / "_cudasim_kernels.py"), *flags],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            cwd=ROOT, env=_cudasim_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def _families():
@@ -479,8 +484,7 @@ def test_the_harness_block_pool_keeps_the_simulators_semantics():
     after another; threadIdx and the lane (x fastest, in a 2-D block too); a thread's exception
     raised for the launch, named by its thread, without its blockmates hanging at the next
     syncthreads; and the pool usable for the next launch."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=os.pathsep.join(
-        [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
-    res = subprocess.run([sys.executable, "-c", _POOL_CHECK], cwd=ROOT, env=env, text=True,
-                         capture_output=True, timeout=120)
+    res = subprocess.run([sys.executable, "-c", _POOL_CHECK], cwd=ROOT,
+                         env=_cudasim_env(ROOT / "tests"), text=True, capture_output=True,
+                         timeout=120)
     assert res.returncode == 0 and "pool ok" in res.stdout, res.stderr[-3000:]

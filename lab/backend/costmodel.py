@@ -505,10 +505,9 @@ class CostModel:
     # ---- host --------------------------------------------------------------------------------
     def host_launch(self, launch: Launch, mechanism: str, rng: np.random.Generator) -> float:
         """Host us of one eager launch through `mechanism`, with its jitter."""
-        key = cost_key(launch)
-        us = self.host_launch_us[mechanism].get(key)
+        us = self.host_launch_us[mechanism].get(cost_key(launch))
         if us is None:
-            us = self._host_launch_by_kernel[mechanism].get(key.split(" ", 1)[0])
+            us = self._host_launch_by_kernel[mechanism].get(launch.name)
         if us is None:                  # a kernel the recording lacks: the mechanism's mean
             us = self._host_launch_means[mechanism]
         return us * self.host_scale * _unit_lognormal(rng, self.launch_jitter)
