@@ -42,8 +42,9 @@ The dependencies that are not all-to-all never wait at a barrier: a head's merge
 splits and the heads' sum for the heads through attn_fused's "last block done" counters
 (an election, never a spin), and the argmax for the logits likewise. The counters are reset by
 their last arriver, so a graph replay starts clean; the same slots serve every layer (a grid
-barrier separates two layers' uses). FACTS (grid-wide barriers): numba's grid sync costs about
-1.3 us at 132 blocks, more than a graph node boundary (0.56 us) or one under PDL (0.45 us); the
+barrier separates two layers' uses). A grid-wide barrier (numba's grid sync) costs about 1.6 us
+at 132 blocks of 512 threads on the H200 (data/gpu/grid_barrier.json), more than a graph node
+boundary (kernel_costs.json: floors.empty, about 0.5 us; less under PDL); the
 fused graph has 18 nodes, this kernel 16 barriers, so what it can win is the launch of each
 node (the kernels' launch latency and tails), not the barriers themselves.
 

@@ -81,9 +81,8 @@ for name in ("frozen_kv_row", "ctx_by_value", "pos_outside_graph"):
 # not capturable. An allocation is not capturable when it makes a pool grow through a
 # synchronous allocator (`cudaMalloc`), as this lab's allocator does; a stream-ordered
 # allocation (`cudaMallocAsync`) is, and becomes a graph memory node. Loading a compiled
-# kernel's module is not a stream operation: the project's H200 (driver 13.0, recorded in
-# `shared/gpu/FACTS.md`) allowed one inside a capture, but older drivers may refuse it, and it
-# is slow anywhere — warm up. The **lazy-init detector** captures from a fresh engine
+# kernel's module is not a stream operation: newer drivers allow one inside a capture, older
+# drivers may refuse it, and it is slow anywhere — warm up. The **lazy-init detector** captures from a fresh engine
 # with warm-up skipped, one capture per plan key, and reports each initialisation that fired
 # inside a capture: what kind it was (and so whether it is legal there), where (caller site),
 # for which launch, and where the error *showed*. In CUDA an illegal call inside a capture

@@ -538,7 +538,8 @@ show(f"source: data/gpu/peer_reps.json, {more['source']}, {more['date']}")
 # producers (a head's merge, the argmax) it keeps the heads tail's "last block done" election.
 #
 # The launch bill drops to 1 and the graph to one node. What that is worth is not obvious: a
-# grid barrier costs about 1.3 us on the H200 at 132 blocks (`../shared/gpu/FACTS.md`), more
+# grid barrier costs about 1.6 us on the H200 at 132 blocks of 512 threads
+# (`data/gpu/grid_barrier.json`, recorded by `scripts/record_gpu_barrier.py`), more
 # than a graph node boundary (section 2's per-node floor: about half a microsecond, less under
 # PDL), so the kernel can win only what the heads-tail step's 18 launches cost beyond their
 # boundaries (launch latency, tails), not the boundaries themselves. On the simulator (its twin
@@ -618,8 +619,8 @@ else:
 # %% [markdown]
 # The megakernel LOSES on this GPU, and the measurement says why. Against the step whose bits
 # it writes (the heads-tail fused graph) it removes 17 of 18 node boundaries, worth the
-# empty-node floor printed above, and adds 16 grid barriers, each about 1.3 us on the H200 at 132
-# blocks (`../shared/gpu/FACTS.md`): about 21 us. Its phases do the heads-tail kernels' work
+# empty-node floor printed above, and adds 16 grid barriers, each about 1.6 us on the H200 at 132
+# blocks of 512 threads (`data/gpu/grid_barrier.json`): about 26 us. Its phases do the heads-tail kernels' work
 # (the same device functions, the same bits), so what is left is that exchange, and the table
 # shows it. In the peer table (section 4) it is the
 # slowest lab arm, about twice the split grid tail's time. Worse, most phases occupy few of the
