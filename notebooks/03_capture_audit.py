@@ -90,12 +90,16 @@ for name in ("frozen_kv_row", "ctx_by_value", "pos_outside_graph"):
 # that swallows that failure sees nothing more until `end_capture` fails
 # (`cudaErrorStreamCaptureInvalidated`). That is not a *sticky* error — CUDA's sticky errors
 # (an illegal address in a kernel, say) corrupt the context; after a failed capture the stream
-# and the context stay usable, which is what lets the engine fall back to eager.
+# and the context stay usable, which is what lets the engine fall back to eager. The lecture
+# (§3) uses the word more loosely: "CUDA errors are sticky, so the failure was attributed to
+# whatever ran next" means an error that *surfaces at a later call* (`cudaGetLastError` after
+# the next launch), not one that poisons the context. Both senses meet below: the fault in the
+# next section is sticky in CUDA's sense *and* surfaces at a later call.
 
 # %%
 show(detect_lazy_init(model, cfg).summary().split("\n")[0])
-print("(compilation inside a capture: allowed on the H200's driver 13.0, older drivers may "
-      "refuse it;\n warm-up moves it out of captures and timed regions)\n")
+print("(compilation inside a capture: a module load, allowed by newer drivers, older drivers "
+      "may refuse it;\n warm-up moves it out of captures and timed regions)\n")
 for name in ("lazy_table", "lazy_scratch", "raw_array"):
     rep = detect_lazy_init(model, cfg.replace(bugs={name}))
     f = rep.illegal[0]
@@ -183,8 +187,9 @@ print(f"step {step - 1} ended with: {', '.join(r.kernel for r in before[-3:])}")
 # - Read the lazy-init detector: name the kind of operation that fired inside a capture,
 #   whether CUDA allows it there, where it was called from, and where its error showed.
 # - Explain why a failed capture (`cudaErrorStreamCaptureUnsupported`, then
-#   `cudaErrorStreamCaptureInvalidated` at `end_capture`) leaves the context usable, and why
-#   that is not what "sticky" means.
+#   `cudaErrorStreamCaptureInvalidated` at `end_capture`) leaves the context usable, why
+#   that is not what CUDA calls "sticky", and what the lecture means by the word (an error that
+#   surfaces at a later call).
 # - Pre-warm lazy initialisation at start-up instead of relying on the driver to allow it.
 # - Find the kernel behind an asynchronous fault reported by a later call: rerun with launches
 #   blocking, then follow the faulting kernel's input back to its writer in the launch log.
