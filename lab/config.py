@@ -189,7 +189,26 @@ def describe() -> str:
     return "\n".join(rows)
 
 
+STUDENT_ENV = "DECODE_LAB_STUDENT"   # a fixed self-check identity: CI, tests, the notebook build
+
+
+def selfcheck_student() -> str | None:
+    """The self-check identity fixed by DECODE_LAB_STUDENT (CI and the notebook build set it;
+    lab/teach/selfcheck/questions.py), or None when it is unset or empty."""
+    return os.environ.get(STUDENT_ENV) or None
+
+
 def child_env(**overrides: str) -> dict[str, str]:
     """This process's environment with `overrides` set: for a child process that must read a
     variable at its start (numba's NUMBA_ENABLE_CUDASIM is read when numba is imported)."""
     return {**os.environ, **overrides}
+
+
+FIXTURE_ENV = "DECODE_LAB_FIXTURE"   # "large": the hands-on checks' larger random fixture
+
+
+def fixture_size() -> str:
+    """"large" when DECODE_LAB_FIXTURE=large, else "small": a hands-on check MAY draw a larger
+    random fixture when asked (scripts/mutation_score.py asks it so when it re-runs a mutant
+    listed as equivalent, lab/teach/mutate.py)."""
+    return "large" if os.environ.get(FIXTURE_ENV) == "large" else "small"

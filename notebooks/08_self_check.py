@@ -31,6 +31,12 @@
 # The second half asks the lecture's ten self-check questions, each with an answer you can check
 # (a letter, a list of letters, or for q4 a number and letters). An answer and why come only
 # after you have attempted that question. `decode-lab selfcheck` checks all fifteen from files.
+#
+# A local self-check is for self-assessment, not an exam. Your attempts are kept in a file on
+# your own machine, and the key ships with the lab (sealed, but the program must open it to grade
+# you): a student who makes up a second name and answers anything under it can read that
+# question's answer, and then pass under their own. Nothing stops that but the point of the
+# exercise: a first attempt of your own tells you what you know.
 
 # %%
 import functools      # for the demonstrations below
@@ -164,17 +170,23 @@ r5 = check_replays_needed(replays_needed)
 
 # %% [markdown]
 # ## The lecture's ten questions
-# Put your name or id in `start(...)` below: the options come in an order of your own, so a
-# letter or a position says nothing, and your attempts are kept in a small file (`me.path`).
-# `ask("qN")` prints a question, its options and the form of its answer. Put your answer in the
-# `answer("qN", ...)` call below it (`None` means not answered yet) and run the cell: it records
-# the attempt and says right or not right, with a hint. The answer and why — and what your wrong
-# picks miss — come only after an attempt at that question; `reveal("qN")` shows them again
-# later, and before an attempt it refuses. Where the lab can show the answer on the engine, a
-# cell after the question does, on the simulator: run it after you answer.
+# Put your name or id in `STUDENT` below, once: it is remembered in `~/.decode-lab` (so
+# `decode-lab selfcheck` knows you too), and in a later session `None` means that name. The
+# options come in an order of your own, so a letter or a position says nothing, and your attempts
+# are kept in a small file (`me.path`), apart from any other name's. `ask("qN")` prints a
+# question, its options and the form of its answer. Put your answer in the `answer("qN", ...)`
+# call below it (`None` means not answered yet) and run the cell: it records the attempt and says
+# right or not right, with a hint. The answer and why — and what your wrong picks miss — come
+# only after your attempt at that question; `reveal("qN")` shows them again later, and before an
+# attempt it refuses.
+#
+# Where the lab can show the answer on the engine, a cell after the question does, on the
+# simulator. Such a cell gives the answer away, so it ships without output: run it after you
+# answer.
 
 # %%
-me = start("student")   # FILL ME IN: your name or id (keep it the same in every session)
+STUDENT = None   # FILL ME IN: your name or id, e.g. "ada" (once; None: the name remembered)
+me = start(STUDENT)
 print(f"answering as {me.student!r}; attempts kept in {me.path.name}")
 
 # %%
@@ -207,9 +219,10 @@ ask("q1")
 a1 = answer("q1", None)   # FILL ME IN: a list of letters
 
 # %% [markdown]
-# The replay check with one replay and with three, on each frozen-value bug of `lab/engine/bugs.py`:
+# After your answer: the replay check with one replay and with three, on each frozen-value bug of
+# `lab/engine/bugs.py`.
 
-# %%
+# %% tags=["after-attempt"]
 for name, bug in BUGS.items():
     if bug.kind == "frozen":
         seen = []
@@ -230,12 +243,13 @@ ask("q2")
 a2 = answer("q2", None)   # FILL ME IN: one letter
 
 # %% [markdown]
-# Twelve tokens decoded as graph replays, three ways: the clean engine (a kernel in the graph
-# advances the device position); `LAB_BUG_POS_OUTSIDE_GRAPH` (the host uploads the position in
-# code that runs at capture only); and the same bug with the host writing the device position
-# before every launch (`engine.seek(engine.position)`: a host write between launches).
+# After your answer: twelve tokens decoded as graph replays, three ways: the clean engine (a
+# kernel in the graph advances the device position); `LAB_BUG_POS_OUTSIDE_GRAPH` (the host
+# uploads the position in code that runs at capture only); and the same bug with the host writing
+# the device position before every launch (`engine.seek(engine.position)`: a host write between
+# launches).
 
-# %%
+# %% tags=["after-attempt"]
 for label, bugs, writes in (("clean engine", set(), False),
                             ("pos_outside_graph", {"pos_outside_graph"}, False),
                             ("pos_outside_graph + host writes", {"pos_outside_graph"}, True)):
@@ -252,10 +266,10 @@ ask("q3")
 a3 = answer("q3", None)   # FILL ME IN: one letter
 
 # %% [markdown]
-# The capture audit of `LAB_BUG_CTX_BY_VALUE` (the context length passed by value), layer 0; then
-# where a clean engine captures while it decodes 40 tokens.
+# After your answer: the capture audit of `LAB_BUG_CTX_BY_VALUE` (the context length passed by
+# value), layer 0; then where a clean engine captures while it decodes 40 tokens.
 
-# %%
+# %% tags=["after-attempt"]
 for v in audit(DecodeEngine(model, SIM.replace(bugs={"ctx_by_value"}))).varying:
     if v.layer == 0:
         distinct = len(set(map(str, v.values.values())))
@@ -287,10 +301,16 @@ ask("q5")
 a5 = answer("q5", None)   # FILL ME IN: one letter
 
 # %% [markdown]
-# The lazy-init detector on `LAB_BUG_LAZY_TABLE` (the RoPE tables uploaded on first use): which
-# launch needed the upload, and where the capture error showed.
+# On the word "sticky", as the question says: this lab uses it in CUDA's sense, an error that
+# corrupts the context, so that every later call fails until the process ends (notebook 03 says
+# which errors a capture raises). The lecture's §3, "CUDA errors are sticky, so the failure was
+# attributed to whatever ran next", uses it for an error that surfaces at a later call. One word,
+# two meanings: read each text in its own.
+#
+# After your answer: the lazy-init detector on `LAB_BUG_LAZY_TABLE` (the RoPE tables uploaded on
+# first use): which launch needed the upload, and where the capture error showed.
 
-# %%
+# %% tags=["after-attempt"]
 for f in detect_lazy_init(model, SIM.replace(bugs={"lazy_table"})).illegal:
     print(f"{f.kind} ({f.detail}) needed by launch {f.launch_index} ({f.kernel}); "
           f"the capture error shows at: {f.surfaced_at}")
@@ -305,10 +325,11 @@ ask("q6")
 a6 = answer("q6", None)   # FILL ME IN: one letter
 
 # %% [markdown]
-# An A/A at a sought context: two fresh eager engines of one configuration jump to position 200
-# with `seek` (the rows before it never written) and decode two tokens; their outputs compared.
+# After your answer: an A/A at a sought context: two fresh eager engines of one configuration
+# jump to position 200 with `seek` (the rows before it never written) and decode two tokens;
+# their outputs compared.
 
-# %% tags=["volatile"]
+# %% tags=["volatile", "after-attempt"]
 def aa_after_seek(kv_init, position=200):
     """Why two identical engines' outputs differ after a seek ("" when they are identical)."""
     runs = []
@@ -346,10 +367,10 @@ ask("q8")
 a8 = answer("q8", None)   # FILL ME IN: a list of letters
 
 # %% [markdown]
-# Each reduction over 4096 values, element by element in three orders; how many different bit
-# patterns come out.
+# After your answer: each reduction over 4096 values, element by element in three orders; how
+# many different bit patterns come out.
 
-# %%
+# %% tags=["after-attempt"]
 rng = np.random.default_rng(0)
 x = rng.standard_normal(4096).astype(np.float32)                      # [4096]
 reductions = {"sum of float32": (operator.add, x),
@@ -372,11 +393,11 @@ ask("q9")
 a9 = answer("q9", None)   # FILL ME IN: one letter
 
 # %% [markdown]
-# Two measurements of a float32 and a float16 KV cache over 16 generated tokens: the error
-# against the float64 oracle (`lab/reference.py`), and the distance between the two engines
-# (parity with an implementation that keeps its cache in float16).
+# After your answer: two measurements of a float32 and a float16 KV cache over 16 generated
+# tokens: the error against the float64 oracle (`lab/reference.py`), and the distance between
+# the two engines (parity with an implementation that keeps its cache in float16).
 
-# %%
+# %% tags=["after-attempt"]
 oracle_ids, oracle_logits = reference.generate(model, model.tokenizer.encode(PROMPT), 16,
                                                return_logits=True)
 runs = {kv: decode(SIM.replace(graph=False, kv_dtype=kv), 16) for kv in ("float32", "float16")}

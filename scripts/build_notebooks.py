@@ -16,7 +16,13 @@ changed cell changes its own id only), no execution timestamps are recorded, and
 version JupyterLab would write is the only volatile metadata kept. `stable_outputs` is what
 a check of committed outputs holds against a fresh execution: every text a cell prints, except
 in cells tagged `volatile` (`# %% tags=["volatile"]`: output that depends on the wall clock or
-on uninitialised memory, which is random on purpose).
+on uninitialised memory, which is random on purpose) and in cells tagged `after-attempt`.
+
+A cell tagged `after-attempt` (`# %% tags=["after-attempt"]`) shows evidence that gives a
+self-check answer away (notebook 08): it is executed like any other, but its outputs are
+stripped before the notebook is written, so it ships empty and the student runs it after an
+attempt. Notebooks run as the self-check identity NOTEBOOK_STUDENT (DECODE_LAB_STUDENT in the
+kernel's environment): a fixed name for the build, never a student's.
 """
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ import jupytext
 from nbclient import NotebookClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from lab.config import STUDENT_ENV, child_env  # noqa: E402
 from lab.files import atomic_write_text  # noqa: E402
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
@@ -75,6 +82,8 @@ def sync_source_header(source: Path) -> bool:
 
 
 VOLATILE = "volatile"   # the cell tag for output that depends on the wall clock or random memory
+AFTER_ATTEMPT = "after-attempt"   # the cell tag for output that gives a self-check answer away
+NOTEBOOK_STUDENT = "notebook build"   # the self-check identity notebooks execute as
 # a line the simulator does not decide: a progress bar's rate and elapsed time (tqdm)
 VOLATILE_LINE = re.compile(r"\d+(\.\d+)?(it|s)/(s|it)\b|\[\d+:\d+<")
 
@@ -108,12 +117,25 @@ def merge_streams(nb):
     return nb
 
 
+def _tagged(cell, tag: str) -> bool:
+    return tag in cell.get("metadata", {}).get("tags", [])
+
+
+def strip_after_attempt(nb):
+    """`nb` with no outputs in its code cells tagged `after-attempt` (they ship empty)."""
+    for cell in nb.cells:
+        if cell.cell_type == "code" and _tagged(cell, AFTER_ATTEMPT):
+            cell["outputs"] = []
+            cell["execution_count"] = None
+    return nb
+
+
 def stable_outputs(nb) -> list[tuple[int, str]]:
-    """(cell index, text) of every text output of every code cell not tagged `volatile`, lines
-    of progress bars left out."""
+    """(cell index, text) of every text output of every code cell not tagged `volatile` or
+    `after-attempt`, lines of progress bars left out."""
     out = []
     for i, cell in enumerate(merge_streams(nb).cells):
-        if cell.cell_type != "code" or VOLATILE in cell.get("metadata", {}).get("tags", []):
+        if cell.cell_type != "code" or _tagged(cell, VOLATILE) or _tagged(cell, AFTER_ATTEMPT):
             continue
         for o in cell.get("outputs", []):
             if o.get("output_type") == "stream":
@@ -132,10 +154,12 @@ def stable_outputs(nb) -> list[tuple[int, str]]:
 
 def execute(source: Path, timeout: int = 600):
     """The notebook of `source`, executed in a kernel of its own (its folder as the working
-    directory), with stable cell ids and no timestamps."""
+    directory, NOTEBOOK_STUDENT its self-check identity), with stable cell ids and no
+    timestamps."""
     nb = stable_ids(with_metadata(jupytext.read(source)))
     NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                   resources={"metadata": {"path": str(source.parent)}}).execute()
+                   resources={"metadata": {"path": str(source.parent)}}).execute(
+        env=child_env(**{STUDENT_ENV: NOTEBOOK_STUDENT}))
     return merge_streams(nb)
 
 
@@ -143,7 +167,7 @@ def build(src: Path) -> str:
     """Execute one notebook and write its .ipynb whole (an interrupted build leaves the
     committed notebook as it was); the line to print."""
     t = time.perf_counter()
-    nb = execute(src)
+    nb = strip_after_attempt(execute(src))
     atomic_write_text(src.with_suffix(".ipynb"), jupytext.writes(nb, fmt="ipynb"))
     return f"{src.name}: executed and written in {time.perf_counter() - t:.0f} s"
 

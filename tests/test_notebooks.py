@@ -11,8 +11,9 @@ import jupytext
 import pytest
 from jupytext.config import load_jupytext_configuration_file
 
-from scripts.build_notebooks import (FORMATS, KERNELSPEC, NB_DIR, execute, split_header,
-                                     stable_ids, stable_outputs, sync_source_header)
+from scripts.build_notebooks import (AFTER_ATTEMPT, FORMATS, KERNELSPEC, NB_DIR, execute,
+                                     split_header, stable_ids, stable_outputs,
+                                     strip_after_attempt, sync_source_header)
 
 SOURCES = sorted(NB_DIR.glob("[0-9][0-9]_*.py"))
 WIDTH = 100   # the widest output line a notebook may print (the notebooks' show() wraps at it)
@@ -164,6 +165,37 @@ def test_every_plot_is_read_in_the_text_after_it(source):
         if not text or text.startswith("#"):
             unread.append(i)
     assert not unread, f"{source.stem}: figures in cells {unread} have no text reading them"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_cells_that_give_an_answer_away_ship_empty(source):
+    """A cell tagged `after-attempt` (evidence that gives a self-check answer away) ships with no
+    output in the committed .ipynb: the build strips it, the staleness check skips it."""
+    cells = _ipynb(source)["cells"]
+    tagged = [i for i, c in enumerate(cells) if AFTER_ATTEMPT in c.get("metadata", {}).get(
+        "tags", [])]
+    full = [i for i in tagged if cells[i].get("outputs") or cells[i].get("execution_count")]
+    assert not full, f"{source.stem}.ipynb: cells {full} are tagged {AFTER_ATTEMPT!r} but ship " \
+                     f"outputs (rebuild: python scripts/build_notebooks.py {source.stem})"
+    if source.stem.startswith("08_"):
+        assert len(tagged) >= 5, f"{source.stem}: its evidence cells are not tagged"
+
+
+def test_the_build_strips_after_attempt_cells_and_the_check_skips_them():
+    import copy
+    nb = jupytext.read(SOURCES[0].with_suffix(".ipynb"))
+    cell = next(c for c in nb.cells if c.cell_type == "code" and any(
+        o.get("output_type") == "stream" for o in c.get("outputs", [])))
+    tagged = copy.deepcopy(nb)
+    c = next(c for c in tagged.cells if c.id == cell.id)
+    c.metadata["tags"] = [AFTER_ATTEMPT]
+    before = stable_outputs(copy.deepcopy(nb))
+    assert len(stable_outputs(copy.deepcopy(tagged))) < len(before)      # skipped
+    stripped = strip_after_attempt(copy.deepcopy(tagged))
+    c = next(c for c in stripped.cells if c.id == cell.id)
+    assert c.outputs == [] and c.execution_count is None
+    others = [(x.id, x.get("outputs")) for x in stripped.cells if x.id != cell.id]
+    assert others == [(x.id, x.get("outputs")) for x in nb.cells if x.id != cell.id]
 
 
 def test_stable_outputs_see_a_stale_output_and_ignore_chunking_and_progress():

@@ -14,11 +14,13 @@ fails the check.
 
 The references: lab.measure.stats, lab.teach.audit, lab.teach.verify, kernels.attention.
 
-Questions (questions.py): `start(student, attempts)` says who answers (the options' order is
-the student's own) and where attempts are kept; `ask(qid)` prints one, `answer(qid, value)`
-records an attempt, says right or not right, then shows the answer and why; `reveal(qid)`
-shows it again, and only after an attempt. `QUESTIONS` holds q1 ... q10. `run_selfcheck`
-(run.py) checks an answers JSON and a solutions file: `decode-lab selfcheck`.
+Questions (questions.py): `start(student, attempts)` says who answers (asked once and
+remembered in ~/.decode-lab; the options' order is the student's own) and where attempts are
+kept; `ask(qid)` prints one, `answer(qid, value)` records an attempt, says right or not right,
+then shows the answer and why; `reveal(qid)` shows it again, and only after that student's
+attempt. `QUESTIONS` holds q1 ... q10, their key sealed (grading.py; seal.py seals a plain bank
+kept out of the repository). `run_selfcheck` (run.py) checks an answers JSON and a solutions
+file: `decode-lab selfcheck`.
 
 Notebook 08_self_check walks through them. No solutions ship here: the tests write their own.
 """
@@ -28,7 +30,7 @@ from .checkers import (CheckResult, check_launch_bill, check_merge_partials, che
 from .exercises import (VERDICTS, launches_per_token, merge_partials, paired_t,
                         per_launch_budget_us, replays_needed, verdict)
 from .grading import Question
-from .questions import (DEFAULT_ATTEMPTS, Attempts, QuestionResult, answer, ask, check_answer,
+from .questions import (Attempts, QuestionResult, answer, ask, check_answer, default_attempts,
                         reveal, start)
 from .run import run_selfcheck, score
 
@@ -38,6 +40,6 @@ __all__ = ["CheckResult", "VERDICTS",
            "paired_t", "check_paired_t",
            "verdict", "check_verdict",
            "replays_needed", "check_replays_needed",
-           "QUESTIONS", "Question", "QuestionResult", "Attempts", "DEFAULT_ATTEMPTS", "start",
+           "QUESTIONS", "Question", "QuestionResult", "Attempts", "default_attempts", "start",
            "ask", "answer", "check_answer", "reveal",
            "run_selfcheck", "score"]

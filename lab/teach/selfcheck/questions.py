@@ -1,16 +1,24 @@
 """The lecture's ten self-check questions: asked, attempted, and only then explained.
 
-The questions are data in bank.py; a question's options, their order for each student and the
-grading of an attempt are grading.py's. This module keeps the record of attempts and the
-notebook's interface.
+The questions are data in bank.py (sealed: grading.py); a question's options, their order for
+each student and the grading of an attempt are grading.py's. This module keeps who is
+answering, the record of attempts and the notebook's interface.
 
 The contract, for the notebook and for `decode-lab selfcheck`:
 
-- An answer must be attempted before it is shown. `ask(qid)` prints a question and how to
-  answer it. `answer(qid, value)` checks an attempt, records it in the attempts file, prints the
-  verdict and then (explain=True) the answer and why. `reveal(qid)` prints the answer only for a
-  question with a recorded attempt; before one it refuses and says so. None or a malformed value
-  is not an attempt: nothing is recorded or revealed, and a malformed one is told what is wrong.
+- Who is answering is asked for once. `start(student)` (the notebook's cell, `--student NAME`)
+  names the student and remembers the name in ~/.decode-lab/student (the home folder's, so a
+  test with its own HOME has its own); `start()` then uses the remembered name. A fixed
+  identity in DECODE_LAB_STUDENT (lab/config.py: CI, the tests, the notebook build) comes
+  before the remembered one and is never stored. With none of these, the command line asks on a
+  terminal (`prompt`), and anywhere else a LabError says how to give one. There is no shared
+  default: neither the login nor a fixed name.
+- An answer must be attempted before it is shown, by the same student. `ask(qid)` prints a
+  question and how to answer it. `answer(qid, value)` checks an attempt, records it under the
+  student's name in the attempts file, prints the verdict and then (explain=True) the answer and
+  why. `reveal(qid)` prints the answer only when that student has an attempt at that question;
+  before one it refuses and says so. None or a malformed value is not an attempt: nothing is
+  recorded or revealed, and a malformed one is told what is wrong.
 - The options come in an order of their own for each student: a permutation seeded by
   sha256(student, question id), so neither a letter nor a position carries the answer, and
   letters copied from someone else mean nothing. Attempts are graded and recorded by option
@@ -22,36 +30,45 @@ The contract, for the notebook and for `decode-lab selfcheck`:
   after the attempt. Every distinct attempt is kept, and a pass says on which attempt it came,
   so working through the subsets shows in the record.
 
-The attempts file is a small JSON object {"student": ..., "attempts": {qid: [attempt, ...]}},
-by default DEFAULT_ATTEMPTS (in the home folder: outside the repository and its data), written
-atomically (lab/files.py) and only when an attempt is recorded. `start(student, attempts)`
-chooses the student and the file; without a name the student is the one stored in the file,
-else the login name.
+This is self-assessment, not an exam: the record is a file on the student's own machine, and a
+second name (or an edited file) with any attempt shows that question's answer. What it keeps is
+the answer out of sight until an attempt of one's own.
+
+The attempts file is a small JSON object {"format": ..., "attempts": {student: {qid: [attempt,
+...]}}}, by default ~/.decode-lab/selfcheck.json (outside the repository and its data), written
+atomically (lab/files.py) and only when an attempt is recorded. A file of the earlier format
+({"student": name, "attempts": {qid: [...]}}) is read as that student's.
 """
 from __future__ import annotations
 
-import getpass
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.config import STUDENT_ENV, selfcheck_student
 from lab.errors import LabError
 from lab.files import atomic_write_text, check_output
 from .bank import QUESTIONS
 from .grading import _HOW, Malformed, Question
 
-DEFAULT_ATTEMPTS = Path.home() / ".decode-lab" / "selfcheck.json"
-FILE_FORMAT = "decode-lab selfcheck attempts, version 1"
+FILE_FORMAT = "decode-lab selfcheck attempts, version 2"
+OLD_FORMAT = "decode-lab selfcheck attempts, version 1"
 
 
-# ================================================================ the record of attempts
+# ================================================================ who is answering
 
-def _login() -> str:
-    try:
-        return getpass.getuser() or "student"
-    except (KeyError, OSError):      # no login name (some containers): one shared default
-        return "student"
+def home_folder() -> Path:
+    """~/.decode-lab: the remembered name and, by default, the attempts (HOME decides ~)."""
+    return Path.home() / ".decode-lab"
+
+
+def default_attempts() -> Path:
+    return home_folder() / "selfcheck.json"
+
+
+def student_file() -> Path:
+    return home_folder() / "student"
 
 
 def check_student(student) -> str:
@@ -61,6 +78,65 @@ def check_student(student) -> str:
         raise LabError(f"student {student!r}: give a name or id of 1 to 100 printable characters")
     return student.strip()
 
+
+def remembered_student() -> str | None:
+    """The name remembered in ~/.decode-lab/student, or None."""
+    path = student_file()
+    if not path.is_file():
+        return None
+    try:
+        return check_student(path.read_text().strip())
+    except (OSError, UnicodeDecodeError, LabError):
+        raise LabError(f"{path}: not a usable name; remove it, or give one (--student NAME)") \
+            from None
+
+
+def remember_student(student: str) -> None:
+    path = student_file()
+    if remembered_student() == student:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, student + "\n")
+    except OSError as exc:
+        raise LabError(f"{path}: cannot be written ({exc})") from None
+
+
+NO_STUDENT = ("who is answering? give your name or id once (notebook 08: STUDENT = \"NAME\" in "
+              "its start cell; the command line: --student NAME); it is remembered in "
+              "~/.decode-lab/student")
+
+
+def resolve_student(student: str | None = None, prompt=None) -> str:
+    """Who is answering: `student` (remembered from now on), else DECODE_LAB_STUDENT, else the
+    remembered name, else what `prompt` (a function of a question, e.g. `input`) returns
+    (remembered), else a LabError saying how to give one."""
+    if student is not None:
+        student = check_student(student)
+        remember_student(student)
+        return student
+    fixed = selfcheck_student()
+    if fixed is not None:
+        try:
+            return check_student(fixed)
+        except LabError as exc:
+            raise LabError(f"{STUDENT_ENV}: {exc}") from None
+    remembered = remembered_student()
+    if remembered is not None:
+        return remembered
+    if prompt is None:
+        raise LabError(NO_STUDENT)
+    try:
+        given = prompt("your name or id for the self-check (asked once: it orders your options "
+                       "and keeps your attempts): ")
+    except EOFError:
+        raise LabError(NO_STUDENT) from None
+    student = check_student(given)
+    remember_student(student)
+    return student
+
+
+# ================================================================ the record of attempts
 
 def _kept(qid: str, attempt) -> bool:
     """Whether `attempt`, read from an attempts file, is one that record() writes for `qid`."""
@@ -72,20 +148,27 @@ def _kept(qid: str, attempt) -> bool:
             and (number is None or (type(number) in (int, float) and math.isfinite(number))))
 
 
-class Attempts:
-    """Who is answering (it seeds the options' order) and every distinct attempt so far, kept in
-    a JSON file. The file is read when this is made and written, whole and atomically, each time
-    an attempt is recorded; `path=None` is DEFAULT_ATTEMPTS (its folder made when needed)."""
+def _attempts_of(data) -> bool:
+    """Whether `data` is one student's {qid: [attempt, ...]}."""
+    return isinstance(data, dict) and all(
+        k in QUESTIONS and isinstance(v, list) and all(_kept(k, a) for a in v)
+        for k, v in data.items())
 
-    def __init__(self, path=None, student: str | None = None):
+
+class Attempts:
+    """Who is answering (it seeds the options' order) and every distinct attempt so far, each
+    student's apart, kept in a JSON file. The file is read when this is made and written, whole
+    and atomically, each time an attempt is recorded; `path=None` is ~/.decode-lab/selfcheck.json
+    (its folder made when needed). `student` and `prompt`: resolve_student's."""
+
+    def __init__(self, path=None, student: str | None = None, prompt=None):
         self.default = path is None
-        self.path = Path(DEFAULT_ATTEMPTS if path is None else path)
+        self.path = Path(default_attempts() if path is None else path)
         if not self.default:
             check_output(self.path, "--attempts")
-        stored = self._load()
-        self.attempts: dict[str, list[dict]] = stored.get("attempts", {})
-        self.student = check_student(student if student is not None else
-                                     stored.get("student") or _login())
+        self.everyone: dict[str, dict[str, list[dict]]] = self._load()
+        self.student = resolve_student(student, prompt)
+        self.attempts: dict[str, list[dict]] = self.everyone.setdefault(self.student, {})
 
     def _load(self) -> dict:
         if not self.path.exists():
@@ -95,14 +178,16 @@ class Attempts:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise LabError(f"attempts file {self.path}: cannot be read ({exc}); move it away "
                            f"or give another (--attempts PATH)") from None
-        ok = (isinstance(data, dict) and data.get("format") == FILE_FORMAT
-              and isinstance(data.get("student"), str) and isinstance(data.get("attempts"), dict)
-              and all(k in QUESTIONS and isinstance(v, list) and all(_kept(k, a) for a in v)
-                      for k, v in data["attempts"].items()))
-        if not ok:
-            raise LabError(f"attempts file {self.path}: not a self-check attempts file; move it "
-                           f"away or give another (--attempts PATH)")
-        return data
+        if isinstance(data, dict) and data.get("format") == OLD_FORMAT and isinstance(
+                data.get("student"), str) and _attempts_of(data.get("attempts")):
+            return {data["student"]: data["attempts"]}
+        if (isinstance(data, dict) and data.get("format") == FILE_FORMAT
+                and isinstance(data.get("attempts"), dict)
+                and all(isinstance(k, str) and _attempts_of(v)
+                        for k, v in data["attempts"].items())):
+            return data["attempts"]
+        raise LabError(f"attempts file {self.path}: not a self-check attempts file; move it "
+                       f"away or give another (--attempts PATH)")
 
     def count(self, qid: str) -> int:
         return len(self.attempts.get(qid, []))
@@ -111,7 +196,7 @@ class Attempts:
         return self.count(qid) > 0
 
     def last(self, qid: str):
-        """The last attempt at `qid` as (number or None, picks), or None."""
+        """The student's last attempt at `qid` as (number or None, picks), or None."""
         if not self.attempted(qid):
             return None
         a = self.attempts[qid][-1]
@@ -131,7 +216,8 @@ class Attempts:
         return len(kept)
 
     def save(self) -> None:
-        data = {"format": FILE_FORMAT, "student": self.student, "attempts": self.attempts}
+        data = {"format": FILE_FORMAT,
+                "attempts": {k: v for k, v in self.everyone.items() if v}}
         try:
             if self.default:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -145,8 +231,9 @@ _current: Attempts | None = None
 
 
 def start(student: str | None = None, attempts=None) -> Attempts:
-    """Answer as `student` (the seed of the options' order), keeping attempts in the file
-    `attempts` (default DEFAULT_ATTEMPTS). The questions' functions use it from now on."""
+    """Answer as `student` (the seed of the options' order; remembered in ~/.decode-lab; None:
+    as resolve_student says), keeping attempts in the file `attempts` (default
+    ~/.decode-lab/selfcheck.json). The questions' functions use it from now on."""
     global _current
     _current = Attempts(attempts, student)
     return _current

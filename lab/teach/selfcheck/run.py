@@ -6,22 +6,27 @@
              the options in an order of their own (questions.py)
   solutions  a Python file defining the exercises' functions (merge_partials,
              launches_per_token, per_launch_budget_us, paired_t, verdict, replays_needed)
-  attempts   the attempts file (default questions.DEFAULT_ATTEMPTS), and student, the name
-             that seeds the options' order (default: the one stored there, else the login)
+  attempts   the attempts file (default ~/.decode-lab/selfcheck.json), and student, the name
+             that seeds the options' order: given once (--student NAME, or asked on a
+             terminal) and remembered in ~/.decode-lab/student (questions.resolve_student)
 
 `run_selfcheck(answers, solutions)` prints one verdict line per question and exercise and the
 score "score: N/15", and returns the exit status: 0 when all fifteen pass, 1 otherwise (0 with
-neither file: it prints the questions). Every right or wrong answer is a recorded attempt;
-`explain` prints the answer and why of those, and of no other question. An unreadable file, a
+neither file: it prints the questions). Every right or wrong answer is a recorded attempt of
+the student's; `explain` prints the answer and why of the questions that student has attempted
+in this run, and of no other question (a self-assessment: another name's attempts show the
+answers to that name, questions.py). An unreadable file, a
 JSON that is not an object of known question ids, an unusable attempts file, or a solutions
-file that fails to import is a LabError; a malformed answer, or a function missing from the
-solutions file, is a failing line that names the cause.
+file that fails to import, or no student at all (none given, remembered or fixed, and no
+terminal to ask on) is a LabError; a malformed answer, or a function missing from the solutions
+file, is a failing line that names the cause.
 """
 from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 from lab.errors import LabError
@@ -120,8 +125,9 @@ def usage(record: Attempts) -> str:
     line."""
     template = json.dumps({qid: None for qid in QUESTIONS})
     lines = ["The lecture's ten self-check questions (notebook 08_self_check asks them too), "
-             f"with the options in the order of student {record.student!r} (--student NAME "
-             "changes it; answer with these letters):", ""]
+             f"with the options in the order of student {record.student!r} (remembered in "
+             "~/.decode-lab/student; --student NAME changes it; answer with these letters):",
+             ""]
     for q in QUESTIONS.values():
         lines += [q.prompt(record.student, in_json=True), ""]
     lines += ["The five exercises: fill in the stubs of lab/teach/selfcheck/exercises.py in a "
@@ -132,15 +138,23 @@ def usage(record: Attempts) -> str:
               "then run", "  decode-lab selfcheck --answers answers.json --solutions "
               "my_solutions.py [--explain]",
               f"Each answer is an attempt, kept in {record.path}; --explain shows the answer "
-              "and why of each question answered."]
+              "and why of each question you answered, after your attempt."]
     return "\n".join(lines)
 
 
+def terminal_prompt():
+    """`input` when both ends are a terminal (someone to ask who is answering), else None."""
+    return input if sys.stdin.isatty() and sys.stdout.isatty() else None
+
+
 def run_selfcheck(answers_path=None, solutions_path=None, explain: bool = False,
-                  attempts_path=None, student: str | None = None) -> int:
+                  attempts_path=None, student: str | None = None, prompt="terminal") -> int:
     """Check the answers file and the solutions file; print the verdicts and the score.
-    Returns 0 when all TOTAL pass, 1 otherwise; with neither file, print usage() and return 0."""
-    record = Attempts(attempts_path, student)
+    Returns 0 when all TOTAL pass, 1 otherwise; with neither file, print usage() and return 0.
+    `prompt` asks for the student's name when none is given or remembered ("terminal": `input`
+    on a terminal, nothing elsewhere)."""
+    record = Attempts(attempts_path, student,
+                      terminal_prompt() if prompt == "terminal" else prompt)
     if answers_path is None and solutions_path is None:
         print(usage(record))
         return 0
