@@ -11,6 +11,8 @@ zero-initialised cache with B a frozen-pointer bug ("different").
 """
 from __future__ import annotations
 
+import numpy as np
+
 from lab.measure.stats import aa_verdict, outputs_differ
 from .base import Exercise, Fail, need, variant, watched
 from .fixtures import PROMPT, engine
@@ -21,13 +23,16 @@ power. Run the configuration against itself first (A/A), then A against B. If A/
 investigate input/state initialisation, nondeterminism, races and the harness -- not B.
 
 Write ab_verdict(run_a, run_b) -> "same", "different" or "broken". Each call run_a() or run_b()
-is one independent run (a fresh engine) returning (token_ids, logits), numpy arrays; compare them
-byte for byte (np.array_equal, or .tobytes()). "broken": two runs of A differ, so the
-comparison cannot tell A from B; else "same" or "different" as A and B compare.
+is one independent run (a fresh engine) returning (token_ids, logits), numpy arrays; compare both,
+every element, byte for byte (a.tobytes() == b.tobytes(), or np.array_equal): no tolerance
+(np.allclose, isclose), since one ulp is a difference -- a reordered sum moves the last bit, and
+that is what a byte comparison exists to see. "broken": two runs of A differ, so the comparison
+cannot tell A from B; else "same" or "different" as A and B compare.
 
-The check: three fixtures (zero-initialised cache, graph vs eager; an uninitialised cache read
-after a seek; a frozen KV-row pointer in B). Calling lab.measure.stats.aa_verdict or outputs_differ
-fails the check.
+The check: three engines (zero-initialised cache, graph vs eager; an uninitialised cache read
+after a seek; a frozen KV-row pointer in B), then runs made from the first engine's output: B's
+last logit 1.0 higher, B one ulp from A in it, B with one token id changed, two runs of A one ulp apart. Calling
+lab.measure.stats.aa_verdict or outputs_differ fails the check.
 """
 
 STUB = '''
@@ -61,8 +66,14 @@ NO_CONTROL = variant(REFERENCE, '''    a1, a2 = run_a(), run_a()                
         return "broken"
 ''', "    a1 = run_a()\n")
 
-# two tokens: a frozen pointer changes the second step's logits, not yet a token id# the token ids compared, not the logits
+# the token ids compared, not the logits (two tokens: a frozen pointer changes the second
+# step's logits, not yet a token id)
 TOKENS_ONLY = variant(REFERENCE, "for a, b in zip(x, y))", "for a, b in zip(x[:1], y[:1]))")
+# the logits compared, not the token ids
+LOGITS_ONLY = variant(REFERENCE, "for a, b in zip(x, y))", "for a, b in zip(x[1:], y[1:]))")
+# within a tolerance: one ulp apart is "the same"
+TOLERANCE = variant(REFERENCE, "np.asarray(a).tobytes() == np.asarray(b).tobytes()",
+                    "np.allclose(a, b)")
 
 CONTEXT, TOKENS = 100, 2
 
@@ -104,8 +115,68 @@ def _ids_only_differ_in_logits(calls) -> bool:
     return ids1.tobytes() == ids2.tobytes() and logits1.tobytes() != logits2.tobytes()
 
 
+def _one_ulp(out, shift: float = 0.0):
+    """The output with its last logit one ulp up (a difference below any tolerance), or, with
+    `shift`, that much higher."""
+    ids, logits = (np.array(x, copy=True) for x in out)
+    last = logits.reshape(-1)[-1]
+    logits.reshape(-1)[-1] = (last + logits.dtype.type(shift) if shift else
+                              np.nextafter(last, np.float32(np.inf), dtype=logits.dtype))
+    return ids, logits
+
+
+def _one_id(out):
+    """The output with its last token id changed and the same logits."""
+    ids, logits = (np.array(x, copy=True) for x in out)
+    ids.reshape(-1)[-1] = (ids.reshape(-1)[-1] + 1) % 64
+    return ids, logits
+
+
+def _copies(*outs, calls=None):
+    """A run returning copies of `outs` in turn (the last again past the end)."""
+    it = iter(range(10 ** 6))
+
+    def run():
+        out = tuple(np.array(x, copy=True) for x in outs[min(next(it), len(outs) - 1)])
+        if calls is not None:
+            calls.append(out)
+        return out
+    return run
+
+
+def _made_up(backend):
+    """(label, run_a, run_b, want, hint) built from one real run of A (zero-initialised)."""
+    a = _run(backend, "zeros", False)()
+    yield ("B with its last logit 1.0 higher", (a,), (_one_ulp(a, 1.0),), "different",
+           "compare every element of the logits (and of the token ids), not only the first ones")
+    yield ("B one ulp from A in its last logit (a reordered sum)", (a,), (_one_ulp(a),),
+           "different", "one ulp apart is a difference, which a tolerance (np.allclose, isclose) "
+                        "calls the same: compare byte for byte")
+    yield ("B with its last token id changed, the logits the same", (a,), (_one_id(a),),
+           "different", "compare the token ids too, every one of them, byte for byte")
+    yield ("two runs of A one ulp apart in the last logit, B the same as the first",
+           (a, _one_ulp(a)), (a,), "broken",
+           "the A/A control compares byte for byte too: one ulp apart is a difference, which a "
+           "tolerance (np.allclose, isclose) calls the same")
+
+
 def cases(sol, backend):
     (fn,) = need(sol, ("ab_verdict",))
+    yield from _real_cases(fn, backend)
+    for label, outs_a, outs_b, want, hint in _made_up(backend):
+        a_calls: list = []
+        got = watched(_REFS, fn, _copies(*outs_a, calls=a_calls), _copies(*outs_b),
+                      what=f"ab_verdict ({label})")
+        if got == want:
+            yield label
+            continue
+        if want == "broken" and len(a_calls) < 2:
+            hint = (f"you ran A {len(a_calls)} time(s): the A/A control runs A twice, as two "
+                    f"independent runs, and compares them")
+        raise Fail(f"{label}: you said {got!r}, it is {want!r}: {hint}")
+
+
+def _real_cases(fn, backend):
     for label, kv_init, bugs in _FIXTURES:
         want = _truth(backend, kv_init, bugs)
         a_calls: list = []
@@ -139,5 +210,7 @@ EXERCISE = Exercise(
     "aa_control", 7, "the A/A control before believing a mismatch", "§5", SPEC, STUB,
     ("ab_verdict",), cases, REFERENCE,
     {"no control": (NO_CONTROL, "you ran A 1 time(s)"),
-     "token ids only": (TOKENS_ONLY, "compare the logits too")},
+     "token ids only": (TOKENS_ONLY, "compare the logits too"),
+     "logits only": (LOGITS_ONLY, "compare the token ids too"),
+     "tolerance": (TOLERANCE, "which a tolerance (np.allclose, isclose) calls the same")},
     stub_says="you never ran A")

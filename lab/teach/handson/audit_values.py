@@ -11,6 +11,8 @@ within one plan key, which no plan-keyed graph handles).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from lab.engine.step import Step, launch
 from lab.teach.audit import audit
 from .base import Exercise, Fail, need, variant, watched
@@ -31,8 +33,12 @@ is a lab.backend.Buffer is a pointer (compare its .ptr); any other is passed by 
   "capture key"               a kernel, grid or block that changes only where plan.key changes
   "unhandled capture key"     a kernel, grid or block that changes within one plan key
 
-The check: the clean engine, a frozen KV-row pointer, a by-value context length and a grid sized
-from the position, against lab.teach.audit.audit (calling it fails the check).
+A value is "the same at all positions" only when it is equal at EVERY position: one that changes
+between the first and the last and comes back is not.
+
+The check: the clean engine, a frozen KV-row pointer, a by-value context length, a grid sized
+from the position, a kernel chosen by the plan and a grid changed for the middle plan only,
+against lab.teach.audit.audit (calling it fails the check).
 """
 
 STUB = '''
@@ -94,6 +100,15 @@ NEVER_UNHANDLED = variant(REFERENCE,
                            'findings[where] = "capture key"')
 
 
+# the launches' grids, blocks and arguments compared, never the kernel each one runs
+NO_KERNEL = variant(REFERENCE, '''            values = [("kernel", "key", x.kernel.name), ("grid", "key", x.grid),
+                      ("block", "key", x.block)]''', '''            values = [("grid", "key", x.grid), ("block", "key", x.block)]''')
+# "the same at all positions" judged by the first and the last position only
+ENDS_ONLY = variant(REFERENCE, '''        if len(values) == len(positions) and len(set(values.values())) == 1:''',
+                    '''        ends = [values.get(positions[0]), values.get(positions[-1])]
+        if len(values) == len(positions) and ends[0] == ends[1]:''')
+
+
 class GridFromPosition(Step):
     """The MLP's up projection launched on a grid the host sizes from the position: a grid that
     changes within one plan key (the twin computes every row whatever the grid, so the tokens
@@ -107,9 +122,40 @@ class GridFromPosition(Step):
         yield launch(up.kernel, (grid, up.block), up.args, layer)
 
 
+class KernelForTheLastPlan(Step):
+    """The MLP's up projection launched through another kernel (the same code under another
+    name: a specialisation) when the plan has 4 splits: the kernel choice changes where the plan
+    key does."""
+    rebuilt_each_step = True
+
+    def mlp_up(self, plan, layer):
+        norm, up = list(super().mlp_up(plan, layer))
+        kern = (dataclasses.replace(up.kernel, name=f"{up.kernel.name}_wide")
+                if plan.splits == 4 else up.kernel)
+        yield norm
+        yield launch(kern, (up.grid, up.block), up.args, layer)
+
+
+class GridForTheMiddlePlan(Step):
+    """The MLP's up projection launched on one more block for the plan of 2 splits only (the
+    twin computes every row whatever the grid): a grid that changes between the first and the
+    last positions of the audit and is the same at both."""
+    rebuilt_each_step = True
+
+    def mlp_up(self, plan, layer):
+        norm, up = list(super().mlp_up(plan, layer))
+        grid = (up.grid[0] + (plan.splits == 2), *up.grid[1:])
+        yield norm
+        yield launch(up.kernel, (grid, up.block), up.args, layer)
+
+
 _CASES = (("the clean engine", {}), ("LAB_BUG_FROZEN_KV_ROW", {"bugs": {"frozen_kv_row"}}),
           ("LAB_BUG_CTX_BY_VALUE", {"bugs": {"ctx_by_value"}}),
-          ("an MLP grid sized from the position", {"step": GridFromPosition}))
+          ("an MLP grid sized from the position", {"step": GridFromPosition}),
+          ("an MLP kernel chosen by the plan (another for 4 splits)",
+           {"step": KernelForTheLastPlan}),
+          ("an MLP grid one block larger in the middle plan only",
+           {"step": GridForTheMiddlePlan}))
 _HINTS = {"promote to device memory": "a pointer, size or loop bound that changes: promote it to "
                                       "device memory (do not skip by-value loop bounds)",
           "capture key": "a grid, block or kernel cannot be promoted: it is a capture key",
@@ -117,18 +163,43 @@ _HINTS = {"promote to device memory": "a pointer, size or loop bound that change
                                    "plan key is not handled by one graph per key"}
 
 
-def expected(eng) -> tuple[list[int], dict]:
-    """The lab's audit of `eng`: its positions and {(index, what): verdict}, host writes aside."""
+def _hint(where, verdict, got, values: dict) -> str:
+    """Why the solution's verdict on one value is wrong, from what it said and the values."""
+    what = where[1]
+    if got is None:
+        ordered = [values[p] for p in sorted(values)]
+        if len(ordered) > 1 and ordered[0] == ordered[-1]:
+            return (f"its values at the first and last positions agree ({ordered[0]}) and it "
+                    f"changes between them: compare its value at EVERY position")
+        if what == "kernel":
+            return ("the kernel choice is a host value that reaches the launch too: compare "
+                    "x.kernel.name at every position (a capture key)")
+        if what in ("grid", "block"):
+            return f"the {what} is a host value that reaches the launch too: a capture key"
+        return _HINTS[verdict]
+    if verdict == "capture key" and got == "unhandled capture key":
+        return ("it changes only where plan.key changes, and one graph per plan key follows it: "
+                "a (handled) capture key")
+    if verdict == "promote to device memory":
+        return ("a pointer or an argument passed by value can be promoted to device memory (a "
+                "kernel reads it from there); only grid, block and kernel are capture keys")
+    return _HINTS[verdict]
+
+
+def expected(eng) -> tuple[list[int], dict, dict]:
+    """The lab's audit of `eng`: its positions, {(index, what): verdict} and {(index, what):
+    {position: value}}, host writes aside."""
     rep = audit(eng)
+    kept = [v for v in rep.varying if v.kind != "host write"]
     want = {(v.index, v.what): v.verdict if v.verdict != "capture key" or v.handled
-            else "unhandled capture key" for v in rep.varying if v.kind != "host write"}
-    return rep.positions, want
+            else "unhandled capture key" for v in kept}
+    return rep.positions, want, {(v.index, v.what): v.values for v in kept}
 
 
 def cases(sol, backend):
     (fn,) = need(sol, ("audit_values",))
     for label, kw in _CASES:
-        positions, want = expected(engine(backend, **kw))
+        positions, want, values = expected(engine(backend, **kw))
         got = watched((("lab.teach.audit.audit", audit),), fn, engine(backend, **kw),
                       list(positions), what=f"audit_values ({label})")
         if not isinstance(got, dict):
@@ -137,7 +208,7 @@ def cases(sol, backend):
             if got.get(where) != verdict:
                 raise Fail(f"{label}: launch {where[0]} {where[1]!r} changes between steps; you "
                            f"said {got.get(where)!r}, the audit says {verdict!r}: "
-                           f"{_HINTS[verdict]}")
+                           f"{_hint(where, verdict, got.get(where), values[where])}")
         extra = sorted(set(got) - set(want), key=str)
         if extra:
             raise Fail(f"{label}: you flagged {extra[0]} ({got[extra[0]]!r}), which is the same at "
@@ -150,5 +221,7 @@ EXERCISE = Exercise(
     ("audit_values",), cases, REFERENCE,
     {"pointers only": (POINTERS_ONLY, "do not skip by-value loop bounds"),
      "grids promoted": (ALL_PROMOTED, "cannot be promoted"),
-     "plan keys ignored": (NEVER_UNHANDLED, "WITHIN one plan key")},
+     "plan keys ignored": (NEVER_UNHANDLED, "WITHIN one plan key"),
+     "kernel never compared": (NO_KERNEL, "the kernel choice is a host value"),
+     "first and last only": (ENDS_ONLY, "compare its value at EVERY position")},
     stub_says="changes between steps; you said None")

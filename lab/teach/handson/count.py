@@ -100,16 +100,25 @@ def cases(sol, backend):
     count, pays = need(sol, ("launches_per_token", "capture_pays"))
     for label, kw in _CONFIGS:
         want, inside, outside = _eager_count(backend, kw)
-        got = watched(_REFS, count, _engine(backend, kw), what=f"launches_per_token ({label})")
+        eng = _engine(backend, kw)
+        ran = len(eng.ledger)
+        got = watched(_REFS, count, eng, what=f"launches_per_token ({label})")
+        replayed = any(e.outcome in ("replay", "capture", "update") for e in eng.ledger[ran:])
+        eager = any(e.outcome == "eager" for e in eng.ledger[ran:])
         if got is None:
             raise Fail("launches_per_token returned None: count the kernel launches one eager "
                        "step logs (engine.log.for_step), and return that number")
         if got != want:
             hint = ("the step you counted was a graph replay, which logs one graph launch and "
-                    "not its kernels: count an eager step" if got in (0, 1) else
+                    "not its kernels: count an eager step" if replayed and not eager else
+                    "no launch is logged for the step you counted: count the step that just ran "
+                    "(entry = engine.step(); engine.log.for_step(entry.step))" if got == 0 else
                     f"that is the layers' {inside}: the {outside} launches outside the layer "
                     f"stack (embedding, final norm, head, sampling, position) count too"
-                    if got == inside else "count every launch one eager step logs")
+                    if got == inside else
+                    f"that is {got / want:g} steps' launches: count those of ONE step"
+                    if isinstance(got, (int, float)) and got > want and got % want == 0 else
+                    "count every launch one eager step logs, once")
             raise Fail(f"launches_per_token ({label}) = {got!r}, an eager step logs {want}: {hint}")
         yield label
     for ms, n, label in _BUDGETS:

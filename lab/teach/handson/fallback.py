@@ -29,10 +29,19 @@ the lazy code swallows it, at backend.end_capture(), which then reports the capt
 engine.pieces.lazy is the host state lazy code keeps ("the table is uploaded", "the scratch holds
 N splits"): set while the capture was open, it describes work that never ran. The engine does
 the rest: it re-issues the step eagerly and files your reason in its ledger ("fallback").
+A CaptureFailure says what failed and where it showed, as the engine's own capture reports it:
+  reason        the CaptureError's .reason (it names the offending operation)
+  shown_at      where the error showed: "end_capture" when backend.end_capture() raised it;
+                else the item being issued when it was raised: "launch N (its kernel's name)"
+                for a lab.backend.Launch, "host work before launch N (item.what)" for a
+                lab.engine.step.HostWork
+  launch_index  N: how many launches had been issued into the capture before it showed (count
+                the Launch items issued); None when it showed at end_capture
 
 The check: a clean engine captures and replays; engines with a lazy table and with a lazy
 scratch decode the clean engine's tokens with no error, no capture left open, no graph kept for
-a failed plan, and a ledger reason that names the offending operation.
+a failed plan, a ledger reason that names the offending operation, and the shown_at and
+launch_index the engine's own capture reports for each failed plan.
 """
 
 STUB = '''
@@ -52,6 +61,7 @@ def capture(engine, plan):
 '''
 
 REFERENCE = '''
+from lab.backend import Launch
 from lab.errors import CaptureError
 from lab.ledger import CaptureFailure
 from lab.teach.handson import issue
@@ -60,23 +70,26 @@ from lab.teach.handson import issue
 def capture(engine, plan):
     be, lazy = engine.backend, engine.pieces.lazy
     saved = dict(lazy)
+    launches, shown = 0, "begin_capture"
     be.begin_capture()
     try:
         for item in engine.pieces.items(plan):
+            shown = (f"launch {launches} ({item.name})" if isinstance(item, Launch) else
+                     f"host work before launch {launches} ({item.what})")
             issue(engine, item)
+            launches += isinstance(item, Launch)
+        shown, launches = "end_capture", None
         return be.end_capture(), None
     except CaptureError as exc:
-        reason, shown = exc.reason, "during the capture"
+        reason = exc.reason
         if be.is_capturing():                 # failed at the call: end it (it is invalidated)
             try:
                 be.end_capture()
             except CaptureError as invalidated:
                 reason = invalidated.reason
-        else:
-            shown = "end_capture"
         lazy.clear()
         lazy.update(saved)                    # the lazy work recorded inside never ran
-        return None, CaptureFailure(reason, shown, None)
+        return None, CaptureFailure(reason, shown, launches)
 '''
 
 # caught, but the capture is left open: the eager re-issue runs into it
@@ -85,9 +98,10 @@ LEFT_OPEN = variant(REFERENCE, """        if be.is_capturing():                 
                 be.end_capture()
             except CaptureError as invalidated:
                 reason = invalidated.reason
-        else:
-            shown = "end_capture"
 """)
+# where the failure showed never said: a fixed text, no launch index
+WHERE_UNSAID = variant(REFERENCE, "return None, CaptureFailure(reason, shown, launches)",
+                       'return None, CaptureFailure(reason, "during the capture", None)')
 # ended and discarded, but the lazy host state is kept: "uploaded" though it never ran
 NO_RESTORE = variant(REFERENCE, """        lazy.clear()
         lazy.update(saved)                    # the lazy work recorded inside never ran
@@ -105,6 +119,8 @@ def _engine_class(fn):
         graph, failure = out
         if graph is None and not isinstance(failure, CaptureFailure):
             raise Fail(f"capture returned (None, {failure!r}): a failure is a CaptureFailure")
+        if graph is None:
+            self.__dict__.setdefault("student_failures", []).append((plan.key, failure))
         if graph is not None and instantiate:
             self._graphs[self.graph_key(plan)] = graph     # as DecodeEngine.capture files it
         return graph, failure
@@ -126,6 +142,27 @@ def _generate(eng, what):
                        f"({exc.reason}): catch it, end the capture, and return (None, "
                        f"CaptureFailure(...)) so the engine re-issues the step eagerly") from None
         raise Fail(f"{what}: the step raised {type(exc).__name__}: {exc}") from None
+
+
+def _where_it_showed(backend, bug, got: list) -> None:
+    """Each failed plan's shown_at and launch_index held to what the engine's own capture
+    reports for the same plan."""
+    lab = engine(backend, bugs={bug})
+    lab.generate(PROMPT, TOKENS)
+    for plan_key, failure in got:
+        ref = next((f for k, f in lab.capture_failures.items()
+                    if tuple(k[:len(plan_key)]) == tuple(plan_key)), None)
+        if ref is None:
+            continue
+        at_end = ref.shown_at == "end_capture"
+        if failure.launch_index != ref.launch_index or (
+                at_end != (str(failure.shown_at) == "end_capture")) or (
+                not at_end and f"launch {ref.launch_index}" not in str(failure.shown_at)):
+            raise Fail(f"LAB_BUG_{bug.upper()}: your CaptureFailure says shown_at="
+                       f"{failure.shown_at!r}, launch_index={failure.launch_index!r}; the "
+                       f"error showed at {ref.shown_at!r}: shown_at is 'end_capture' or the item "
+                       f"being issued ('launch N (kernel)', 'host work before launch N (...)'), "
+                       f"launch_index the launches issued before it (None at end_capture)")
 
 
 def cases(sol, backend):
@@ -154,6 +191,7 @@ def cases(sol, backend):
         kept = [e.plan_key for e in fell if e.plan_key in eng.graphs]
         if kept:
             raise Fail(f"LAB_BUG_{bug.upper()}: a graph is kept for the failed plan {kept[0]}")
+        _where_it_showed(backend, bug, eng.__dict__.get("student_failures", []))
         i = first_difference(gen.tokens, clean_tokens(backend))
         if i is not None:
             raise Fail(f"LAB_BUG_{bug.upper()}: after the fallback the tokens differ from the "
@@ -167,5 +205,6 @@ EXERCISE = Exercise(
     "fallback", 5, "end a failed capture, discard it, restore, re-issue eagerly", "§3", SPEC,
     STUB, ("capture",), cases, REFERENCE,
     {"capture left open": (LEFT_OPEN, "left open"),
-     "lazy state kept": (NO_RESTORE, "restore it")},
+     "lazy state kept": (NO_RESTORE, "restore it"),
+     "where it showed unsaid": (WHERE_UNSAID, "launch_index the launches issued before it")},
     stub_says='raised CaptureError out of the step')

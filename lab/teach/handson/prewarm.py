@@ -10,9 +10,13 @@ a capture was open) and the tokens (the clean engine's) to it.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
+
+from lab.model import random_model
 from lab.teach.audit import detect_lazy_init
-from .base import Exercise, Fail, need, watched
-from .fixtures import PROMPT, TOKENS, clean_tokens, engine, first_difference
+from .base import Exercise, Fail, need, variant, watched
+from .fixtures import SMALL, PROMPT, TOKENS, clean_tokens, engine, first_difference
 
 SPEC = """
 Lazy initialisation -- do it on first use, cache it for ever -- is invisible eagerly and illegal
@@ -26,7 +30,9 @@ HostWork.run() does the job). Make every plan the engine will meet capturable: t
 position 0 and the one after each of lab.plan.plan_boundaries(engine.model.cfg.max_seq).
 
 The check: a graph generation across every plan boundary with no fallback in the ledger, no
-host operation issued inside a capture, and the clean engine's tokens.
+host operation issued inside a capture, and the clean engine's tokens; then the same on a model
+of 256 positions (one more plan boundary, at 128), decoding across it after a seek: take the
+boundaries from the engine you are given, not from the first model.
 """
 
 STUB = '''
@@ -81,8 +87,50 @@ def pre_warm(engine):
     engine.pieces.grow_scratch(MAX_SPLITS)
 '''
 
+# the boundaries of the first model written in: a model with more positions has more plans
+HARD_CODED = variant(REFERENCE, "[0, *plan_boundaries(engine.model.cfg.max_seq)]", "[0, 32, 64]")
+
 _REFS = (("lab.teach.audit.detect_lazy_init", detect_lazy_init),)
 LAZY = {"lazy_table", "lazy_scratch"}
+
+
+LONG_SEQ, SEEK, LONG_TOKENS = 256, 124, 8
+
+
+@functools.lru_cache(maxsize=1)
+def long_model():
+    """The small model with 256 positions: plan boundaries at 32, 64 and 128."""
+    return random_model(dataclasses.replace(SMALL, max_seq=LONG_SEQ), seed=3)
+
+
+def _seek_and_decode(eng) -> tuple:
+    eng.reset(eng.encode(PROMPT), SEEK + LONG_TOKENS)
+    eng.seek(SEEK)
+    eng.decode(LONG_TOKENS)
+    return tuple(int(t) for t in eng.tokens(SEEK + LONG_TOKENS + 1))
+
+
+def _fallbacks(eng, what: str) -> None:
+    fell = [e for e in eng.ledger if e.outcome == "fallback"]
+    if fell:
+        e = fell[0]
+        missed = sorted({int(x.plan_key[1]) for x in fell})
+        raise Fail(f"{what}the capture at position {e.position} (splits {e.plan_key[1]}) fell back "
+                   f"to eager: {e.reason}. Plans with splits {missed} were not pre-warmed: run "
+                   f"every first-use job of every plan the engine will meet "
+                   f"(plan_boundaries(engine.model.cfg.max_seq)), before the first capture")
+
+
+def _long_case(pre_warm, backend):
+    eng = engine(backend, model=long_model(), bugs=LAZY)
+    watched(_REFS, pre_warm, eng, what="pre_warm (256 positions)")
+    got = watched(_REFS, _seek_and_decode, eng, what="decoding after pre_warm (256 positions)")
+    _fallbacks(eng, f"a model of {LONG_SEQ} positions, decoding from {SEEK} across 128: ")
+    want = _seek_and_decode(engine(backend, model=long_model(), graph=False))
+    i = first_difference(got, want)
+    if i is not None:
+        raise Fail(f"a model of {LONG_SEQ} positions: the tokens differ from the clean engine's "
+                   f"from position {i}: a first-use job marked done never ran")
 
 
 def cases(sol, backend):
@@ -94,14 +142,7 @@ def cases(sol, backend):
     yield "pre_warm ran"
     n_ops = len(eng.backend.ops)
     gen = watched(_REFS, eng.generate, PROMPT, TOKENS, what="generating after pre_warm")
-    fell = [e for e in eng.ledger if e.outcome == "fallback"]
-    if fell:
-        e = fell[0]
-        missed = sorted({int(x.plan_key[1]) for x in fell})
-        raise Fail(f"the capture at position {e.position} (splits {e.plan_key[1]}) fell back to "
-                   f"eager: {e.reason}. Plans with splits {missed} were not pre-warmed: run "
-                   f"every first-use job of every plan the engine will meet, before the first "
-                   f"capture")
+    _fallbacks(eng, "")
     inside = [o for o in eng.backend.ops[n_ops:]
               if o.capturing and o.kind in ("upload", "allocation")]
     if inside:
@@ -113,6 +154,8 @@ def cases(sol, backend):
                    f"succeeded, but a first-use job marked done never ran (were the tables "
                    f"uploaded?)")
     yield "the clean engine's tokens"
+    _long_case(pre_warm, backend)
+    yield f"a model of {LONG_SEQ} positions: every plan captured, the clean engine's tokens"
 
 
 EXERCISE = Exercise(
@@ -120,5 +163,6 @@ EXERCISE = Exercise(
     ("pre_warm",), cases, REFERENCE,
     {"one eager step": (ONE_EAGER_STEP, "Plans with splits [2, 4] were not pre-warmed"),
      "scratch only": (SCRATCH_ONLY, "host-to-device copy into rope_cos"),
-     "flag only": (FLAG_ONLY, "never ran")},
+     "flag only": (FLAG_ONLY, "never ran"),
+     "boundaries hard-coded": (HARD_CODED, "a model of 256 positions")},
     stub_says='were not pre-warmed')

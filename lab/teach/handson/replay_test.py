@@ -11,7 +11,11 @@ replay 3). The test must fail every buggy engine.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from lab.engine.bugs import BUGS
+from lab.engine.runner import DecodeEngine
+from lab.teach.selfcheck.checkers import _watching
 from lab.teach.verify import decode_after_prompt, replay_check
 from .base import Exercise, Fail, need, watched
 from .fixtures import boundary_prompt, engine, prompt_ids
@@ -25,10 +29,14 @@ Write replays_match(engine, prompt_ids) -> bool: True when the engine's graph re
 exactly what its eager steps decode after that prompt. Per arm: engine.reset(prompt_ids, n),
 the prompt's steps eagerly (engine.cfg = engine.cfg.replace(graph=False), then
 len(prompt_ids) - 1 engine.step() calls), then the arm's mode (graph=False or True) for n decode
-steps, keeping engine.logits() after each (replay k is then generated token k) and
-engine.tokens() at the end. Compare the two arms' bytes. Choose n yourself.
+steps, keeping engine.logits() after EACH step (replay k is then generated token k: a frozen
+value can show at one replay and be gone by the last) and engine.tokens() at the end. Compare
+the two arms byte for byte (.tobytes(), or np.array_equal), step by step: no tolerance
+(np.allclose, isclose), since one ulp is a difference. Choose n yourself: three or more replays
+of one graph, after the prompt and after a plan change.
 
-The check: your test passes the clean engine and fails LAB_BUG_FROZEN_KV_ROW, CTX_BY_VALUE and
+The check: your test passes the clean engine and fails an engine whose third launch of a graph
+leaves one logit one ulp off (no token changes), LAB_BUG_FROZEN_KV_ROW, CTX_BY_VALUE and
 POS_OUTSIDE_GRAPH, from a prompt ending mid-plan and from one ending a token before a plan
 boundary. Calling lab.teach.verify (replay_check, decode_after_prompt) fails the check.
 """
@@ -71,6 +79,17 @@ def replays_match(engine, prompt_ids):
 
 
 REFERENCE = _test_source(8)
+# the token ids only: a difference in the logits that has not flipped a token yet passes
+TOKENS_ONLY = _test_source(8).replace("        out.append(engine.logits().tobytes())\n", "")
+# the last step's logits only: a replay that went wrong and came right again passes
+LAST_LOGITS_ONLY = _test_source(8).replace(
+    "        out.append(engine.logits().tobytes())\n", "").replace(
+    "    return out, engine.tokens().tobytes()",
+    "    return engine.logits().tobytes(), engine.tokens().tobytes()")
+# within a tolerance: one ulp apart passes
+TOLERANCE = _test_source(8).replace("out.append(engine.logits().tobytes())",
+                                    "out.append(engine.logits().copy())").replace(
+    "    return a == b", """    return a[1] == b[1] and all(np.allclose(x, y) for x, y in zip(a[0], b[0]))""")
 ONE_REPLAY = _test_source(1)
 TWO_REPLAYS = _test_source(2)
 GRAPH_AGAINST_GRAPH = _test_source(8, (True, True))
@@ -78,13 +97,103 @@ GRAPH_AGAINST_GRAPH = _test_source(8, (True, True))
 _REFS = (("lab.teach.verify.replay_check", replay_check),
          ("lab.teach.verify.decode_after_prompt", decode_after_prompt))
 _FROZEN = [name for name, b in BUGS.items() if b.kind == "frozen"]
+_TOLERANCES = tuple((f"numpy.{f.__name__}", getattr(f, "_implementation", f))
+                    for f in (np.allclose, np.isclose, np.testing.assert_allclose,
+                              np.testing.assert_array_almost_equal)
+                    if hasattr(getattr(f, "_implementation", f), "__code__"))
+ULP_AT = 3        # the launch of a graph whose logits the one-ulp engine leaves off
 
 
-def _verdict(fn, eng, ids, label):
-    out = watched(_REFS, fn, eng, ids, what=f"replays_match ({label})")
+class OneUlpReplay(DecodeEngine):
+    """An engine whose graph, at its third launch (capture or replay) for a plan key since the
+    request was reset, leaves its last logit one ulp off (as a reduction summed in another order
+    would): the eager path and every other launch are byte for byte right, and no token id
+    changes."""
+
+    def reset(self, *args, **kw):
+        self.__dict__["_launches_of"] = {}
+        return super().reset(*args, **kw)
+
+    def step(self):
+        entry = super().step()
+        if entry.outcome in ("capture", "replay", "update"):
+            runs = self.__dict__.setdefault("_launches_of", {})
+            runs[entry.plan_key] = runs.get(entry.plan_key, 0) + 1
+            if runs[entry.plan_key] == ULP_AT:
+                d = self.devices[0]
+                x = d.backend.download(d.vocab_view)
+                x.reshape(-1)[-1] = np.nextafter(x.reshape(-1)[-1], np.float32(np.inf),
+                                                 dtype=x.dtype)
+                d.backend.upload(d.vocab_view, x)
+        return entry
+
+
+def _reads(eng) -> list:
+    """Wrap eng.logits and eng.tokens: every read noted as (what, position, graph mode)."""
+    reads: list = []
+    for what in ("logits", "tokens"):
+        method = getattr(eng, what)
+
+        def read(*args, _method=method, _what=what, **kw):
+            reads.append((_what, eng.position, bool(eng.cfg.graph)))
+            return _method(*args, **kw)
+        setattr(eng, what, read)
+    return reads
+
+
+def _verdict(fn, eng, ids, label, tolerance: list | None = None):
+    with _watching(_TOLERANCES) as used:
+        out = watched(_REFS, fn, eng, ids, what=f"replays_match ({label})")
+    if tolerance is not None:
+        tolerance.extend(used)
     if not isinstance(out, (bool,)) and type(out).__name__ != "bool_":
         raise Fail(f"replays_match returned {out!r} ({label}): return True or False")
     return bool(out)
+
+
+def _longest_graph_run(decode: list) -> int:
+    """The most consecutive launches of one graph (capture or replay, one plan key) in a run."""
+    best = k = 0
+    for i, (outcome, key) in enumerate(decode):
+        graph = outcome in ("capture", "replay", "update")
+        k = (k + 1 if graph and i and decode[i - 1][0] in ("capture", "replay", "update")
+             and decode[i - 1][1] == key else int(graph))
+        best = max(best, k)
+    return best
+
+
+def _why_it_passed(eng, ids, reads: list, tolerance: list, needed: int) -> str:
+    """What the test did that let a buggy engine pass: from its ledger and what it read."""
+    decode = [(e.outcome, e.plan_key) for e in eng.ledger if e.position >= len(ids) - 1]
+    outcomes = [o for o, _ in decode]
+    graph = sum(o in ("capture", "replay", "update") for o in outcomes)
+    if not graph:
+        return ("no decode step of your test ran as a graph: compare an eager arm "
+                "(graph=False) with a graph arm (graph=True)")
+    if "eager" not in outcomes:
+        return ("both of your arms ran graphs, which a graph bug gets wrong alike: compare "
+                "against the eager path")
+    run = _longest_graph_run(decode)
+    if run < needed:
+        return (f"your graph arm launched one graph at most {run} time(s) in a row: replay 1 is "
+                f"the step that was captured, right by construction, and a plan change captures "
+                f"afresh, so a frozen value first shows at replay 2 or 3; run three or more "
+                f"consecutive replays of one graph")
+    if tolerance:
+        return (f"you compared with {tolerance[0]}, a tolerance, and one ulp apart passes it: "
+                f"compare byte for byte (.tobytes(), or np.array_equal)")
+    logits_graph = sum(w == "logits" and g for w, _, g in reads)
+    if not any(w == "logits" for w, _, _ in reads):
+        return ("your test never read engine.logits(): compare the logits after every step, "
+                "not only the token ids (a wrong value shows in the logits before it flips a "
+                "token)")
+    if logits_graph < graph:
+        return (f"your graph arm ran {graph} graph step(s) and read the logits {logits_graph} "
+                f"time(s): keep engine.logits() after EVERY step, since a replay can go wrong "
+                f"and the last step still match")
+    return (f"your test ran {graph} graph step(s) and read the logits after each, and still "
+            f"passed: compare the eager arm's bytes with the graph arm's, step by step, every "
+            f"step (no tolerance, none skipped)")
 
 
 def cases(sol, backend):
@@ -96,32 +205,28 @@ def cases(sol, backend):
             raise Fail(f"your test fails the clean engine ({label}): a false alarm; reset the "
                        f"request before each arm and compare the same steps")
     yield "the clean engine passes"
-    for label, ids in prompts:
-        for bug in _FROZEN:
-            eng = engine(backend, bugs={bug})
-            if _verdict(fn, eng, ids, f"{BUGS[bug].env}, {label}"):
-                decode = [e.outcome for e in eng.ledger if e.position >= len(ids) - 1]
-                graph = sum(o in ("capture", "replay") for o in decode)
-                if not graph:
-                    why = ("no decode step of your test ran as a graph: compare an eager arm "
-                           "(graph=False) with a graph arm (graph=True)")
-                elif "eager" not in decode:
-                    why = ("both of your arms ran graphs, and both freeze the same value: compare "
-                           "against the eager path")
-                else:
-                    why = (f"your graph arm decoded {graph} token(s): replay 1 is the step that "
-                           f"was captured, right by construction, and a plan change captures "
-                           f"afresh, so the frozen value first shows at replay 2 or 3; run three "
-                           f"or more consecutive replays")
-                raise Fail(f"your test PASSES {BUGS[bug].env}=1 from {label} "
-                           f"({BUGS[bug].what}): {why}")
-            yield f"{bug}, {label}: caught"
+    fixtures = [("an engine whose third launch of a graph leaves one logit one ulp off", ids,
+                 label, {"engine_class": OneUlpReplay}, ULP_AT)
+                for label, ids in prompts[:1]]
+    fixtures += [(f"{BUGS[bug].env}=1 ({BUGS[bug].what})", ids, label, {"bugs": {bug}},
+                  3 if ids is prompts[1][1] else 2)
+                 for label, ids in prompts for bug in _FROZEN]
+    for what, ids, label, kw, needed in fixtures:
+        eng = engine(backend, **kw)
+        reads, tolerance = _reads(eng), []
+        if _verdict(fn, eng, ids, f"{what}, {label}", tolerance):
+            raise Fail(f"your test PASSES {what} from {label}: "
+                       f"{_why_it_passed(eng, ids, reads, tolerance, needed)}")
+        yield f"{what}, {label}: caught"
 
 
 EXERCISE = Exercise(
     "replay_test", 6, "a repeated-replay test that a frozen pointer fails", "§4", SPEC, STUB,
     ("replays_match",), cases, REFERENCE,
-    {"one replay": (ONE_REPLAY, "decoded 1 token(s)"),
-     "two replays": (TWO_REPLAYS, "a token before a plan boundary"),
-     "graph against graph": (GRAPH_AGAINST_GRAPH, "compare against the eager path")},
+    {"one replay": (ONE_REPLAY, "at most 1 time(s) in a row"),
+     "two replays": (TWO_REPLAYS, "at most 2 time(s) in a row"),
+     "graph against graph": (GRAPH_AGAINST_GRAPH, "compare against the eager path"),
+     "token ids only": (TOKENS_ONLY, "never read engine.logits()"),
+     "last logits only": (LAST_LOGITS_ONLY, "after EVERY step"),
+     "tolerance": (TOLERANCE, "a tolerance, and one ulp apart passes it")},
     stub_says='no decode step of your test ran as a graph')
