@@ -45,13 +45,9 @@ def _engine(args, **overrides):
     return make_engine(model, cfg)
 
 
-def _key_text(key: tuple) -> str:
-    """A graph key's (name, value) pairs as `splits=4 pdl=0 ...`."""
-    return " ".join(f"{n}={int(v) if isinstance(v, bool) else v}" for n, v in zip(key[::2], key[1::2]))
-
-
 def _print_ledger(engine) -> None:
-    keys = [_key_text(e.plan_key) for e in engine.ledger]
+    from lab.ledger import key_text     # a part with no name too: `[10]=5`
+    keys = [key_text(e.plan_key) for e in engine.ledger]
     w = max([4] + [len(k) for k in keys])
     print(f"step  pos  {'plan':<{w}} outcome   reason")
     for e, key in zip(engine.ledger, keys):
@@ -431,8 +427,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("selfcheck", help="check the lecture's ten questions (--answers JSON) "
                        f"and the five exercises (--solutions .py): {exits}",
                        description="Check the lecture's ten questions and the five exercises; "
-                       f"{exits}. Each answer is a recorded attempt; an answer and why are shown "
-                       "only for a question attempted.")
+                       f"{exits}. Each answer is a recorded attempt of yours; an answer and why "
+                       "are shown only for a question you attempted. A self-assessment: the "
+                       "record is yours, and a second name that attempts a question sees its "
+                       "answer.")
     s.add_argument("--answers", metavar="PATH", help='JSON object {"q1": answer, ...}, in the '
                    "letters of your order of the options (printed with no arguments)")
     s.add_argument("--solutions", metavar="PATH", help="Python file defining the exercises' "
@@ -440,7 +438,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--explain", action="store_true",
                    help="after each question answered in --answers, print its answer and why")
     s.add_argument("--student", metavar="NAME", help="your name or id: it seeds the order of "
-                   "the options (default: the one in the attempts file, else your login)")
+                   "the options and keeps your attempts apart; given once (or asked on a "
+                   "terminal) and remembered in ~/.decode-lab/student")
     s.add_argument("--attempts", metavar="PATH", help="the file that keeps your attempts "
                    "(default: ~/.decode-lab/selfcheck.json)")
     s.set_defaults(fn=cmd_selfcheck)

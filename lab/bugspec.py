@@ -13,8 +13,8 @@ class Bug:
     name: str
     kind: str          # "frozen", "illegal", "race", "fault", "unreplayed" or "rank"
     what: str          # what a capture freezes, or which illegal operation fires
-    caught_by: str     # "audit", "lazy-init detector", "PDL check", "ledger and replay gate"
-                       # or "collective order check"
+    caught_by: str     # "audit", "lazy-init detector", "PDL check", "ledger, replay gate and
+                       # audit's key check" or "collective order check"
     fix: str
     overrides: tuple[str, ...] = ()   # the step's pieces its override replaces (lab/engine/bugs.py)
 
@@ -58,7 +58,7 @@ BUGS: dict[str, Bug] = {b.name: b for b in (
         "the graph cache's key: the plan key and the engine's step count, a value that changes "
         "every step and never repeats, so every step captures a graph (successfully) and none "
         "is ever replayed",
-        "ledger and replay gate",
+        "ledger, replay gate and audit's key check",
         "key the graph cache on what changes the captured work (the plan key) and nothing else; "
         "a value that changes every step belongs in device memory, read by the kernels",
         ("graph_key",)),
@@ -83,9 +83,10 @@ SPEC_BUGS: dict[str, Bug] = {b.name: b for b in (
     Bug("spec_key", "unreplayed",
         "the verify graph's key: the plan key and the position the last step reached, read back "
         "from the device after every step (a host sync the clean step never makes); drafting "
-        "moves the position by the accepted count, so every key is new: every step captures a "
-        "graph (successfully) and none is ever replayed, while the arm's label says 'graph'",
-        "ledger and replay gate",
+        "moves the position by the accepted count, so a decode meets a new key at every step "
+        "and captures a graph for it (successfully); timed reps that revisit the warm-up's "
+        "positions replay those graphs, 100% replays no real decode would see",
+        "ledger, replay gate and audit's key check",
         "key the verify graph on what changes the captured work (the plan key and the draft "
         "length) and nothing else; the accepted count and the position stay in device memory, "
         "read by the kernels, and the host reads them once, at the end",

@@ -228,7 +228,8 @@ print(f"replays: {replays} of {len(buggy.ledger)} steps ({replays / len(buggy.le
 # leave-one-out) reports its **replay share** — replays over graph-mode steps in its timed runs
 # (the warm-up, which pays one capture per plan key, is not timed) — and an arm configured for
 # graphs with fewer than 99% replays is not labelled a graph arm: the result is marked NOT
-# MEANINGFUL, naming the arm, its share and the fallback reasons. The healthy graph arm passes.
+# MEANINGFUL, naming the arm, its share and the fallback reasons. (The gate also counts each
+# arm's graph keys, one per plan: the next section's bug is why.) The healthy graph arm passes.
 
 # %%
 from lab.measure import bench, report
@@ -293,8 +294,14 @@ print(check_never_repeating(never_repeating))
 # %% [markdown]
 # The committed run shows the stub failing: fill it in and re-run the cell. Once you have the
 # name, the fix is the bug's `fix` (`lab/bugspec.py`): key the cache on what changes the
-# captured work and nothing else. The replay gate catches the arm even if nobody reads the
-# ledger: every timed step of it is a capture, none a replay.
+# captured work and nothing else. `never_repeating` finds this bug's key; it would miss a part
+# with no name, or one that repeats once before it changes (`step // 2`): the lab's own check,
+# `lab.teach.verify.key_parts_beyond_plan` (run by `decode-lab audit`), flags any part that
+# takes more values over a run than the plan does. The replay gate catches the arm even if
+# nobody reads the ledger: every timed step of it is a capture, none a replay, and its one
+# plan met a graph key per step. The keys matter on their own: a key that holds the position
+# is captured in the warm-up at every position the timed reps visit again, so those reps
+# replay 100% (notebook 14 shows it), and only the count of keys per plan refuses the arm.
 
 # %%
 caught = bench.run_ab(model, runs["eager"], cfg.replace(bugs={"step_key"}), reps=2,
@@ -305,8 +312,8 @@ print(f"{arm['name']}: ledger {arm['ledger']}, replays {arm['replay_fraction']:.
 
 # %% [markdown]
 # The `replays` column is the lesson of the case study turned into a check: the buggy arm's
-# ms/token is real, but it measures eager fallbacks, not graph replays, so the harness will
-# not call its A/B a graph-vs-eager verdict. Two things to take from it:
+# ms/token is real, but it measures a capture per step (and `LAB_BUG_LAZY_TABLE`'s, eager
+# fallbacks), not graph replays, so the harness will not call its A/B a graph-vs-eager verdict. Two things to take from it:
 #
 # - **Verify the optimised path is the executed path**, every run: a capture that succeeded once
 #   proves nothing about the steps after it (the same lesson as "one replay proves nothing").

@@ -50,12 +50,12 @@ from kernels import draft, verify_attention
 from lab.backend.costmodel import cost_key, launch_bytes
 from lab.config import LabConfig
 from lab.engine.runner import DecodeEngine
-from lab.measure import report, spec
+from lab.measure import bench, report, spec
 from lab.measure.arms import replay_fraction
 from lab.measure.report import show
 from lab.model import load_model
 from lab.teach import handson
-from lab.teach.verify import never_repeating
+from lab.teach.verify import key_parts_beyond_plan
 
 model = load_model()
 tok = model.tokenizer
@@ -177,8 +177,13 @@ for pos in (40, 300, 900):
 # The price of a fixed count is paid twice. At a short context most slices are tiny or empty
 # (blocks launched for nothing); at a long one each slice is long and only NSPLIT blocks per
 # head share the work. 003 weighed it against the **workspace**: the partials of every
-# (head, column, slice) live in a buffer allocated once, before any capture (an allocation
-# inside a capture is illegal), so its size grows with NSPLIT:
+# (head, column, slice), whose size grows with NSPLIT. An allocation inside a capture is not
+# illegal as such: 003 allocated its workspace per call with `torch.empty`, during the
+# capture, from PyTorch's graph-private memory pool, and a stream-ordered allocation
+# (`cudaMallocAsync`) is captured as a graph memory node (lecture 001, section 3). What a
+# capture cannot contain is a synchronous allocator growing its pool (`cudaMalloc`:
+# `LAB_BUG_LAZY_SCRATCH`). This lab allocates the workspace once, before any capture, so no
+# allocation is left to happen in one:
 
 # %%
 c = model.cfg
@@ -474,9 +479,10 @@ plot_curve(curve, "simulated")
 print_pays(curve, "simulated")
 
 # %% [markdown]
-# Read the right panel first: prompt lookup finds little to copy in 64 characters of text and
-# more in 300 (the list of persons repeats `Courtier.`), yet well under two tokens per step, and
-# a larger k barely helps: most drafts fail at their first token, and a draft past the first
+# Read the right panel first: prompt lookup finds little to copy in 64 characters of text
+# (1.09 tokens per step, whatever k) and more in 300 (the list of persons repeats
+# `Courtier.`): 1.50 at k = 2, 1.71 at k = 4 and at k = 8, still under two tokens per step.
+# Past k = 4 a larger k adds nothing: most drafts are rejected, and a draft past the first
 # wrong one is never used. The left panel prices it, and the lines under it do the arithmetic:
 # a verify step costs more one-token steps than the tokens it yields, so drafting does not pay
 # here. The rule: drafting pays when the tokens per step exceed the step's cost in one-token
@@ -536,11 +542,11 @@ else:
 print("ledger:", mystery.ledger_summary())
 for e in mystery.ledger[:4]:
     print(f"  step {e.step}: {e.outcome:<8} key (..., {', '.join(map(repr, e.plan_key[-4:]))})")
-print(f"replay share: {replay_fraction(mystery.ledger_summary()):.0%}; the key part that never "
-      f"repeats: {never_repeating(mystery.ledger)}")
+print(f"replay share: {replay_fraction(mystery.ledger_summary()):.0%}; the key parts that take "
+      f"more values than the plan: {sorted(key_parts_beyond_plan(mystery.ledger))}")
 print(f"the clean run: ledger {clean.ledger_summary()}, replay share "
-      f"{replay_fraction(clean.ledger_summary()):.0%}, never repeating: "
-      f"{never_repeating(clean.ledger) or 'nothing'}")
+      f"{replay_fraction(clean.ledger_summary()):.0%}, key parts beyond the plan: "
+      f"{sorted(key_parts_beyond_plan(clean.ledger)) or 'none'}")
 
 # %% [markdown]
 # Every step captured a graph, successfully, and no graph was ever looked up again: the key
@@ -562,13 +568,43 @@ else:
     show(f"source: {report.source_label(rec['source'])}")
 
 # %% [markdown]
-# That is 004's `cuda graph: True` once and `False` 36 times, without the log's ambiguity: a
-# run can capture successfully at every step and replay nothing. The fix is the bug's own
-# (`lab/bugspec.py`): **key the graph on what changes the captured work** — the plan key and
-# the draft length — and nothing else; the accepted count and the position stay in device
-# memory, read by the kernels, and the host reads them once per round. That is the clean run
-# above: one capture, replays only. The harness would not have been fooled either: every bench
-# arm reports its replay share, and a "graph" arm under 99% is marked NOT MEANINGFUL.
+# 004 counted one `cuda graph: True` and 36 `cuda graph: False` in a server's log and read the
+# 36 as decode steps that ran eagerly. Notebook 04 shows that the count does not establish it
+# (the pattern's first alternative swallows every decode line's flag, and a log line is not a
+# step), so 004's run may have replayed its graph after all. What 004 asked is the right
+# question, and the ledger is the count it needed: one entry per step, whether it replayed,
+# captured or ran eagerly. Here it shows, without a log's ambiguity, a run that captures
+# successfully at every step and replays nothing. The fix is the bug's own (`lab/bugspec.py`):
+# **key the graph on what changes the captured work** — the plan key and the draft length —
+# and nothing else; the accepted count and the position stay in device memory, read by the
+# kernels, and the host reads them once per round. That is the clean run above: one capture,
+# replays only.
+#
+# Would a benchmark have been fooled? A replay share alone would: `decode-lab bench ab` warms
+# each arm up with an untimed run of the same prompt, so the warm-up captures a graph for every
+# position the timed reps reach, and each timed step then replays one: 100% replays, a speed no
+# real decode sees. So the replay gate counts more than replays, from each arm's own ledger
+# entries (the arms share one engine): an arm one of whose plans met more than one graph key
+# over its warm-up and timed runs, or whose timed runs captured a graph for a plan it had
+# already run, is NOT MEANINGFUL, and the reason names the arm, the plan and the key part
+# that changed. The bug's engine above, timed as bench times an arm (`lab/measure/arms.py`: an
+# untimed warm-up, then two timed reps of the same prompt), and put through the gate:
+
+# %%
+arm = bench.make_arm(model, "graph?", mystery.cfg, 0, pool={bench.pool_key(mystery.cfg): mystery})
+bench.interleave([arm], 2, bench.decode_run(PROMPT, 8))
+summary = arm.summary()
+show(f"{summary['name']}: ledger {summary['ledger']} (timed), replays "
+     f"{summary['replay_fraction']:.0%}; {summary['plans']} plan, {summary['graph_keys']} graph "
+     f"keys over the warm-up and the timed reps")
+show(f"NOT MEANINGFUL: {bench.replay_gate([summary])}")
+
+# %% [markdown]
+# Every timed step replayed a graph, and the arm is still refused: its one plan met a graph key
+# per position its steps started at, the part `pos`. `decode-lab bench ab` gates each of its
+# arms this way. `decode-lab audit` finds the same part from one run's ledger (any key part,
+# named or not, that takes more values than the plan does), so the bug does not need a
+# benchmark to show.
 #
 # ## What you should now be able to do
 # - Say what prompt lookup drafts from a text, and when it falls back to repeating the token.
@@ -582,3 +618,5 @@ else:
 # - Decide when drafting pays: tokens per verify step against the verify step's cost in
 #   one-token steps.
 # - Find from the ledger a graph that is captured every step and never replayed, and fix its key.
+# - Say why a replay share alone passes that bug when a warm-up visits the timed positions, and
+#   what the replay gate counts instead: graph keys per plan, and captures of a plan already run.

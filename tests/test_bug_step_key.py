@@ -1,7 +1,7 @@
 """LAB_BUG_STEP_KEY: case study 004 on the lab's own ground. The graph cache is keyed on the
 plan AND the engine's step count, so every capture succeeds, the tokens are right, and no graph is ever
-replayed: the "graph" arm runs a capture per token. Nothing fails; only the ledger and the
-replay gate show it."""
+replayed: the "graph" arm runs a capture per token. Nothing fails; only the ledger, the replay
+gate and the audit's key check show it (tests/test_replay_gate.py: this bug and its other forms)."""
 import numpy as np
 import pytest
 
@@ -53,6 +53,9 @@ def test_the_replay_gate_refuses_the_graph_label():
     assert res["meaningful"] is False and res["arms"][1]["ledger"] == {"capture": steps}
     assert "arm B is not a graph arm: 0.0%" in res["reason"]
     assert f"ledger {{'capture': {steps}}}" in res["reason"]
+    # ... and its keys: one plan, a graph key per step, the part that changed named
+    assert "arm B keyed its graphs on more than its plans" in res["reason"]
+    assert "'step' took" in res["reason"]
 
 
 def test_the_device_loop_refuses_it():

@@ -24,8 +24,15 @@ unreplayed (every capture succeeds and the tokens are right, but no graph is eve
 case study 004's question, "does the runtime replay what it captured?"):
   step_key           the graph cache's key holds the engine's step count, so no two steps
                      share a key (as a speculative decoder that keys its verify graph on the
-                     accepted count may); only the ledger (capture, capture, ...) and the
-                     replay gate show it
+                     accepted count may); only the ledger (capture, capture, ...), the replay
+                     gate and the audit's key check show it
+
+The same bug has other forms, with no toggle (`KEY_VARIANTS`, `key_variant_step`: the replay
+gate's and the audit's fixtures): a key that holds position // 2 (each key met twice), position
++ 1 (every graph found again when a warm-up visited the same positions), a step count with no
+name, the step count // 2 (a key that repeats once before it changes) and a clock tick. Each
+is a graph key that takes more values than the plan does; lab/ledger.py's `key_changes` finds
+them all.
 
 Each bug is a named override of one or two pieces of the clean step (lab/engine/step.py): the
 classes at the end of this file are the whole of what a bug changes. `step_class(cfg.bugs)` composes
@@ -162,6 +169,66 @@ class StepKey(Step):
         """The graph filed under the plan key AND the engine's step count: a new key at every
         step, so every step captures a graph that is right, and that no later step looks up."""
         return (*plan.key, "step", self.engine.steps_run)
+
+
+# ---- case 004's other forms: graph keys that do not come back (no toggle: the replay gate's and
+# the audit's fixtures) --------------------------------------------------------------------------
+class _KeyVariant:
+    """A graph key of the plan key and one more part (`extra`): a mixin over any step (the
+    one-token step, the fused or the verify step), so each form exists wherever a graph key
+    does. Every capture succeeds and the tokens are right; whether a later step finds the graph
+    depends on whether the extra part comes back."""
+
+    def extra(self) -> tuple:
+        raise NotImplementedError
+
+    def graph_key(self, plan):
+        return (*super().graph_key(plan), *self.extra())
+
+
+class HalfPositionKey(_KeyVariant):
+    """position // 2: each key met twice in a decode (captured, then replayed once)."""
+    def extra(self):
+        return ("half", self.engine.position // 2)
+
+
+class NextPositionKey(_KeyVariant):
+    """position + 1 (the context length): a new key at every position; a run that revisits the
+    positions (a warm-up, then timed reps) finds each graph again."""
+    def extra(self):
+        return ("ctx", self.engine.position + 1)
+
+
+class UnnamedCounterKey(_KeyVariant):
+    """The engine's step count with no name before it: a part a (name, value) reading skips."""
+    def extra(self):
+        return (self.engine.steps_run,)
+
+
+class PairKey(_KeyVariant):
+    """The step count // 2: a key repeats once (one replay) before it changes, so no part of it
+    differs at every step."""
+    def extra(self):
+        return ("pair", self.engine.steps_run // 2)
+
+
+class ClockKey(_KeyVariant):
+    """The backend's clock in 1 ms ticks (a host sync, as reading a clock after the device's
+    work is): a few steps share a tick, then it moves on, and it never comes back."""
+    def extra(self):
+        return ("tick", int(self.engine.backend.clock() * 1e3))
+
+
+KEY_VARIANTS: dict[str, type] = {
+    "half_position": HalfPositionKey, "next_position": NextPositionKey,
+    "unnamed_counter": UnnamedCounterKey, "pair": PairKey, "clock": ClockKey,
+}
+
+
+def key_variant_step(name: str, base: type[Step] = Step) -> type[Step]:
+    """`base` with the graph key of KEY_VARIANTS[name]: pass it as DecodeEngine(step=...). For
+    LAB_DRAFT>0 pass a verify step as `base` (lab/engine/spec.py's SpecStep)."""
+    return type(f"{base.__name__}+{name}_key", (KEY_VARIANTS[name], base), {})
 
 
 OVERRIDES: dict[str, type[Step]] = {

@@ -43,7 +43,7 @@ class GraphCache:
             g.launch()
             log.record_replay(key, g.node_count)
         self._live = graph
-        return LedgerEntry(self._steps, self.position, key, outcome, note)
+        return LedgerEntry(self._steps, self.position, key, outcome, note, plan.key)
 
     def _new_graph(self, plan: Plan):
         """Capture and instantiate the plan's graph. Under LAB_PLAN_SWITCH=update the captured

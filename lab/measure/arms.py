@@ -3,10 +3,22 @@
 An arm is a `LabConfig` of one build with its engine (`make_arm`); arms that differ only in
 launch toggles share one engine (`pool_key`). `interleave` runs reps with the arms' order
 alternated per rep after an untimed warm-up, `per_token_pass` clocks each step on its own, and
-the replay gate (`replay_fraction`, `arm_mode`, `replay_gate`) reads each arm's ledger so that
-an arm configured for graphs that did not replay is never labelled "graph". The experiments
-built on them (A/A, A/B, ladder, sweep, leave-one-out) are in lab/measure/bench.py, whose rules
-this module follows.
+the replay gate (`replay_fraction`, `arm_mode`, `key_gate`, `replay_gate`) reads each arm's own
+ledger entries so that an arm configured for graphs that did not replay its plans' graphs is
+never called meaningful. The experiments built on them (A/A, A/B, ladder, sweep, leave-one-out)
+are in lab/measure/bench.py, whose rules this module follows.
+
+The replay gate counts, for each arm, the ledger entries of its OWN runs: arms share one engine,
+so each arm keeps the slice of the ledger its warm-up wrote and the slices its timed runs wrote,
+never the engine's whole ledger. Two checks, because a replay share alone is fooled when the
+warm-up visits the positions the timed reps visit (a graph per position is then captured before
+timing starts, and every timed step replays one):
+  - the replay share of its timed steps (MIN_REPLAY_FRACTION), and
+  - its graph keys: one graph key per plan over the warm-up and the timed runs together, and no
+    capture in a timed run for a plan the arm had already run. A graph per plan is the design
+    (a plan change recaptures or updates, so a clean arm crossing plan boundaries passes); a
+    key part that changes under one plan (a position, a step count, a clock) is case study
+    004's "captured every step", whatever the replay share says.
 """
 from __future__ import annotations
 
@@ -18,6 +30,8 @@ from typing import Callable
 from lab.config import LabConfig
 from lab.engine.runner import DecodeEngine
 from lab.errors import LabError
+from lab.ledger import (GRAPH_MODE, GRAPH_RAN, key_changes, key_text, keys_met, recaptures,
+                        values_text)
 from lab.plan import decode_plan
 from .stats import mean_sem
 
@@ -31,8 +45,8 @@ MIN_REPLAY_FRACTION = 0.99
 # Ledger outcomes of a step in graph mode, and those that ran a graph without capturing one: a
 # replay, a replay of the live graph updated to the step's plan (LAB_PLAN_SWITCH=update), or a
 # step of the device loop (LAB_LOOP=device). A capture or an eager fallback is not a replay.
-GRAPH_OUTCOMES = ("capture", "replay", "update", "device", "fallback")
-REPLAY_OUTCOMES = ("replay", "update", "device")
+GRAPH_OUTCOMES = GRAPH_MODE
+REPLAY_OUTCOMES = tuple(o for o in GRAPH_RAN if o != "capture")
 
 
 # ---- the replay gate ---------------------------------------------------------------------------
@@ -50,19 +64,43 @@ def arm_mode(graph: bool, fraction: float | None) -> str:
     return "graph" if fraction is not None and fraction >= MIN_REPLAY_FRACTION else "fallback"
 
 
+def key_gate(warm: list, timed: list) -> list[str]:
+    """What in an arm's graph keys makes its timing meaningless ([] when nothing does), from its
+    own ledger entries: `warm` (its warm-up's) and `timed` (its timed runs', in order). Each plan
+    that met more than one graph key over both, with the key parts that changed; each plan that
+    a timed run captured a graph for after the arm had already run it."""
+    met, changes, again = keys_met(warm + timed), key_changes(warm + timed), recaptures(warm, timed)
+    out = []
+    for plan in (p for p in met if p in changes or p in again):
+        text = (f"plan ({key_text(plan)}) met {met[plan]} graph key{'s' if met[plan] > 1 else ''} "
+                f"over its warm-up and timed runs (a plan has one)")
+        if plan in again:
+            n = again[plan]
+            text += (f", and its timed runs captured {n} graph{'s' if n > 1 else ''} for it after "
+                     f"it had run it: a key that did not come back")
+        if changes.get(plan):
+            text += "; the key parts that changed: " + "; ".join(
+                f"{label!r} took {values_text(vals)}" for label, vals in changes[plan].items())
+        out.append(text)
+    return out
+
+
 def replay_gate(arms: list[dict]) -> str:
-    """Why these arm summaries cannot be compared: each one whose mode is "fallback", with its
-    replay share, its ledger and its fallback reasons ("" when there is none)."""
+    """Why these arm summaries cannot be compared ("" when they can): each one whose mode is
+    "fallback", with its replay share, its ledger and its fallback reasons; each one whose graph
+    keys failed `key_gate` (its summary's "key_faults"), naming the plan and the key parts."""
     out = []
     for a in arms:
-        if a.get("mode") != "fallback":
-            continue
-        f, ledger = a["replay_fraction"], a["ledger"]
-        why = "; ".join(f"{r} ({n} steps)" for r, n in a["fallback_reasons"].items()) or "none"
-        out.append(f"arm {a['name']} is not a graph arm: {_pct(f)} of its "
-                   f"{sum(ledger.get(k, 0) for k in GRAPH_OUTCOMES)} timed graph-mode steps were "
-                   f"replays (need {MIN_REPLAY_FRACTION:.0%}; ledger {ledger}); fallback reasons: "
-                   f"{why}")
+        if a.get("mode") == "fallback":
+            f, ledger = a["replay_fraction"], a["ledger"]
+            why = "; ".join(f"{r} ({n} steps)" for r, n in a["fallback_reasons"].items()) or "none"
+            out.append(f"arm {a['name']} is not a graph arm: {_pct(f)} of its "
+                       f"{sum(ledger.get(k, 0) for k in GRAPH_OUTCOMES)} timed graph-mode steps "
+                       f"were replays (need {MIN_REPLAY_FRACTION:.0%}; ledger {ledger}); fallback "
+                       f"reasons: {why}")
+        if a.get("key_faults"):
+            out.append(f"arm {a['name']} keyed its graphs on more than its plans: "
+                       + "; ".join(a["key_faults"]))
     return "; ".join(out)
 
 
@@ -80,24 +118,40 @@ class Arm:
     runs: list[tuple] = field(default_factory=list)    # (token ids, final logits), one per rep
     outcomes: dict = field(default_factory=dict)       # ledger outcome -> timed steps
     fallbacks: dict = field(default_factory=dict)      # fallback reason -> timed steps
+    warm_entries: list = field(default_factory=list)   # the ledger entries of its warm-up runs
+    timed_entries: list = field(default_factory=list)  # ... and of its timed runs, in order
 
     def clear(self) -> None:
         self.ms, self.runs, self.outcomes, self.fallbacks = [], [], {}, {}
+        self.warm_entries, self.timed_entries = [], []
 
     def use(self) -> DecodeEngine:
         """The arm's engine, switched to the arm's toggles (arms may share one engine)."""
         self.engine.cfg = self.cfg
         return self.engine
 
+    def _run(self, run: Callable):
+        """`run` on the arm's engine: its result, and the ledger entries its steps wrote (only
+        its own: the engine may be shared, and its ledger holds every arm's steps)."""
+        eng = self.use()
+        first = len(eng.ledger)
+        out = run(eng)
+        return out, list(eng.ledger[first:])
+
+    def warm(self, run: Callable) -> None:
+        """One untimed run (the warm-up: compiles, and captures every plan the run meets); its
+        ledger entries are kept for the replay gate's key check."""
+        _, entries = self._run(run)
+        self.warm_entries += entries
+
     def timed(self, run: Callable) -> None:
         """One timed run on the arm's engine: its ms/token, its outputs, and the ledger entries
         of its steps (what each step was: replay, capture, eager or fallback, and why)."""
-        eng = self.use()
-        first = len(eng.ledger)
-        ms, out = run(eng)
+        (ms, out), entries = self._run(run)
         self.ms.append(ms)
         self.runs.append(out)
-        for e in eng.ledger[first:]:
+        self.timed_entries += entries
+        for e in entries:
             self.outcomes[e.outcome] = self.outcomes.get(e.outcome, 0) + 1
             if e.outcome == "fallback":
                 self.fallbacks[e.reason] = self.fallbacks.get(e.reason, 0) + 1
@@ -105,15 +159,31 @@ class Arm:
     def summary(self) -> dict:
         m, s = mean_sem(self.ms)
         eng = self.use()
-        graph = eng.graphs.get(eng.plan(0).key) if self.cfg.graph else None
         fraction = replay_fraction(self.outcomes)
+        entries = self.warm_entries + self.timed_entries
         return {"name": self.name, "toggles": self.cfg.toggles(), "ms_per_token": list(self.ms),
                 "mean_ms": m, "sem_ms": s, "tok_per_s": 1000.0 / m if m else float("nan"),
                 "launches_per_token": len(eng.step_launches(eng.plan(eng.position))),
-                "nodes_per_graph": graph.node_count if graph is not None else 0,
+                "nodes_per_graph": self._nodes_per_graph(eng),
                 "ledger": dict(self.outcomes), "replay_fraction": fraction,
                 "mode": arm_mode(self.cfg.graph, fraction),
-                "fallback_reasons": dict(self.fallbacks)}
+                "fallback_reasons": dict(self.fallbacks),
+                "graph_keys": sum(keys_met(entries).values()),
+                "plans": len({e.plan for e in entries if e.outcome in GRAPH_RAN}),
+                "key_faults": key_gate(self.warm_entries, self.timed_entries)}
+
+    def _nodes_per_graph(self, eng) -> int:
+        """Nodes of the graph of the arm's first timed graph step (0: none ran a graph), or, for
+        an arm that kept no entries, of position 0's plan's."""
+        if not self.cfg.graph:
+            return 0
+        key = next((e.plan_key for e in self.timed_entries if e.outcome in ("capture", "replay",
+                                                                               "update")),
+                   eng.plan(0).key)
+        graph = eng.graphs.get(key)
+        if isinstance(graph, list):            # ranks: one graph per rank, the same nodes each
+            graph = graph[0]
+        return graph.node_count if graph is not None else 0
 
 
 class SplitPolicyEngine(DecodeEngine):
@@ -243,7 +313,7 @@ def interleave(arms: list[Arm], reps: int, run: Callable, progress=False, desc: 
         raise LabError(f"reps must be >= 2 for a standard error, got {reps}")
     if warm_up:
         for arm in arms:
-            run(arm.use())
+            arm.warm(run)
     bar = _bar(reps * len(arms), desc, progress)
     order = []
     for rep in range(reps):

@@ -20,10 +20,16 @@ Rules every function here follows:
 - `run_sweep` reaches long contexts with `DecodeEngine.seek` (timing only: the skipped KV rows
   are never written, so outputs there are not comparable); `run_split_sweep` does the same for
   attention split policies (a pinned split count against `decode_plan`'s policy).
-- The replay gate: each arm reports, from its engine's ledger, the share of its timed steps that
-  were graph replays. An arm configured for graphs whose share is under MIN_REPLAY_FRACTION is
-  not labelled "graph" (its `mode` is "fallback"), and no result that contains it is meaningful:
-  its `reason` names the arm, its share and the ledger's fallback reasons.
+- The replay gate, counted from each arm's OWN ledger entries (the slices its warm-up and its
+  timed runs wrote on the shared engine): an arm configured for graphs whose timed steps were
+  under MIN_REPLAY_FRACTION replays is not labelled "graph" (its `mode` is "fallback"); an arm
+  one of whose plans met more than one graph key over its warm-up and timed runs, or whose
+  timed runs captured a graph for a plan it had already run, keyed its graphs on more than its
+  plans (a graph per position, step or clock tick, captured in the warm-up and replayed in the
+  timed reps: a replay share of 100% that no real decode would see). No result that contains
+  either is meaningful: its `reason` names the arm, its share and fallback reasons, or the plan
+  and the key parts that changed. A clean arm crossing plan boundaries passes: a graph per plan
+  is the design.
 - Every result carries `source` (backend.describe(): measured on which GPU, or simulated).
 
 The machinery (arms, the replay gate, timed runs, interleaving) is lab/measure/arms.py; the A/A
@@ -45,8 +51,8 @@ from lab.plan import SPLIT_CHOICES
 from .aa_noise import aa_false_alarm_table, aa_noise_times  # noqa: F401
 from .arms import (BENCH_PROMPT, GRAPH_OUTCOMES, MIN_REPLAY_FRACTION,  # noqa: F401
                    PER_TOKEN_SAMPLES, REPLAY_OUTCOMES, Arm, SplitArm, SplitPolicyEngine, _meta,
-                   arm_mode, context_run, decode_run, default_backend, interleave, make_arm,
-                   parse_arm, per_token_pass, pool_key, replay_fraction, replay_gate)
+                   arm_mode, context_run, decode_run, default_backend, interleave, key_gate,
+                   make_arm, parse_arm, per_token_pass, pool_key, replay_fraction, replay_gate)
 from .stats import (AA_ALPHA, AA_T_THRESHOLD, aa_verdict, loo_rows, outputs_differ,  # noqa: F401
                     paired_test, percentiles, welch)
 
@@ -79,8 +85,8 @@ def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
     Arms share one engine when only launch toggles differ (see make_arm); the A/A then runs A
     twice on it, interleaved like the A/B. Returns a JSON-ready dict; `meaningful` is False
     (with `reason`) when the A/A gate fails or an arm fails the replay gate (a graph arm whose
-    timed steps were under MIN_REPLAY_FRACTION replays); without an A/A and with both arms
-    through the replay gate it is None."""
+    timed steps were under MIN_REPLAY_FRACTION replays, or whose graph keys held more than its
+    plans: `key_gate`); without an A/A and with both arms through the replay gate it is None."""
     run = decode_run(prompt, tokens)
     pool = {} if pool is None else pool
     out = {}
@@ -286,7 +292,8 @@ def sweep_arms(arms: list[Arm], contexts, reps: int, tokens: int, prompt: str, p
             rows.append({"context": c, "arm": arm.name, "splits": arm.use().plan(c).splits,
                          **{k: s[k] for k in ("toggles", "mean_ms", "sem_ms", "tok_per_s",
                                               "ms_per_token", "launches_per_token", "ledger",
-                                              "replay_fraction", "mode", "fallback_reasons")}})
+                                              "replay_fraction", "mode", "fallback_reasons",
+                                              "graph_keys", "plans", "key_faults")}})
     why = replay_gate([{**r, "name": f"{r['arm']} at context {r['context']}"} for r in rows])
     return {**_meta(arms[0].engine.backend.describe(), what, reps=reps, tokens=tokens, **meta),
             "contexts": list(contexts), "arms": [a.name for a in arms], "rows": rows,
@@ -368,7 +375,7 @@ def run_loo(model, factors, base: LabConfig | None = None, reps: int = 5, tokens
     # the baseline: a fresh engine (its own buffers), on the same device and host as the arms
     plain = make_arm(model, "baseline", cfgs["all-off"], len(arms), kv_init,
                      backend_factory or (lambda cfg, index: arms[0].engine.backend))
-    run(plain.use())                                   # warm-up
+    plain.warm(run)
     for _ in range(reps):
         plain.timed(run)
     off = next(a for a in arms if a.name == "all-off")

@@ -25,6 +25,10 @@ in a capture fails at once (`cudaErrorStreamCaptureUnsupported`) and invalidates
 the error shows at that call -- or, when the code swallows it, only at end_capture
 (`cudaErrorStreamCaptureInvalidated`). That is not CUDA's "sticky" error, which corrupts the
 context; the stream and context stay usable, which is what makes an eager fallback possible.
+Lecture 001 (section 3) uses "sticky" in a looser sense: an error that surfaces at a later call,
+so that the failure is attributed to whatever ran next. That much is true of a swallowed
+capture error too (it shows at end_capture, not at the call that caused it), which is why the
+detector reports both where an initialisation fired and where its error showed.
 
 Both use the engine's public API only: `step()`, `seek()`, `step_launches()`, the launch log,
 the ledger, `capture_failures` and the backend's record of host operations (`backend.ops`).
@@ -42,8 +46,8 @@ AUDIT_PROMPT = "ROMEO.\n"
 _KINDS = {"upload": "table upload", "allocation": "scratch allocation",
           "compilation": "compilation", "array-interface sync": "array-interface synchronisation",
           "synchronize": "synchronisation", "download": "device-to-host copy"}
-# A module load is not a stream operation: the H200's driver (13.0, shared/gpu/FACTS.md) allowed
-# one inside a capture; older drivers may refuse it. Either way it costs: warm up.
+# A module load is not a stream operation: newer drivers allow a kernel compiled lazily, at its
+# first call inside a capture; older drivers may refuse it. Either way it costs: warm up.
 _LEGAL_IN_CAPTURE = {"compilation"}
 # What each kind of finding is, for the detector's message (the kinds above are the labels the
 # findings and the recorded GPU bug table carry, so they stay short and fixed).
@@ -246,31 +250,47 @@ def detect_lazy_init(model, cfg: LabConfig, prompt: str = AUDIT_PROMPT, backend=
 
 
 # ---- the run checks: what an audit of the step's launches cannot see -------------------------
-def run_checks(model, cfg: LabConfig, prompt: str = AUDIT_PROMPT) -> list[str]:
+def run_checks(model, cfg: LabConfig, prompt: str = AUDIT_PROMPT, step=None) -> list[str]:
     """Findings from a short graph run and the step's kernels, one line each (none: clean):
     kernels of the step that read before their pdl_wait (a race once LAB_PDL=1); graph-key
-    parts that never repeat (every step captures, none replays); a kernel fault (reported by
-    whichever later call waited for the device)."""
+    parts, named or not, that take more values over the run than the plan does (a graph per
+    value: `verify.key_parts_beyond_plan`); a kernel fault (reported by whichever later call
+    waited for the device). The run is two requests on one engine (40 tokens, then 8), so a
+    key part that changes between requests shows too. `step`: a variant of the step's pieces
+    (DecodeEngine's `step`), for a key of its own."""
     from lab.engine.runner import DecodeEngine
     from lab.errors import DeviceFault
+    from lab.ledger import values_sample
     from lab.pdl_check import wait_first_violations
-    from .verify import never_repeating
+    from .verify import graph_steps, key_parts_beyond_plan
 
-    eng = DecodeEngine(model, cfg.replace(graph=True))
+    eng = DecodeEngine(model, cfg.replace(graph=True), **({} if step is None else {"step": step}))
     found = []
     late = sorted({x.name for x in eng.step_launches(eng.plan(0))} & set(wait_first_violations()))
     if late:
         found.append(f"[BUG] PDL: {', '.join(late)} read before their pdl_wait(): a race once "
                      f"LAB_PDL=1 lets them start before their predecessor ends")
     try:
-        eng.generate(prompt, 40)
+        for tokens in (40, 8):
+            eng.generate(prompt, tokens)
     except DeviceFault as exc:
         found.append(f"[BUG] a kernel faulted: {exc} (LAB_LAUNCH_BLOCKING=1 moves the report to "
                      f"the launch that faulted)")
         return found
-    for part in sorted(never_repeating(eng.ledger)):
-        found.append(f"[BUG] graph key: its {part!r} differs at every step, so every step captured "
-                     f"a graph and none was replayed (ledger {eng.ledger_summary()})")
+    plans, steps = len({e.plan for e in eng.ledger}), graph_steps(eng.ledger)
+    for part, row in key_parts_beyond_plan(eng.ledger).items():
+        n, ledger = len(row["values"]), eng.ledger_summary()
+        if n == steps:
+            found.append(f"[BUG] graph key: its {part!r} differs at every step ({n} values over "
+                         f"{steps} graph steps, where the plan key took {plans}), so every step "
+                         f"captured a graph and none was replayed (ledger {ledger}); key the "
+                         f"graphs on the plan key alone")
+        else:
+            found.append(f"[BUG] graph key: its {part!r} took {n} values over {steps} graph "
+                         f"steps ({values_sample(row['values'])}), where the plan key took "
+                         f"{plans}: each value files a plan under a graph of its own, captured "
+                         f"once and replayed only if the value comes back (ledger {ledger}); key "
+                         f"the graphs on the plan key alone")
     return found
 
 

@@ -12,9 +12,14 @@ check with one replay passes, a check with three fails. `first_mismatch` says wh
 floor that catches this lab's frozen-value bugs, not a proof that every graph bug shows by the
 third token: check many replays, across plan boundaries and after a request reset.
 
-Was the graph replayed at all? `never_repeating(ledger)` names the parts of the graph keys
-whose value differs at every step: a graph filed under such a key is never looked up again, so
-every step captures anew (LAB_BUG_STEP_KEY, case study 004's question).
+Was the graph replayed at all? `key_parts_beyond_plan(ledger)` names every part of the graph
+keys, named or not, that takes more values over the run than the plan does (more than one under
+some plan): each value files the plan's work under a graph of its own, captured once and found
+again only if that value comes back (LAB_BUG_STEP_KEY, LAB_BUG_SPEC_KEY: case study 004's
+question). A step count, a position or `position // 2`, a clock tick, a part with no name, a
+part that repeats once before it changes: each is one. `never_repeating(ledger)` is the
+narrower check notebook 04 has the student write: the NAMED parts whose value differs at every
+step; it misses a part with no name and one that repeats before it changes.
 
 Why bytes, not a tolerance: this lab's kernels are deterministic (no atomic in any sum -- the
 fused step's "last block done" counters only elect which block does the follow-on work -- and a
@@ -29,6 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from lab.ledger import GRAPH_RAN, key_changes
 
 
 @dataclass
@@ -134,3 +141,28 @@ def never_repeating(ledger) -> set[str]:
         for name, value in zip(key[::2], key[1::2]):
             values.setdefault(name, []).append(repr(value))
     return {name for name, seen in values.items() if len(seen) > 1 and len(set(seen)) == len(seen)}
+
+
+def key_parts_beyond_plan(ledger) -> dict[str, dict]:
+    """{key part: {"values": its values under the plans where it changed (sorted where they
+    compare), "plans": how many plans it changed under}} for each part of the ledger's graph
+    keys, named ("pos") or not ("part 10 (no name)", `lab.ledger.key_parts`), that takes more
+    than one value under one plan: over the run it takes more values than the plan does. A
+    clean run's graph key is its plan key, so it gives {}."""
+    out: dict[str, dict] = {}
+    for parts in key_changes(ledger).values():
+        for label, values in parts.items():
+            row = out.setdefault(label, {"values": [], "plans": 0})
+            row["values"] += [v for v in values if v not in row["values"]]
+            row["plans"] += 1
+    for row in out.values():
+        try:
+            row["values"].sort()
+        except TypeError:       # values of several types: the order they were met in
+            pass
+    return out
+
+
+def graph_steps(ledger) -> int:
+    """Steps of the ledger that ran a graph (captured, replayed, updated, or in the device loop)."""
+    return sum(e.outcome in GRAPH_RAN for e in ledger)
