@@ -34,7 +34,8 @@ bits:
 - shared-memory trees with block barriers (numba's CUDA simulator, which has no shfl_*_sync):
   the kernels' original trees. Their barriers are block-wide, so EVERY thread of the block must
   make the same calls, the same number of times (all callers are written so, also on the GPU).
-A simulator given lane-exact warp shuffles (tests/_cudasim_kernels.py --shuffles installs them)
+A simulator given lane-exact warp shuffles (kernels/cudasim.py's install_warp_shuffles;
+tests/_cudasim_kernels.py --shuffles installs them)
 takes the shuffle path: that is how the GPU path's logic is run, and its bits checked against
 the tree's, on a machine without a GPU.
 

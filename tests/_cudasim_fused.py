@@ -15,7 +15,7 @@ policy's pick on the logits it wrote; attn_fused_grid's partials are attn_partia
 is attn_combine's on them (LAB_ATTN_TAIL=grid: the unfused attention's bits). Exits non-zero naming the kernel on the first mismatch, or
 if a fused kernel/signature was never exercised.
 
-  --shuffles    give the simulator tests/_cudasim_kernels.py's lane-exact warp shuffles first,
+  --shuffles    give the simulator kernels/cudasim.py's lane-exact warp shuffles first,
                 so kernels/reduce.py takes its GPU path (shuffle butterflies, one barrier per
                 block reduction): the dataflow a GPU runs, without a GPU
   --dump PATH   write every kernel output in launch order to PATH (.npz); tests/test_fusion.py
@@ -34,10 +34,8 @@ if not config.ENABLE_CUDASIM and not GPU:
 if "--shuffles" in sys.argv:   # before kernels/ is imported: reduce.py picks its path at import
     if not config.ENABLE_CUDASIM:
         sys.exit("--shuffles is for the simulator (a GPU has its own)")
-    from numba.cuda.simulator.kernelapi import FakeCUDAModule
-    from _cudasim_kernels import install_warp_shuffles  # (its own --shuffles installs them too)
-    if not hasattr(FakeCUDAModule, "shfl_xor_sync"):
-        install_warp_shuffles()
+    from _cudasim_kernels import cudasim_module      # kernels/cudasim.py, by its path
+    cudasim_module().install(shuffles=True)           # (idempotent: the harness's import did it)
 # the kernel harness's launch-and-compare against the twin, its registry of compiled kernels
 # and signatures exercised, its --dump list, and lab/precision.py's order mirror with the fma
 # semantics of the machine at hand

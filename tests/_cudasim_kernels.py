@@ -30,7 +30,6 @@ naming the kernel on the first mismatch, or if a registered kernel/signature was
 import os
 import signal
 import sys
-import threading
 import time
 import zlib
 
@@ -44,156 +43,26 @@ if not config.ENABLE_CUDASIM and "--gpu" not in sys.argv:
     sys.exit("_cudasim_kernels.py needs NUMBA_ENABLE_CUDASIM=1 set before numba is imported")
 
 
-def install_warp_shuffles() -> None:
-    """Lane-exact shfl_{xor,down,up,}_sync for numba's CUDA simulator (it has none).
-
-    The simulator runs each CUDA thread as a Python thread. A shuffle here is what it is on a
-    GPU: every lane of the warp deposits its value, waits for the other 31 (a barrier of the
-    warp only, not the block) and reads its source lane's value (its own when the source is
-    outside the warp, as CUDA does for down/up). The slots alternate between two sets, one per
-    shuffle in turn (each lane counts its own shuffles), so one barrier per shuffle is enough: a
-    lane writes a set again two shuffles later, after the barrier of the shuffle in between,
-    which every lane reaches only once it has read that set. Only full masks of full warps, the
-    only ones kernels/ use; a warp whose lanes do not all reach the same shuffle breaks the
-    barrier (an error, not a hang).
-    """
-    from numba.cuda.simulator import kernelapi
-
-    lock = threading.Lock()
-    warps: dict = {}
-
-    def exchange(mod, mask, value, src_of):
-        if mask != 0xFFFFFFFF:
-            raise RuntimeError(f"shuffle mask {mask:#x}: only full masks are emulated")
-        t = threading.current_thread()
-        nthreads = mod.blockDim.x * mod.blockDim.y * mod.blockDim.z
-        w, lane = divmod(t.thread_id, 32)
-        if nthreads - 32 * w < 32:
-            raise RuntimeError("a full-mask shuffle in a partial warp")
-        key = (id(mod), t.blockIdx.x, t.blockIdx.y, t.blockIdx.z, w)
-        with lock:
-            if key not in warps:
-                warps[key] = (([None] * 32, [None] * 32), [0] * 32,
-                              threading.Barrier(32, timeout=300))
-            sets, turns, barrier = warps[key]
-        slots = sets[turns[lane] & 1]
-        turns[lane] += 1
-        slots[lane] = value
-        barrier.wait()
-        src = src_of(lane)
-        return slots[src] if 0 <= src < 32 else value
-
-    cls = kernelapi.FakeCUDAModule
-    cls.shfl_sync = lambda self, mask, v, src: exchange(self, mask, v, lambda l: src)
-    cls.shfl_xor_sync = lambda self, mask, v, m: exchange(self, mask, v, lambda l: l ^ m)
-    cls.shfl_down_sync = lambda self, mask, v, d: exchange(self, mask, v, lambda l: l + d)
-    cls.shfl_up_sync = lambda self, mask, v, d: exchange(self, mask, v, lambda l: l - d)
+def cudasim_module():
+    """kernels/cudasim.py (the simulator's patches), loaded by its path when the kernels package
+    is not imported yet: importing it as part of the package would import kernels/reduce.py,
+    which picks its reduction path at import, before --shuffles could install the shuffles."""
+    if "kernels.cudasim" in sys.modules:
+        return sys.modules["kernels.cudasim"]
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "kernels" / "cudasim.py"
+    spec = importlib.util.spec_from_file_location("kernels.cudasim", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-def lock_shared_allocations() -> None:
-    """Close a race in numba's CUDA simulator: a block's shared array is created by whichever
-    thread first asks for it (a dict lookup, then an insert), so two threads can both miss and
-    each keep an array of its own, which then is not shared (seen here: one thread's rmsnorm
-    reading another block total). The same lookup-or-create, keyed the same way (the caller's
-    file and line), under a lock."""
-    from numba.core import types
-    from numba.cuda.simulator import kernelapi
-    from numba.np import numpy_support
-
-    original = kernelapi.FakeCUDAShared.array
-    lock = threading.Lock()
-
-    def array(self, shape, dtype, alignment=None):
-        if shape == 0 or alignment is not None:  # dynamic shared memory / an error: as before
-            return original(self, shape, dtype, alignment)
-        if isinstance(dtype, types.Type):
-            dtype = numpy_support.as_dtype(dtype)
-        caller = sys._getframe(1)
-        key = (caller.f_code.co_filename, caller.f_lineno)
-        with lock:
-            res = self._allocations.get(key)
-            if res is None:
-                res = self._allocations[key] = np.empty(shape, dtype)
-        return res
-
-    kernelapi.FakeCUDAShared.array = array
-
-
-def pooled_blocks() -> None:
-    """Run simulated blocks on a pool of reused Python threads, without numba's polling loop.
-
-    numba's simulator starts a new Python thread for every CUDA thread of every block (creating
-    and joining one costs about 0.2 ms on a 2-core CI machine: most of this harness's time went to
-    the kernel, not to Python), then spins over them, holding the GIL between switches, to see
-    whether all are blocked in syncthreads. Here a pool of threads, grown to the largest block
-    seen, runs every block: each thread takes its CUDA thread's indices for the block, runs the
-    kernel, and reports done; syncthreads is a barrier of the block (`threading.Barrier`: waiters
-    sleep, no one spins). A thread's exception breaks the barrier, so its blockmates stop at
-    their next syncthreads instead of waiting for ever, and it is re-raised as numba does. The
-    semantics are numba's: blocks run one after another, every thread of a block reaches each
-    syncthreads, and `threading.current_thread()` answers threadIdx, blockIdx and the lane."""
-    from numba.cuda.simulator import kernel as simkernel
-
-    class PoolThread(threading.Thread):
-        syncthreads_count = simkernel.BlockThread.syncthreads_count
-        syncthreads_and = simkernel.BlockThread.syncthreads_and
-        syncthreads_or = simkernel.BlockThread.syncthreads_or
-
-        def __init__(self):
-            super().__init__(daemon=True)
-            self.go = threading.Semaphore(0)
-            self.job = None
-
-        def syncthreads(self):
-            if self.abort:
-                raise RuntimeError("abort flag set on syncthreads call")
-            try:
-                self._manager._barrier.wait()
-            except threading.BrokenBarrierError:
-                self.abort = True
-                raise RuntimeError("a thread of this block raised: abort") from None
-
-        def run(self):
-            while True:
-                self.go.acquire()
-                manager, args = self.job
-                try:
-                    manager._f(*args)
-                except Exception as e:  # noqa: BLE001 -- kept for the manager, as numba does
-                    self.exception = (type(e)(f"tid={list(self.threadIdx)} "
-                                              f"ctaid={list(self.blockIdx)}: {e}"), sys.exc_info()[2])
-                    manager._barrier.abort()
-                self.job = None
-                manager._done.release()
-
-    pool: list[PoolThread] = []
-
-    def run_block(self, grid_point, *args):
-        points = list(np.ndindex(*self._block_dim))
-        while len(pool) < len(points):
-            pool.append(PoolThread())
-            pool[-1].start()
-        self._barrier = threading.Barrier(len(points))
-        self._done = threading.Semaphore(0)
-        workers = pool[:len(points)]
-        dim = simkernel.Dim3(*self._block_dim)
-        for t, point in zip(workers, points):
-            t._manager, t.abort, t.exception = self, False, None
-            t.blockIdx, t.threadIdx = simkernel.Dim3(*grid_point), simkernel.Dim3(*point)
-            i = t.threadIdx      # numba's own numbering (BlockThread.thread_id): x fastest
-            t.thread_id = i.x + dim.x * (i.y + dim.y * i.z)
-            t.job = (self, args)
-        for t in workers:
-            t.go.release()
-        for _ in workers:
-            self._done.acquire()
-        first = next((t for t in workers if t.exception and not t.abort), None) or next(
-            (t for t in workers if t.exception), None)
-        if first is not None:
-            raise first.exception[0].with_traceback(first.exception[1])
-
-    simkernel.BlockManager.run = run_block
-
+_sim = cudasim_module()
+install_warp_shuffles = _sim.install_warp_shuffles
+lock_shared_allocations = _sim.lock_shared_allocations
+pooled_blocks = _sim.pooled_blocks
 
 if config.ENABLE_CUDASIM:
     lock_shared_allocations()

@@ -34,10 +34,8 @@ GPU = "--gpu" in sys.argv
 if not config.ENABLE_CUDASIM and not GPU:
     sys.exit("_cudasim_persistent.py needs NUMBA_ENABLE_CUDASIM=1 set before numba is imported")
 if "--shuffles" in sys.argv:   # before kernels/ is imported: reduce.py picks its path at import
-    from numba.cuda.simulator.kernelapi import FakeCUDAModule
-    from _cudasim_kernels import install_warp_shuffles
-    if not hasattr(FakeCUDAModule, "shfl_xor_sync"):
-        install_warp_shuffles()
+    from _cudasim_kernels import cudasim_module      # kernels/cudasim.py, by its path
+    cudasim_module().install(shuffles=True)           # (idempotent: the harness's import did it)
 from _cudasim_kernels import (Mismatch, close, compiled, f32, mode_label,  # noqa: E402
                               run_harness, sig_for)
 

@@ -5,8 +5,9 @@ not necessarily its summation order. To see the kernel's own bits, `run_kernels(
 child process (`python -m lab.measure.kernel_run IN.npz OUT.npz`) that compiles `matvec`, `rmsnorm`
 and `argmax_next` from their source with `numba.cuda.jit` and launches them at the shapes given:
 under numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1, which must be set before numba is
-imported, hence the child) or, with device="gpu", on the GPU. The simulator runs every thread in
-Python (tens of ms per 32-thread block): keep the inputs tiny.
+imported, hence the child; kernels/cudasim.py's patches installed) or, with device="gpu", on the
+GPU. The simulator runs every thread in Python (tens of ms per 32-thread block): keep the inputs
+tiny.
 
 Inputs (any subset; float32 unless noted):
   matvec_W [N, K], matvec_x [K]              -> matvec_out [N]      (out = W @ x)
@@ -79,7 +80,11 @@ def _launch(name: str, grid, block, *args):
 
 
 def _child(src: str, dst: str) -> None:
-    from kernels import matvec, rmsnorm, sample
+    from numba import config
+
+    from kernels import cudasim, matvec, rmsnorm, sample
+    if config.ENABLE_CUDASIM:
+        cudasim.install()     # the simulator as kernels/cudasim.py makes it run kernels/
     with np.load(src, allow_pickle=False) as f:
         inp = {k: f[k] for k in f.files}
     out = {"where": np.array(_where())}

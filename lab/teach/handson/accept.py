@@ -4,7 +4,9 @@ device, so that one graph replays the whole generation.
 The student writes the acceptance kernel (its numba source and its NumPy twin, as
 kernels/draft.py's `accept` does) and the verify step's piece that launches it
 (`AcceptStep(SpecStep).accept`). The check first runs that launch alone on hand-made device
-buffers -- each case built so that a common mistake shows, and is named -- then generates with
+buffers -- each case built so that a common mistake shows, and is named -- then the same cases
+with the student's kernel itself on numba's CUDA simulator (the engine on a laptop runs its
+twin), then generates with
 LAB_DRAFT=4 in the real engine: the greedy tokens of LAB_DRAFT=0 across positions 32 and 64, one
 capture then replays only, and the eager path's bytes.
 """
@@ -16,7 +18,7 @@ import kernels
 from kernels import draft
 from lab.backend import Launch
 from lab.engine.spec import SpecStep
-from .base import Exercise, Fail, issue, need, variant, watched
+from .base import Exercise, Fail, Source, hold_kernel, issue, need, variant, watched
 from .fixtures import PROMPT, TOKENS, clean_tokens, engine, first_difference
 
 K = 4     # the check's LAB_DRAFT: the verify step's columns are T = K + 1
@@ -30,12 +32,13 @@ captured graph serves the whole generation.
 
 Write three things:
   accept_twin(grid, block, cols, pred, pos, n_prompt, limit, tokens, stats)
-        the NumPy twin: what the simulator runs for one launch. It mutates pos, tokens and stats
-        in place. All int32: cols, pred [k + 1]; pos, n_prompt, limit [1]; tokens [max_seq];
+        the NumPy twin: what the engine runs for one launch on the sim backend. It mutates pos,
+        tokens and stats in place. All int32: cols, pred [k + 1]; pos, n_prompt, limit [1]; tokens [max_seq];
         stats [2] = (verify steps that generated, tokens generated).
   accept_kernel(cols, pred, pos, n_prompt, limit, tokens, stats)
-        the numba.cuda source of the same kernel (one thread does the work), declared with
-        lab.teach.handson.kernel(...) and your twin
+        the numba.cuda source of the same kernel (one thread does the work; a GPU runs it,
+        and this check on numba's CUDA simulator), declared with lab.teach.handson.kernel(...)
+        and your twin
   AcceptStep(SpecStep)  its accept(self, plan) returns the launch of your kernel:
         lab.engine.step.launch(accept_kernel, (grid, block), args), args in the kernel's order:
         self.dev.spec.cols, self.dev.spec.pred, self.dev.buf.pos, self.dev.buf.n_prompt,
@@ -52,9 +55,12 @@ The rule, with p = pos[0], n_p = n_prompt[0], lim = limit[0] (the last position 
   - g = how many of the positions p + 1 .. p + a + 1 are at or past n_p: stats[1] += g, and
     stats[0] += 1 when g > 0.
 
-The check: hand-made cases on device buffers (each common mistake named), then LAB_DRAFT=4
-generations from a 7-token prompt across positions 32 and 64: LAB_DRAFT=0's greedy tokens, one
-capture then replays only, eager and graph byte-identical. Launching kernels.draft.accept (the
+The check: hand-made cases on device buffers (each common mistake named); the same cases with
+your kernel itself at your launch's grid and block on numba's CUDA simulator (a laptop runs it
+there): the reference kernel's pos, tokens and stats, each element written by exactly one thread,
+no prompt position written, what your twin leaves; then LAB_DRAFT=4 generations from a 7-token
+prompt across positions 32 and 64: LAB_DRAFT=0's greedy tokens, one capture then replays only,
+eager and graph byte-identical. Launching kernels.draft.accept (the
 lab's own), calling its twin or SpecStep.accept fails the check.
 """
 
@@ -163,6 +169,28 @@ OFF_BY_ONE = variant(REFERENCE, "cols[a + 1] == pred[a])", "cols[a + 1] == pred[
 # (d) no limit: a step at the end still advances, and drafts run past the last position
 NO_LIMIT = variant(variant(REFERENCE, "    if p >= lim:\n        return\n"),
                    "p + a + 1 <= lim - 1 and ")
+
+# the reference kernel's body and what follows it, up to the step class (cut from the reference,
+# not written out a second time)
+_KERNEL = REFERENCE[REFERENCE.index("    if cuda.threadIdx.x != 0"):
+                    REFERENCE.index("class AcceptStep") + len("class AcceptStep")]
+assert REFERENCE.count(_KERNEL) == 1
+# (e) the kernel's body left empty: its twin is right, so the engine on a laptop (which runs the
+# twin) decodes right; a GPU would run the kernel, which writes nothing
+EMPTY_KERNEL = variant(REFERENCE, _KERNEL, "    pass\n\n\nclass AcceptStep")
+# (f) guarded on the thread only, launched on two blocks: each block's thread 0 does the work
+TWO_BLOCKS = variant(variant(REFERENCE, "if cuda.threadIdx.x != 0 or cuda.blockIdx.x != 0:",
+                             "if cuda.threadIdx.x != 0:"),
+                     "launch(accept_kernel, ((1,), (1,))", "launch(accept_kernel, ((2,), (1,))")
+# (g) no guard on a 32-thread block: every thread does the whole acceptance
+EVERY_THREAD = variant(variant(REFERENCE, _KERNEL[:_KERNEL.index("    p, n_p, lim, T")], ""),
+                       "launch(accept_kernel, ((1,), (1,))", "launch(accept_kernel, ((1,), (32,))")
+# (i) the twin right, the kernel off by one (the engine on a laptop runs the twin: only the
+# kernel on the simulator shows it)
+KERNEL_OFF_BY_ONE = variant(REFERENCE, _KERNEL, _KERNEL.replace("cols[a + 1] == pred[a])",
+                                                                "cols[a + 1] == pred[a + 1])"))
+# (h) the guard keeps thread 1, which a one-thread launch does not have
+WRONG_THREAD = variant(REFERENCE, "if cuda.threadIdx.x != 0 or", "if cuda.threadIdx.x != 1 or")
 
 _REFS = (("kernels.draft.accept_twin", draft.accept_twin),
          ("kernels.draft.accepted", draft.accepted),
@@ -337,6 +365,31 @@ def _run_case(eng, item, case):
     return watched(_REFS, run, what=f"accept_kernel (case '{case[0]}')")
 
 
+def _kernel_case(eng, item) -> str:
+    """The student's kernel itself, at their launch's grid and block, on numba's CUDA simulator
+    beside the reference kernel, on every hand-made case: the same pos, tokens and stats, each
+    element written by one thread, no prompt position written, and what their twin leaves."""
+    max_seq = eng.bufs[0].tokens.shape[0]
+    ref = Source(REFERENCE, "accept reference").namespace().accept_kernel
+    cases, protect, by_name = [], {}, {c[0]: c for c in CASES}
+    for case in CASES:
+        name, p, n_p, lim, cols, pred = case
+        cases.append((name, [np.asarray(v, np.int32) for v in (
+            cols, pred, [p], [n_p], [lim], _start_tokens(max_seq, n_p), STATS0)]))
+        prompt = np.zeros(max_seq, bool)
+        prompt[:n_p] = True
+        protect[name] = {5: (prompt, "a prompt position: its token is known; accept it as it "
+                                     "is and write nothing there")}
+
+    def diagnose(cname, after):
+        return _diagnose(by_name[cname], (int(after[2][0]), after[5], after[6]), max_seq)
+    n = hold_kernel(item.kernel, item.grid, item.block, cases, ref, draft.ACCEPT_GRID,
+                    draft.ACCEPT_BLOCK, [a.split(".")[-1] for a in _ARGS], _REFS, diagnose,
+                    protect)
+    return (f"your kernel on numba's CUDA simulator at its launch's geometry: {n} cases, one "
+            f"writer per element, the reference's and your twin's values")
+
+
 def _engine(backend, cls, graph: bool):
     """A fresh LAB_DRAFT=K engine with the solution's step, its kernels compiled before any
     capture (a GPU compiles outside captures)."""
@@ -369,6 +422,7 @@ def cases(sol, backend):
         if not all(np.array_equal(g, w) for g, w in zip(got, want)):
             raise Fail(_diagnose(case, got, max_seq))
     yield f"{len(CASES)} hand-made cases: the prefix, the bonus, the prompt, the limit, stats"
+    yield _kernel_case(eng, item)
     gen, eng, graph_bytes = _generate(backend, cls, graph=True)
     i = first_difference(gen.tokens, clean_tokens(backend))
     if i is not None:
@@ -395,5 +449,13 @@ EXERCISE = Exercise(
     {"no bonus": (NO_BONUS, "no bonus token"),
      "every agreeing draft": (EVERY_AGREEING, "longest agreeing PREFIX"),
      "off by one": (OFF_BY_ONE, "off by one"),
-     "no limit": (NO_LIMIT, "past the limit")},
-    stub_says="AcceptStep.accept returned None")
+     "no limit": (NO_LIMIT, "past the limit"),
+     "empty kernel": (EMPTY_KERNEL, "accept_kernel is empty: it writes nothing"),
+     "two blocks": (TWO_BLOCKS, "in 2 different blocks"),
+     "every thread": (EVERY_THREAD, "a race inside a block"),
+     "wrong thread": (WRONG_THREAD, "writes nothing: no thread of the launch reached a write"),
+     "kernel off by one": (KERNEL_OFF_BY_ONE, "CUDA simulator: case 'every draft confirmed' "
+                                              "(p=10, n_prompt=3, limit=100, cols=[7, 11, 12, "
+                                              "13, 14], pred=[11, 12, 13, 14, 15]): pos[0] = 11 "
+                                              "(expected 15); off by one")},
+    stub_says="AcceptStep.accept returned None", simulator=True)

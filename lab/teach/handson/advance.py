@@ -4,32 +4,45 @@ The student writes the kernel (its numba source and its NumPy twin, as kernels/p
 and the step piece that launches it (`advance`, the last piece of Step.head). The check runs
 that step in the real engine: eager steps must leave the device position equal to the host's,
 no host write of the position may happen during a step, nothing the host computes per step may
-reach the launch, and graph replays must decode the clean engine's tokens replay after replay.
+reach the launch, the kernel itself (not only its twin, which is what the engine runs on a
+laptop) must advance pos with exactly one writer on numba's CUDA simulator, and graph replays
+must decode the clean engine's tokens replay after replay.
 """
 from __future__ import annotations
 
+import numpy as np
+
+import kernels
 from kernels import position
 from lab.backend import Buffer
 from lab.engine.step import Step
 from lab.teach.verify import replay_check
-from .base import Exercise, Fail, need, watched
+from .base import Exercise, Fail, Source, hold_kernel, need, variant, watched
 from .fixtures import PROMPT, TOKENS, boundary_prompt, clean_tokens, engine, first_difference
 
 SPEC = """
-A replayed graph reruns the same launches with the same arguments, so the one thing that makes a
-replay a different token -- the position -- must change on the device, inside the step.
+A replayed graph reruns the same launches with the same arguments: replayed as it was captured,
+it decodes the same token again. Something must change the position between replays. This lab
+keeps the position in device memory and increments it with a kernel inside the captured step, so
+one graph replays step after step with no host work at all; this exercise asks for that design.
+(It is not the only valid one: another design updates device state, or a graph node's
+parameters, between launches -- the host then does that work before every replay.)
 
 Write three things:
-  advance_twin(grid, block, pos)  the NumPy twin of your kernel: what the simulator runs for one
-                                  launch (it mutates `pos`, an int32 array of 1, in place)
-  advance_kernel(pos)             the numba.cuda source of the same kernel (what a GPU runs),
-                                  declared with lab.teach.handson.kernel(...) and your twin
+  advance_twin(grid, block, pos)  the NumPy twin of your kernel: what the engine runs for one
+                                  launch on the sim backend (it mutates `pos`, an int32 array
+                                  of 1, in place)
+  advance_kernel(pos)             the numba.cuda source of the same kernel (what a GPU runs,
+                                  and this check on numba's CUDA simulator), declared with
+                                  lab.teach.handson.kernel(...) and your twin
   AdvanceStep(Step)               the clean step with its `advance()` piece returning the
                                   launch(es) of your kernel: lab.engine.step.launch(kern,
                                   (grid, block), args). The position lives in self.dev.buf.pos.
 
 The check: 5 eager steps leave pos[0] == 5; no upload of pos during a step; no argument the host
-computes per step; graph replays decode the clean engine's tokens across plan boundaries, and a
+computes per step; your kernel itself, at your launch's grid and block, on numba's CUDA simulator
+(a laptop runs it there): pos[0] one further, written by exactly one thread of the launch, as
+your twin says; graph replays decode the clean engine's tokens across plan boundaries, and a
 4-replay byte comparison with the eager path passes. Calling kernels.position (the lab's own
 kernel) or Step.advance fails the check.
 """
@@ -149,6 +162,21 @@ class AdvanceStep(Step):
         return [launch(advance_kernel, ((1,), (32,)), (self.dev.buf.pos,))]
 '''
 
+# the kernel body left empty: the twin advances pos, so the engine on a laptop (which runs the
+# twin) decodes right; the GPU would run the kernel, which writes nothing
+_BODY = REFERENCE[REFERENCE.index("    if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:"):
+                  REFERENCE.index("        pos[0] += 1\n") + len("        pos[0] += 1\n")]
+EMPTY_KERNEL = variant(REFERENCE, _BODY, "    pass\n")
+# guarded on the thread only, launched on two blocks: thread 0 of EACH block adds 1
+TWO_BLOCKS = variant(variant(REFERENCE, "if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:",
+                             "if cuda.threadIdx.x == 0:"),
+                     "launch(advance_kernel, ((1,), (1,))", "launch(advance_kernel, ((2,), (1,))")
+# no guard at all on a 32-thread block: 32 threads add 1 to one element
+NO_GUARD = variant(variant(REFERENCE, _BODY, "    pos[0] += 1\n"),
+                   "launch(advance_kernel, ((1,), (1,))", "launch(advance_kernel, ((1,), (32,))")
+# the guard names a thread the launch does not have (block of 1 thread: only thread 0)
+WRONG_THREAD = variant(REFERENCE, "cuda.threadIdx.x == 0 and", "cuda.threadIdx.x == 1 and")
+
 _REFS = (("kernels.position.advance_twin", position.advance_twin),
          ("lab.engine.step.Step.advance", Step.advance))
 
@@ -176,6 +204,44 @@ def _per_step_values(eng) -> list[str]:
                     if not isinstance(a, Buffer)])
     eng.position = 0
     return [f"{a!r}, then {b!r}" for a, b in zip(*out) if str(a) != str(b)]
+
+
+_KERNEL_CASES = (0, 31, 100)     # pos[0] before the launch (31: the last step of a plan)
+
+
+def _kernel_case(eng, cls) -> str:
+    """The student's advance launch(es), their own kernel at their own grid and block, on
+    numba's CUDA simulator beside the lab's reference kernel: one further, one writer."""
+    items = watched(_REFS, lambda: list(cls(eng).advance()), what="AdvanceStep.advance")
+    ref = Source(REFERENCE, "advance reference").namespace().advance_kernel
+    checked = 0
+    for x in items:
+        kern = getattr(x, "kernel", None)
+        if not callable(getattr(kern, "twin", None)) or kern.name in kernels.REGISTRY:
+            continue
+        names = [getattr(a, "name", f"argument {j}") for j, a in enumerate(x.args)]
+        if "pos" not in names:
+            continue
+        at = names.index("pos")
+
+        def args(p):
+            return [np.array([p], np.int32) if j == at else
+                    eng.backend.download(a) if isinstance(a, Buffer) else a
+                    for j, a in enumerate(x.args)]
+
+        def diagnose(cname, after, at=at):
+            p = int(cname.split()[-1])
+            return (f"case '{cname}': pos[0] went from {p} to {int(after[at][0])}: the kernel "
+                    f"must add exactly 1 to the position")
+        checked += hold_kernel(kern, x.grid, x.block, [(f"pos {p}", args(p)) for p in
+                                                       _KERNEL_CASES],
+                               ref, (1,), (1,), names, _REFS, diagnose,
+                               ref_index=[at])
+    if not checked:
+        raise Fail("advance() launches no kernel of yours on pos: launch advance_kernel, "
+                   "declared with lab.teach.handson.kernel(...)")
+    return (f"your kernel on numba's CUDA simulator at its launch's geometry: "
+            f"{checked} cases, one writer, the reference's and the twin's values")
 
 
 def cases(sol, backend):
@@ -206,6 +272,7 @@ def cases(sol, backend):
         raise Fail(f"the advance launch takes a value the host computes per step ({varying[0]}): "
                    f"a graph replays the value it captured; read pos on the device and add 1 there")
     yield "no per-step host value reaches the advance launch"
+    yield _kernel_case(eng, cls)
     geng = _warmed(engine(backend, step=cls))
     gen = watched(_REFS, geng.generate, PROMPT, TOKENS, what="generating with graphs")
     i = first_difference(gen.tokens, clean_tokens(backend))
@@ -226,5 +293,9 @@ EXERCISE = Exercise(
     ("AdvanceStep",), cases, REFERENCE,
     {"host write": (HOST_WRITE, "host writes the position"),
      "by value": (BY_VALUE, "value the host computes per step"),
-     "every thread": (EVERY_THREAD, "exactly one thread")},
-    stub_says='nothing advances pos[0]')
+     "every thread": (EVERY_THREAD, "exactly one thread"),
+     "empty kernel": (EMPTY_KERNEL, "advance_kernel is empty: it writes nothing"),
+     "two blocks": (TWO_BLOCKS, "written by 2 threads in 2 different blocks"),
+     "no guard": (NO_GUARD, "a race inside a block"),
+     "wrong thread": (WRONG_THREAD, "writes nothing: no thread of the launch reached a write")},
+    stub_says='nothing advances pos[0]', simulator=True)

@@ -9,37 +9,60 @@ wrong solutions (one per common mistake, each with the words its verdict must co
 A solution is a namespace: a module, a dict (a notebook's `globals()`), any object with the
 names the exercise asks for, a path to a .py file, or "package.module:ATTRIBUTE". `check_in_child`
 runs the check in a child process: the lab's state is untouched whatever the solution does (a
-fresh engine per check, the child's memory thrown away), an endless loop meets a time limit, and
-a write outside the child's scratch folder is refused and named. Each check ends in one line.
+fresh engine per check, the child's memory thrown away), an endless loop meets a time limit, an
+allocation without bound meets a memory limit (the address space on Linux, the parent's watch
+on the child's resident memory everywhere), and a write outside the child's scratch folder is
+refused and named. Each check ends in one line.
+
+A kernel exercise's check runs the solution's numba.cuda kernel itself -- on a laptop the engine
+runs only its NumPy twin -- under numba's CUDA simulator (kernels/cudasim.py): `kernel_source`
+sends its source text to the simulator's child, `hold_kernel` runs it at the solution's grid and
+block beside the reference kernel and holds it to the reference's values, to its own twin, and
+(`geometry_fault`) to the reference's writes, each element by exactly one thread. The check's
+simulator child is forked from a server started once per parent process on Linux (numba imported
+once), a fresh interpreter elsewhere; while it runs, the parent shows a progress bar on stderr.
 
 The result type, the "did it call the reference?" watch and the case runner are the self-check's
 own (lab/teach/selfcheck/checkers.py): `CheckResult`, `_Fail`, `_watching`, `_run`.
 """
 from __future__ import annotations
 
+import ast
+import atexit
 import importlib
 import importlib.machinery
 import importlib.util
+import inspect
 import io
+import linecache
 import multiprocessing
 import os
 import shutil
 import sys
 import tempfile
 import textwrap
+import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
+from kernels import cudasim
 from lab.errors import LabError
 from lab.teach.selfcheck.checkers import CheckResult, _Fail as Fail, _run, _watching
 
 __all__ = ["Exercise", "Fail", "CheckResult", "Source", "kernel", "issue", "variant",
-           "load_solution", "check_in_child", "watched", "need", "DEFAULT_TIMEOUT_S"]
+           "load_solution", "check_in_child", "watched", "need", "DEFAULT_TIMEOUT_S",
+           "MEMORY_BUDGET", "kernel_source", "simulate", "hold_kernel", "geometry_fault",
+           "SIM_NOTE"]
 
 DEFAULT_TIMEOUT_S = 120.0     # a check on the simulator takes seconds; an endless loop, for ever
+MEMORY_BUDGET = 2 << 30       # bytes a check may allocate beyond what its process holds at start
 _OUTPUT_KEPT = 4000           # characters of what the solution printed, sent back with the verdict
+SIM_NOTE = ("numba's CUDA simulator runs the blocks of a launch one after another, so a race "
+            "between blocks (one block reading what another writes) is not seen there")
 
 
 def kernel(*signatures: str, twin: Callable, reads: tuple[int, ...], writes: tuple[int, ...]):
@@ -82,7 +105,10 @@ class Source:
 
     def namespace(self) -> types.SimpleNamespace:
         ns: dict = {"__name__": f"handson_{self.label}"}
-        exec(compile(self.text, f"<{self.label}>", "exec"), ns)
+        filename = f"<{self.label}>"
+        # its lines where inspect finds a function's source (the kernel sent to the simulator)
+        linecache.cache[filename] = (len(self.text), None, self.text.splitlines(True), filename)
+        exec(compile(self.text, filename, "exec"), ns)
         return types.SimpleNamespace(**ns)
 
 
@@ -100,6 +126,7 @@ class Exercise:
     wrong: dict = field(default_factory=dict)   # mistake -> (its source, words its verdict holds)
     stub_says: str = ""            # words the stub's verdict holds: what is missing
     timeout_s: float = DEFAULT_TIMEOUT_S
+    simulator: bool = False        # its check runs kernels on numba's CUDA simulator
 
     def solutions(self) -> dict[str, Source]:
         """{"stub": ..., "reference": ..., each mistake: ...}: every solution the lab ships."""
@@ -169,7 +196,7 @@ def watched(refs, fn, *args, what: str = "", **kwargs):
     with _watching(refs) as used:
         try:
             out = fn(*args, **kwargs)
-        except Fail:
+        except (Fail, MemoryError):    # a memory error is the check's to report (one line)
             raise
         except Exception as exc:       # the solution's bug, reported as a verdict
             failure = f"{what or getattr(fn, '__name__', 'the solution')} raised " \
@@ -182,51 +209,303 @@ def watched(refs, fn, *args, what: str = "", **kwargs):
     return out
 
 
-# ---- the child process -------------------------------------------------------------------------
-_WRITE_EVENTS = ("os.remove", "os.rename", "os.replace", "os.rmdir", "os.mkdir", "os.truncate",
-                 "os.chmod", "os.chown", "os.link", "os.symlink", "os.utime", "shutil.rmtree",
-                 "shutil.copyfile", "shutil.copytree", "shutil.move", "shutil.chown")
-_PROCESS_EVENTS = ("subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.spawn",
-                   "os.fork", "os.forkpty", "pty.spawn")
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+# ---- the solution's kernel on numba's CUDA simulator -------------------------------------------
+def _is_empty(fn) -> bool:
+    """Is the function's body nothing but a docstring, pass or ...?"""
+    try:
+        node = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return False
+    return all(isinstance(st, ast.Pass) or (isinstance(st, ast.Expr) and isinstance(
+        st.value, ast.Constant)) for st in node.body)
 
 
-def _guard(scratch: str, allowed: tuple[str, ...], refused: list) -> None:
-    """An audit hook (for the rest of the child's life): a write outside the scratch folder, or a
-    new process, is refused (PermissionError) and noted in `refused`."""
-    roots = tuple(os.path.realpath(p) for p in (scratch, *allowed))
+def kernel_source(kern) -> tuple[str, str]:
+    """(source text, name): the solution's kernel `kern` (a KernelSpec or a function) as Python
+    source the simulator's child can run -- its own definition (decorators left out: the child
+    compiles it), the functions of the solution it calls (device functions keep their
+    cuda.jit), and imports or values for every other global name it uses. Read through inspect:
+    a .py file, a notebook cell and a Source alike."""
+    fn = getattr(kern, "py_func", kern)
+    home = getattr(fn, "__globals__", {})
+    defs: list[str] = []
+    header: list[str] = []
+    seen: set[str] = set()
 
-    def inside(path) -> bool:
-        if isinstance(path, int):
-            return True                                   # an open descriptor: already allowed
+    def names_of(code) -> set[str]:
+        out = set(code.co_names)
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                out |= names_of(c)
+        return out
+
+    def define(f, keep_decorators: bool) -> None:
         try:
-            real = os.path.realpath(os.fsdecode(path))
-        except (TypeError, ValueError):
-            return True
-        return real == os.devnull or any(real == r or real.startswith(r + os.sep) for r in roots)
+            src = textwrap.dedent(inspect.getsource(f))
+        except (OSError, TypeError):
+            raise Fail(f"the source of {f.__name__} cannot be read (define it in a .py file or "
+                       f"a notebook cell), so it cannot run on numba's CUDA simulator") from None
+        node = ast.parse(src).body[0]
+        if not keep_decorators:
+            node.decorator_list = []
+        defs.append(ast.unparse(node))
+        for name in sorted(names_of(f.__code__)):
+            use(name)
 
-    def refuse(what: str):
-        refused.append(what)
-        raise PermissionError(f"decode-lab exercise: {what} is not allowed in a check")
+    def use(name: str) -> None:
+        if name in seen or name not in home:
+            return
+        seen.add(name)
+        obj = home[name]
+        inner = getattr(obj, "py_func", obj)
+        if isinstance(obj, types.ModuleType):
+            header.append(f"import {obj.__name__} as {name}")
+        elif getattr(inner, "__globals__", None) is home and callable(inner):
+            define(inner, keep_decorators=True)        # the solution's own (device) function
+        elif isinstance(obj, (bool, int, float, str, type(None))) or (
+                isinstance(obj, tuple) and all(isinstance(v, (bool, int, float)) for v in obj)):
+            header.append(f"{name} = {obj!r}")
+        elif isinstance(obj, np.generic):
+            header.append(f"import numpy\n{name} = numpy.{obj.dtype.name}({obj.item()!r})")
+        else:
+            mod, qual = getattr(inner, "__module__", None), getattr(inner, "__qualname__", None)
+            if mod and qual and "<" not in qual and mod != home.get("__name__"):
+                header.append(f"from {mod} import {qual} as {name}")
+            else:
+                try:
+                    import numba
+                    if getattr(numba, str(obj), None) is obj:      # numba.float32 and the like
+                        header.append(f"from numba import {obj} as {name}")
+                except Exception:   # noqa: BLE001 -- not a numba type: left for the child to miss
+                    pass
 
-    def hook(event, args):
-        if event == "open":
-            path, mode, flags = args
-            writing = (any(c in mode for c in "wax+") if isinstance(mode, str)
-                       else bool((flags or 0) & _WRITE_FLAGS))
-            if writing and not inside(path):
-                refuse(f"writing {os.fsdecode(path)} (outside its scratch folder)")
-        elif event in _WRITE_EVENTS:
-            paths = [a for a in args if isinstance(a, (str, bytes, os.PathLike))]
-            bad = [p for p in paths if not inside(p)]
-            if bad:
-                refuse(f"{event}({os.fsdecode(bad[0])}) (outside its scratch folder)")
-        elif event in _PROCESS_EVENTS:
-            refuse(f"starting a process ({event})")
-
-    sys.addaudithook(hook)
+    define(fn, keep_decorators=False)
+    return "\n".join(header + [""] + defs[::-1]) + "\n", fn.__name__
 
 
+_SIM: dict = {}               # the check's simulator child, and how to report its progress
+
+
+_FORK: dict = {}              # the parent's fork server (Linux): a simulator child per check
+
+
+def _simulator() -> cudasim.Simulator:
+    if "sim" not in _SIM:
+        _SIM["sim"] = cudasim.Simulator(scratch=os.getcwd(), progress=_SIM.get("progress"),
+                                        memory=MEMORY_BUDGET, server=_SIM.get("server"))
+    return _SIM["sim"]
+
+
+def _fork_server() -> str | None:
+    """The address of this process's simulator fork server, started on first use (None where
+    there is none: each check's simulator is then a fresh interpreter)."""
+    if not cudasim.can_fork_server():
+        return None
+    server = _FORK.get("server")
+    if server is None or not server.alive():
+        try:
+            server = _FORK["server"] = cudasim.ForkServer()
+        except (OSError, RuntimeError):
+            return None
+        atexit.register(server.close)
+    return server.address
+
+
+def simulate(launches: list, arrays: dict, source: str = "", what: str = "the kernel") -> list:
+    """Run `launches` (kernels.cudasim.Launch) under numba's CUDA simulator, in the check's one
+    child (started on the first call); a Fail naming an endless loop or a crash."""
+    left = _SIM.get("deadline", time.monotonic() + DEFAULT_TIMEOUT_S) - time.monotonic()
+    limit = max(5.0, left - 3.0)
+    try:
+        return _simulator().run(launches, arrays, source, timeout_s=limit)
+    except cudasim.SimulatorTimeout:
+        raise Fail(f"{what} did not finish within {limit:.0f} s on numba's CUDA simulator (an "
+                   f"endless loop in the kernel, or a grid far larger than the work?)") from None
+    except cudasim.SimulatorDied as exc:
+        raise Fail(f"numba's CUDA simulator stopped while running {what} ({exc})") from None
+
+
+def _where(a: np.ndarray, mask: np.ndarray, name: str, limit: int = 4) -> str:
+    idx = [tuple(int(v) for v in i) for i in np.argwhere(mask)[:limit]]
+    text = ", ".join(f"{name}[{', '.join(map(str, i))}]" for i in idx)
+    more = int(mask.sum()) - len(idx)
+    return text + (f" and {more} more" if more > 0 else "")
+
+
+def geometry_fault(kname: str, grid, block, got, ref, arg_names, protect=None,
+                   pure=(), empty: bool = False, phases=(1, 2)) -> str | None:
+    """What is wrong with the writes of a launch of `kname` at (grid, block) -- `got`, a
+    kernels.cudasim.Result -- against the reference's launch `ref` on the same inputs (None:
+    nothing): a launch that raised, an element written by several threads, a kernel that writes
+    nothing, elements the reference writes that are left unwritten, elements written that the
+    reference leaves alone (changed, in a pure output, or in `protect`: {arg: (mask, why)}).
+    Phase 1 is the first three, phase 2 the last two (a caller may name wrong values between)."""
+    at = f"{kname} at grid {tuple(grid)} x block {tuple(block)}"
+    if 1 in phases:
+        fault = _launch_fault(kname, at, block, got, ref, arg_names, empty)
+        if fault or 2 not in phases:
+            return fault
+    return _element_fault(at, got, ref, arg_names, protect, pure)
+
+
+def _launch_fault(kname, at, block, got, ref, arg_names, empty) -> str | None:
+    if got.missing:
+        return (f"{kname} uses {got.missing}, which numba's CUDA simulator does not have: this "
+                f"laptop check cannot run it; write the kernel without it, or check on a GPU "
+                f"(--backend cuda)")
+    if got.error:
+        if "out of bounds" in got.error or "IndexError" in got.error:
+            return (f"{at} reads or writes out of bounds ({got.error}): a grid with more "
+                    f"threads or blocks than the work, whose extra threads are not guarded off")
+        return f"{at} raised on numba's CUDA simulator: {got.error}"
+    for j in sorted(got.threads):
+        many = got.threads[j] > 1
+        if many.any():
+            i = tuple(int(v) for v in np.argwhere(many)[0])
+            n, b = int(got.threads[j][i]), int(got.blocks[j][i])
+            el = f"{arg_names[j]}[{', '.join(map(str, i))}]"
+            if b > 1:
+                return (f"{at}: {el} is written by {n} threads in {b} different blocks -- the "
+                        f"work done {'twice' if b == 2 else f'{b} times'}, and a race between "
+                        f"blocks on a GPU: exactly one thread of the whole grid must write each "
+                        f"element; guard the write on the block too (e.g. `if cuda.grid(1) == "
+                        f"0:`) or launch one block ({SIM_NOTE})")
+            return (f"{at}: {el} is written by {n} threads of one block -- a race inside a "
+                    f"block: exactly one thread must write each element; guard the write (e.g. "
+                    f"`if cuda.threadIdx.x == 0:`)")
+    ref_any = any(ref.threads[j].any() for j in ref.threads)
+    if ref_any and not any(got.threads[j].any() for j in got.threads):
+        if empty:
+            return f"{kname} is empty: it writes nothing (fill in its body)"
+        return (f"{at} writes nothing: no thread of the launch reached a write -- is the "
+                f"kernel's guard on a thread the launch has (e.g. cuda.threadIdx.x == 0 with "
+                f"block {tuple(block)})?")
+    return None
+
+
+def _element_fault(at, got, ref, arg_names, protect, pure) -> str | None:
+    for j in sorted(ref.threads):
+        undone = (ref.threads[j] > 0) & (got.threads[j] == 0)
+        if undone.any():
+            return (f"{at} leaves {_where(got.arrays[j], undone, arg_names[j])} unwritten "
+                    f"({int(undone.sum())} of the {int((ref.threads[j] > 0).sum())} elements "
+                    f"the reference writes): a grid or guard that leaves work undone -- the "
+                    f"launch has too few threads for the work, or the guard turns away threads "
+                    f"that have work")
+    for j in sorted(got.threads):
+        extra = (got.threads[j] > 0) & (ref.threads[j] == 0)
+        keep, why = (protect or {}).get(j, (None, ""))
+        if keep is not None and (extra & keep).any():
+            return f"{at} writes {_where(got.arrays[j], extra & keep, arg_names[j])}: {why}"
+        if j not in pure:
+            extra &= ~_same_bits(got.arrays[j], ref.arrays[j])
+        if extra.any():
+            return (f"{at} writes {_where(got.arrays[j], extra, arg_names[j])}, which the "
+                    f"reference leaves alone: only the elements the work names may be written")
+    return None
+
+
+def _same_bits(a, b) -> np.ndarray:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind == "f":
+        return (a == b) | (np.isnan(a) & np.isnan(b))
+    return a == b
+
+
+def hold_kernel(kern, grid, block, cases, reference, ref_grid, ref_block, arg_names,
+                twin_refs=(), diagnose=None, protect=None, what: str | None = None,
+                ref_index=None) -> int:
+    """The solution's kernel `kern` (a KernelSpec with its twin) at (grid, block), on every case
+    ((name, args): arrays and scalars, in the kernel's order) under numba's CUDA simulator --
+    one child, one request, the reference kernel `reference` (a KernelSpec) at (ref_grid,
+    ref_block) beside it -- and its twin in NumPy: a Fail naming the first mistake
+    (`geometry_fault`; then values: `diagnose(case_name, args_after)` -> words or None, else
+    the values against the reference's; then the kernel against its own twin). `protect`:
+    case_name -> {arg: (mask of elements no kernel may write, why)}. `ref_index`: the
+    arguments of yours the reference takes, in its order (None: all of them, in yours).
+    Returns the cases run."""
+    kname = what or getattr(kern, "name", getattr(kern, "__name__", "your kernel"))
+    src, name = kernel_source(kern)
+    ref_src, ref_name = kernel_source(reference)
+    twin = getattr(kern, "twin", None)
+    arrays, launches = {}, []
+    for c, (cname, args) in enumerate(cases):
+        keys = []
+        for j, a in enumerate(args):
+            if isinstance(a, np.ndarray):
+                arrays[f"c{c}.{j}"] = a
+                keys.append(f"c{c}.{j}")
+            else:
+                keys.append((a.item() if isinstance(a, np.generic) else a,
+                             np.asarray(a).dtype.name))
+        watch = tuple(j for j, a in enumerate(args) if isinstance(a, np.ndarray))
+        launches.append(cudasim.Launch(f"{cname}: yours", f"yours:{name}", tuple(grid),
+                                       tuple(block), keys, watch))
+        rk = [keys[j] for j in ref_index] if ref_index is not None else keys
+        launches.append(cudasim.Launch(f"{cname}: reference", f"ref:{ref_name}",
+                                       tuple(ref_grid), tuple(ref_block), rk,
+                                       tuple(i for i, k in enumerate(rk) if isinstance(k, str))))
+    results = simulate(launches, arrays, {"yours": src, "ref": ref_src}, what=f"{kname} (yours)")
+    empty = _is_empty(getattr(kern, "py_func", kern))
+    for c, (cname, args) in enumerate(cases):
+        got, ref = results[2 * c], _as_yours(results[2 * c + 1], args, ref_index)
+        if ref.error:
+            raise Fail(f"the check's reference kernel failed on the simulator ({ref.error})")
+        keep = (protect or {}).get(cname)
+        fault = geometry_fault(kname, grid, block, got, ref, arg_names, keep, (), empty, (1,))
+        if fault:
+            raise Fail(f"case '{cname}': {fault}")
+        after = [got.arrays.get(j, a) for j, a in enumerate(args)]
+        differ = [j for j in got.arrays if not _same_bits(got.arrays[j], ref.arrays[j]).all()]
+        if differ:
+            words = diagnose(cname, after) if diagnose else None
+            if words:
+                raise Fail(f"your kernel {kname} on numba's CUDA simulator: {words}")
+            j = differ[0]
+            raise Fail(f"case '{cname}': your kernel {kname} leaves {arg_names[j]} = "
+                       f"{got.arrays[j].ravel()[:8].tolist()}, the reference kernel "
+                       f"{ref.arrays[j].ravel()[:8].tolist()}: wrong values")
+        fault = geometry_fault(kname, grid, block, got, ref, arg_names, keep, (), empty, (2,))
+        if fault:
+            raise Fail(f"case '{cname}': {fault}")
+        if callable(twin):
+            mine = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+            watched(twin_refs, twin, tuple(grid), tuple(block), *mine,
+                    what=f"your twin of {kname}")
+            for j in got.arrays:
+                if not _same_bits(mine[j], got.arrays[j]).all():
+                    raise Fail(f"case '{cname}': your kernel {kname} (on numba's CUDA "
+                               f"simulator) leaves {arg_names[j]} = "
+                               f"{got.arrays[j].ravel()[:8].tolist()}, your twin "
+                               f"{mine[j].ravel()[:8].tolist()}: the twin must do what the "
+                               f"kernel does (the engine runs the twin on a laptop, a GPU "
+                               f"runs the kernel)")
+    print(f"{kname} on numba's CUDA simulator at grid {tuple(grid)} x block {tuple(block)}: "
+          f"{len(cases)} cases, the reference kernel's values, one writer per element (the "
+          f"simulator runs blocks one after another: a race between blocks, one reading what "
+          f"another writes, does not show there)")
+    return len(cases)
+
+
+def _as_yours(ref, args, ref_index):
+    """The reference's result with its arguments numbered as the solution's launch numbers
+    them: an array the reference does not take, as it was, written by no thread."""
+    if ref_index is None:
+        return ref
+    out = cudasim.Result(ref.label, error=ref.error, missing=ref.missing)
+    for j, a in enumerate(args):
+        if isinstance(a, np.ndarray):
+            out.arrays[j] = a.copy()
+            out.threads[j] = out.blocks[j] = np.zeros(a.shape, np.int32)
+    for i, j in enumerate(ref_index):
+        if i in ref.arrays:
+            out.arrays[j] = ref.arrays[i]
+        if i in ref.threads:
+            out.threads[j], out.blocks[j] = ref.threads[i], ref.blocks[i]
+    return out
+
+
+# ---- the child process -------------------------------------------------------------------------
 def _allowed_caches(backend: str) -> tuple[str, ...]:
     """Folders the GPU toolchain itself writes to (CuPy's kernel cache) while a check runs."""
     if backend != "cuda":
@@ -238,13 +517,38 @@ def _allowed_caches(backend: str) -> tuple[str, ...]:
         return ()
 
 
-def _child(conn, exercise: Exercise, solution, backend: str, scratch: str) -> None:
+def _memory_verdict(name: str) -> CheckResult:
+    return CheckResult(name, False, f"the check's process grew past {MEMORY_BUDGET / 2**30:g} GiB "
+                       f"of memory (the solution allocates without bound?); it was stopped", 0)
+
+
+def _progressing(cases, send):
+    """The check's cases, each reported to the parent as it completes."""
+    for case in cases:
+        send(("case", str(case)))
+        yield case
+
+
+def _child(conn, exercise: Exercise, solution, backend: str, scratch: str,
+           limit: float = DEFAULT_TIMEOUT_S, server: str | None = None) -> None:
     out = io.StringIO()
     sys.stdout = sys.stderr = out                     # what the solution prints comes back
     sys.dont_write_bytecode = True                    # importing a solution file writes nothing
     os.chdir(scratch)
+    if backend != "cuda":      # a GPU's driver maps far more address space than it uses
+        cudasim.limit_memory(MEMORY_BUDGET)
+    _SIM["deadline"] = time.monotonic() + limit
+    _SIM["server"] = server
+
+    def send(msg):
+        try:
+            conn.send(msg)
+        except (OSError, ValueError):      # the parent stopped listening: nothing to tell
+            pass
+    _SIM["progress"] = lambda done, total, label: send(("sim", done, total, label))
     refused: list[str] = []
-    _guard(scratch, _allowed_caches(backend), refused)
+    cudasim.guard(scratch, _allowed_caches(backend), refused)
+    memory = False
     try:
         try:
             ns = load_solution(solution)
@@ -252,17 +556,24 @@ def _child(conn, exercise: Exercise, solution, backend: str, scratch: str) -> No
             res = CheckResult(exercise.name, False, str(exc), 0)
             print(res.line())
         else:
-            res = _run(exercise.name, exercise.cases(ns, backend))   # prints its verdict
+            send(("started",))                        # the parent's memory watch starts here
+            res = _run(exercise.name, _progressing(exercise.cases(ns, backend), send))
+    except MemoryError:
+        memory = True
     except BaseException as exc:                      # the check itself broke: say so, one line
         res = CheckResult(exercise.name, False, f"the check stopped: {type(exc).__name__}: "
                           f"{' '.join(str(exc).split())[:300]}", 0)
+    if memory:                                        # (the solution's memory is freed by now)
+        res = _memory_verdict(exercise.name)
     if refused:
         res = CheckResult(exercise.name, False, f"the solution tried {refused[0]}: a check may "
                           f"write only inside its scratch folder, and start no process", res.cases)
     printed = out.getvalue()
     printed = printed[:-len(res.line()) - 1] if printed.endswith(res.line() + "\n") else printed
-    conn.send((res.passed, res.message, res.cases, printed[-_OUTPUT_KEPT:]))
+    send(("verdict", res.passed, res.message, res.cases, printed[-_OUTPUT_KEPT:]))
     conn.close()
+    if "sim" in _SIM:
+        _SIM["sim"].close()      # the simulator's child stopped (and reaped) with the check
     os._exit(0)       # now: no wait for threads the solution left running, no exit handlers
 
 
@@ -273,12 +584,49 @@ def _context(backend: str):
     return multiprocessing.get_context("spawn" if backend == "cuda" else "fork")
 
 
+class _Progress:
+    """What the parent shows while a check runs: a progress bar per batch of launches on numba's
+    CUDA simulator, on stderr (a notebook's committed outputs leave progress-bar lines out)."""
+
+    def __init__(self, name: str, show: bool):
+        self.name, self.show, self.bar, self.case = name, show, None, ""
+
+    def __call__(self, msg) -> None:
+        if not self.show:
+            return
+        if msg[0] == "case":
+            self.case = msg[1]
+        elif msg[0] == "sim":
+            _, done, total, label = msg
+            if self.bar is None or self.bar.total != total or done < self.bar.n:
+                self.close()
+                from tqdm import tqdm
+
+                class Bar(tqdm):
+                    monitor_interval = 0          # no monitor thread (a later check forks)
+                # every line of it holds "[elapsed<remaining": a notebook's output check
+                # leaves such lines out (scripts/build_notebooks.py)
+                self.bar = Bar(total=total, file=sys.stderr, leave=not sys.stderr.isatty(),
+                               desc=f"{self.name} on numba's CUDA simulator",
+                               bar_format="{desc} {n_fmt}/{total_fmt} launches "
+                                          "[{elapsed}<{remaining}]")
+            self.bar.set_description_str(f"{self.name} on numba's CUDA simulator: "
+                                         f"{label[:48]}", refresh=False)
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
 def check_in_child(exercise: Exercise, solution, backend: str = "sim",
                    timeout_s: float | None = None, echo: bool = True,
                    width: int | None = None) -> CheckResult:
-    """Run `exercise`'s check on `solution` in a child process with a time limit and a scratch
-    folder of its own; the one-line verdict (printed when `echo`, wrapped at `width` columns
-    when given: a notebook page) as a CheckResult."""
+    """Run `exercise`'s check on `solution` in a child process with a time limit, a memory limit
+    and a scratch folder of its own; the one-line verdict (printed when `echo`, wrapped at
+    `width` columns when given: a notebook page) as a CheckResult. While it runs, launches on
+    numba's CUDA simulator show a progress bar (when `echo`)."""
     if backend == "cuda" and not isinstance(solution, (str, Path, Source)):
         raise LabError("on the GPU a check runs in a fresh process: give the solution as a .py "
                        "file (or module:ATTRIBUTE)")
@@ -286,30 +634,54 @@ def check_in_child(exercise: Exercise, solution, backend: str = "sim",
     scratch = tempfile.mkdtemp(prefix=f"handson-{exercise.name}-")
     ctx = _context(backend)
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, exercise, solution, backend, scratch),
-                       daemon=True)
+    server = _fork_server() if exercise.simulator else None
+    proc = ctx.Process(target=_child, daemon=True,
+                       args=(child, exercise, solution, backend, scratch, limit, server))
+    progress = _Progress(exercise.name, echo)
     try:
         proc.start()
         child.close()
-        printed = ""
-        if parent.poll(limit):
-            try:
-                passed, message, cases, printed = parent.recv()
-                res = CheckResult(exercise.name, passed, message, cases)
-            except EOFError:
-                proc.join(5)
-                res = CheckResult(exercise.name, False, f"the check's process ended without a "
-                                  f"verdict (exit code {proc.exitcode}): did the solution exit "
-                                  f"or crash the interpreter?", 0)
-        else:
-            proc.kill()
-            res = CheckResult(exercise.name, False, f"the check did not finish within {limit:g} s "
-                              f"(an endless loop in the solution?); its process was stopped", 0)
+        printed, res = "", None
+        deadline, rss0, started = time.monotonic() + limit, None, False
+        # what the check may grow by once the solution is loaded (a GPU's runtime and compiled
+        # kernels come after that: room for them)
+        budget = MEMORY_BUDGET + (2 << 30 if backend == "cuda" else 0)
+        while res is None:
+            if parent.poll(min(0.25, max(0.0, deadline - time.monotonic()))):
+                try:
+                    msg = parent.recv()
+                except EOFError:
+                    proc.join(5)
+                    res = CheckResult(exercise.name, False, f"the check's process ended without "
+                                      f"a verdict (exit code {proc.exitcode}): did the solution "
+                                      f"exit or crash the interpreter?", 0)
+                    break
+                if msg[0] == "verdict":
+                    _, passed, message, cases, printed = msg
+                    res = CheckResult(exercise.name, passed, message, cases)
+                elif msg[0] == "started":
+                    started = True
+                else:
+                    progress(msg)
+                continue
+            rss = cudasim.rss_bytes(proc.pid) if started else None
+            if rss is not None:
+                rss0 = rss if rss0 is None else min(rss0, rss)
+                if rss - rss0 > budget:              # where no address-space limit holds it
+                    proc.kill()
+                    res = _memory_verdict(exercise.name)
+                    break
+            if time.monotonic() >= deadline:
+                proc.kill()
+                res = CheckResult(exercise.name, False, f"the check did not finish within "
+                                  f"{limit:g} s (an endless loop in the solution?); its process "
+                                  f"was stopped", 0)
         proc.join(5)
         if proc.is_alive():                           # a verdict came, the process lingers
             proc.kill()
             proc.join()
     finally:
+        progress.close()
         parent.close()
         shutil.rmtree(scratch, ignore_errors=True)
     if echo:

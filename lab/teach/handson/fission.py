@@ -10,12 +10,14 @@ eagerly and under capture (interleaved reps) and shows what the extra launch cos
 """
 from __future__ import annotations
 
+import numpy as np
+
 from lab.engine.runner import DecodeEngine
 from lab.engine.step import Step
 from lab.measure import bench
 from lab.teach.verify import replay_check
-from .base import Exercise, Fail, need, variant, watched
-from .fixtures import PROMPT, TOKENS, cfg, engine, small_model
+from .base import Exercise, Fail, Source, need, variant, watched
+from .fixtures import PROMPT, TOKENS, cfg, engine, small_model, two_layer_model
 
 SPEC = """
 Graph capture changes which optimisations pay: a kernel split rejected because its extra launch
@@ -31,8 +33,11 @@ clean step has one (kernels.attention.attn_combine):
      (self.dev.w[f"layers.{layer}.wo"], self.dev.buf.o, self.dev.buf.x)
 (self.engine.model.cfg holds n_head, head_dim, d_model.)
 
-The check: one more launch per layer; tokens and logits identical to the one-kernel combine's,
-eagerly and across 4 replays; then the extra launch's price, eager and captured. Calling
+The check (on a model of two layers): one more launch per layer; each layer's launches take
+that layer's weights; tokens and logits identical to the one-kernel combine's, eagerly and across
+4 replays; the lab's kernels at your grids and blocks on numba's CUDA simulator (a laptop runs
+them there): each element written by exactly one thread, the bits of the lab's geometry; then
+the extra launch's price, eager and captured. Calling
 Step.merge_then_project (the lab's own split) fails the check.
 """
 
@@ -73,8 +78,102 @@ PROJECT_FIRST = variant(REFERENCE, '''        yield launch(attention.attn_merge,
         yield launch(attention.attn_merge, attention.merge_grid(c.n_head, c.head_dim),
                      (part_o, part_ml, b.o), layer)''')
 
+# every layer projects through layer 0's Wo (the two-layer fixture decodes other tokens)
+LAYER0_WO = variant(REFERENCE, 'self.dev.w[f"layers.{layer}.wo"]', 'self.dev.w["layers.0.wo"]')
+# the merge on twice the blocks it has heads for: the extra blocks merge heads that do not exist
+MERGE_TOO_WIDE = variant(REFERENCE, "attention.merge_grid(c.n_head, c.head_dim)",
+                         "((2 * c.n_head,), (c.head_dim,))")
+# the projection on one warp: one row of Wo o instead of d_model
+ONE_WARP = variant(REFERENCE, "matvec.grid_for(c.d_model)", "((1,), (32,))")
+
 REPS, BENCH_TOKENS = 3, 24
 _REFS = (("lab.engine.step.Step.merge_then_project", Step.merge_then_project),)
+
+
+def layer_weights(launches, reference_launches) -> str | None:
+    """A launch of layer L that takes another layer's weights (an argument named layers.K.*,
+    K != L), the reference's launch beside it: what is wrong, in words (None: nothing)."""
+    for x in launches:
+        if x.layer is None:
+            continue
+        for a in x.args:
+            name = getattr(a, "name", "")
+            if name.startswith("layers.") and name.split(".")[1] != str(x.layer):
+                want = next((getattr(b, "name", "") for y in reference_launches
+                             if y.layer == x.layer and y.name == x.name for b in y.args
+                             if getattr(b, "name", "").startswith("layers.")), "")
+                return (f"layer {x.layer}'s {x.name} takes {name}" +
+                        (f" where the lab's takes {want}" if want else "") +
+                        f": each layer uses its own layer's weights "
+                        f"(self.dev.w[f\"layers.{{layer}}.wo\"])")
+    return None
+
+
+def lab_grids(split, ref, kernel_names, refs, where: str, warm_tokens: int = 3) -> str:
+    """The lab's kernels `kernel_names` of the student's layer 0 (engine `split`; `ref`: the
+    same engine with the reference's step), each launched at the student's grid and block on
+    numba's CUDA simulator (tiny shapes: the fixture model) beside the same kernel at the
+    reference's grid and block, on the buffers of a few decoded tokens (pure outputs filled
+    with a sentinel): each element the reference writes written by exactly one thread, the
+    reference's bits. A launch at the reference's own geometry is the reference's: it is not
+    run again (and when all are, nothing runs). Returns the case's name; a Fail names the
+    first mistake."""
+    import kernels
+    from kernels import cudasim
+    from .base import geometry_fault, simulate
+
+    def differing(plan):
+        mine = [x for x in watched(refs, split.step_launches, plan, what="your step")
+                if x.layer == 0 and x.name in kernel_names]
+        theirs = [x for x in ref.step_launches(plan) if x.layer == 0 and x.name in kernel_names]
+        return [(x, y) for x, y in zip(mine, theirs) if x.name == y.name and (
+            _dims(x.grid), _dims(x.block)) != (_dims(y.grid), _dims(y.block))]
+    if not differing(split.plan(0)):
+        return f"{where}: your grids and blocks are the lab's"
+    watched(refs, split.generate, PROMPT, warm_tokens, what="decoding with your step")
+    eng = split
+    pairs = differing(split.plan(split.position))
+    arrays, launches = {}, []
+    for i, (x, y) in enumerate(pairs):
+        spec = kernels.REGISTRY[x.name]
+        pure = set(spec.writes) - set(spec.reads)
+        keys = []
+        for j, a in enumerate(x.args):
+            if hasattr(a, "shape") and hasattr(a, "name"):
+                value = eng.backend.download(a)
+                arrays[f"{i}.{j}"] = cudasim.sentinel_like(value) if j in pure else value
+                keys.append(f"{i}.{j}")
+            else:
+                keys.append((a.item() if hasattr(a, "item") else a, np.asarray(a).dtype.name))
+        watch = tuple(j for j in spec.writes)
+        for who, z in (("yours", x), ("the lab's", y)):
+            launches.append(cudasim.Launch(f"{x.name} at {who} grid", f"registry:{x.name}",
+                                           z.grid, z.block, keys, watch))
+    results = simulate(launches, arrays, what="the lab's kernels at your grids")
+    for i, (x, y) in enumerate(pairs):
+        got, ref = results[2 * i], results[2 * i + 1]
+        spec = kernels.REGISTRY[x.name]
+        names = [getattr(a, "name", f"argument {j}") for j, a in enumerate(x.args)]
+        pure = tuple(set(spec.writes) - set(spec.reads))
+        fault = geometry_fault(f"the lab's {x.name}", x.grid, x.block, got, ref, names, None,
+                               pure)
+        if not fault:
+            differ = [names[j] for j in got.arrays if j in ref.arrays and
+                      got.arrays[j].tobytes() != ref.arrays[j].tobytes()]
+            if differ:
+                fault = (f"the lab's {x.name} at grid {tuple(x.grid)} x block {tuple(x.block)} "
+                         f"leaves other bits in {', '.join(differ)} than at the lab's geometry: "
+                         f"the grid and block decide which thread does which part of the work")
+        if fault:
+            raise Fail(f"on numba's CUDA simulator, {fault} (the lab launches {x.name} at grid "
+                       f"{tuple(y.grid)} x block {tuple(y.block)})")
+    return (f"{where}: the lab's kernels at your grids on numba's CUDA simulator, each element "
+            f"written once, the lab's bits")
+
+
+def _dims(d) -> tuple:
+    d = tuple(int(v) for v in d)
+    return d + (1,) * (3 - len(d))
 
 
 def launch_names(eng, layer=0) -> list[str]:
@@ -101,8 +200,10 @@ def cases(sol, backend):
     if not (isinstance(cls, type) and issubclass(cls, Step)):
         raise Fail(f"SplitCombine is a {type(cls).__name__}: make it a subclass of "
                    "lab.engine.step.Step")
-    split = watched(_REFS, engine, backend, graph=False, step=cls, what="building SplitCombine")
-    names, clean = launch_names(split), launch_names(engine(backend, graph=False))
+    model = two_layer_model()
+    split = watched(_REFS, engine, backend, graph=False, step=cls, model=model,
+                    what="building SplitCombine")
+    names, clean = launch_names(split), launch_names(engine(backend, graph=False, model=model))
     if len(names) != len(clean) + 1:
         raise Fail(f"a layer issues {len(names)} launches, the one-kernel combine {len(clean)}: "
                    f"the split is one more (attn_merge, then the Wo projection)")
@@ -117,12 +218,20 @@ def cases(sol, backend):
                f"the residual (matvec_residual), as attn_combine does")
         raise Fail(f"the split's order is {names}: {why}")
     yield "one more launch per layer: attn_merge, then matvec_residual"
-    one = engine(backend, graph=False).generate(PROMPT, TOKENS)
+    ref = engine(backend, graph=False, model=model,
+                 step=Source(REFERENCE, "fission reference").namespace().SplitCombine)
+    wrong = layer_weights(split.step_launches(split.plan(0)), ref.step_launches(ref.plan(0)))
+    if wrong:
+        raise Fail(wrong)
+    yield "each layer's launches take their own layer's weights (a model of two layers)"
+    yield lab_grids(engine(backend, graph=False, step=cls, model=model), ref,
+                    {"attn_merge", "matvec_residual"}, _REFS, "attn_merge and matvec_residual")
+    one = engine(backend, graph=False, model=model).generate(PROMPT, TOKENS)
     gen = watched(_REFS, split.generate, PROMPT, TOKENS, what="generating with SplitCombine")
     if list(gen.tokens) != list(one.tokens):
         raise Fail("the split decodes other tokens than the one-kernel combine")
-    rep = watched(_REFS, replay_check, engine(backend, step=cls), [PROMPT], replays=4,
-                  what="replay_check")
+    rep = watched(_REFS, replay_check, engine(backend, step=cls, model=model), [PROMPT],
+                  replays=4, what="replay_check")
     if not rep.ok:
         raise Fail(f"replays of the split differ from its eager steps: {rep.summary()}")
     yield "the one-kernel combine's tokens; 4 replays byte-identical"
@@ -136,5 +245,9 @@ EXERCISE = Exercise(
     "fission", 9, "split the combine; re-measure the split under capture", "§6", SPEC, STUB,
     ("SplitCombine",), cases, REFERENCE,
     {"no residual": (NO_RESIDUAL, "must ADD into x"),
-     "project first": (PROJECT_FIRST, "BEFORE the merge")},
-    stub_says="the split is one more")
+     "project first": (PROJECT_FIRST, "BEFORE the merge"),
+     "layer 0's Wo": (LAYER0_WO, "layer 1's matvec_residual takes layers.0.wo"),
+     "merge too wide": (MERGE_TOO_WIDE, "attn_merge at grid (4,) x block (16,) reads or writes "
+                                        "out of bounds"),
+     "one warp": (ONE_WARP, "unwritten")},
+    stub_says="the split is one more", simulator=True)

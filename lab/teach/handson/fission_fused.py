@@ -16,8 +16,9 @@ from __future__ import annotations
 from lab.engine.step import FusedStep
 from lab.teach.verify import decode_after_prompt, replay_check
 from .base import Exercise, Fail, need, variant, watched
-from .fission import REPS, launch_names, price
-from .fixtures import PROMPT, TOKENS, engine, prompt_ids
+from .base import Source
+from .fission import REPS, lab_grids, launch_names, layer_weights, price
+from .fixtures import PROMPT, TOKENS, engine, prompt_ids, two_layer_model
 
 # the fused step whose attention this exercise splits: LAB_FUSION=1 with the heads tail
 HEADS = dict(fusion=True, attn_tail="heads")
@@ -43,9 +44,12 @@ a generator of launches (lab.engine.step.launch(kernel, (grid, block), args, lay
      dotted with its o, the heads summed in head order, added into x
 (b = self.dev.buf; self.engine.model.cfg holds n_head, head_dim, d_model.)
 
-The check: two more launches per layer; tokens and logits identical to attn_fused's, eagerly
-and across 4 replays; then the split's price, eager and captured: it must lose eagerly and win
-captured. Calling FusedStep.attention_split (the lab's own split) fails the check.
+The check (on a model of two layers): two more launches per layer; each layer's launches take
+that layer's weights; tokens and logits identical to attn_fused's, eagerly and across 4 replays;
+the lab's kernels at your grids and blocks on numba's CUDA simulator (a laptop runs them there):
+each element written by exactly one thread, the bits of the lab's geometry; then the split's
+price, eager and captured: it must lose eagerly and win captured. Calling
+FusedStep.attention_split (the lab's own split) fails the check.
 """
 
 STUB = '''
@@ -105,6 +109,14 @@ PROJECT_FIRST = variant(REFERENCE, '''        yield launch(attention.attn_merge,
         yield launch(attention.attn_merge, attention.merge_grid(c.n_head, c.head_dim),
                      (part_o, part_ml, b.o), layer)''')
 
+# every layer projects through layer 0's Wo (the two-layer fixture decodes other tokens)
+LAYER0_WO = variant(REFERENCE, 'self.dev.w[f"layers.{layer}.wo"]', 'self.dev.w["layers.0.wo"]')
+# the heads' projection on one warp: one row of x instead of d_model
+ONE_WARP = variant(REFERENCE, "fused.project_grid(c.d_model)", "((1,), (32,))")
+# the merge on twice the blocks it has heads for
+MERGE_TOO_WIDE = variant(REFERENCE, "attention.merge_grid(c.n_head, c.head_dim)",
+                         "((2 * c.n_head,), (c.head_dim,))")
+
 SPLIT = ["attn_partial_wide", "attn_merge", "attn_project_heads"]
 _REFS = (("lab.engine.step.FusedStep.attention_split", FusedStep.attention_split),)
 
@@ -136,26 +148,36 @@ def cases(sol, backend):
     if not (isinstance(cls, type) and issubclass(cls, FusedStep)):
         raise Fail(f"SplitAttention is a {type(cls).__name__}: make it a subclass of "
                    "lab.engine.step.FusedStep")
-    split = watched(_REFS, engine, backend, graph=False, **HEADS, step=cls,
+    model = two_layer_model()
+    split = watched(_REFS, engine, backend, graph=False, **HEADS, step=cls, model=model,
                     what="building SplitAttention")
     names = launch_names(split)
-    clean = launch_names(engine(backend, graph=False, **HEADS))
+    clean = launch_names(engine(backend, graph=False, **HEADS, model=model))
     if len(names) != len(clean) + 2:
         raise Fail(f"a layer issues {len(names)} launches, the fused step {len(clean)}: the "
                    f"split is three ({', '.join(SPLIT)}) where attn_fused is one")
     _order(names)
     yield f"two more launches per layer: {', '.join(SPLIT)}"
+    ref = engine(backend, graph=False, **HEADS, model=model,
+                 step=Source(REFERENCE, "fission_fused reference").namespace().SplitAttention)
+    wrong = layer_weights(split.step_launches(split.plan(0)), ref.step_launches(ref.plan(0)))
+    if wrong:
+        raise Fail(wrong)
+    yield "each layer's launches take their own layer's weights (a model of two layers)"
+    yield lab_grids(engine(backend, graph=False, **HEADS, step=cls, model=model), ref,
+                    set(SPLIT), _REFS, ", ".join(SPLIT))
     ids = prompt_ids()
-    one = decode_after_prompt(engine(backend, **HEADS), ids, TOKENS, graph=False)[0]
-    got = watched(_REFS, decode_after_prompt, engine(backend, **HEADS, step=cls), ids,
-                  TOKENS, False, what="decoding with SplitAttention")[0]
+    one = decode_after_prompt(engine(backend, **HEADS, model=model), ids, TOKENS, graph=False)[0]
+    mine = engine(backend, **HEADS, step=cls, model=model)
+    got = watched(_REFS, decode_after_prompt, mine, ids, TOKENS, False,
+                  what="decoding with SplitAttention")[0]
     if list(got.tokens) != list(one.tokens):
         raise Fail("the split decodes other tokens than attn_fused")
     if got.logits.tobytes() != one.logits.tobytes():
         raise Fail("the split's logits differ from attn_fused's in their bits: keep its "
                    "summation order (its partials, the merge, the heads summed in head order)")
-    rep = watched(_REFS, replay_check, engine(backend, **HEADS, step=cls), [PROMPT],
-                  replays=4, what="replay_check")
+    rep = watched(_REFS, replay_check, engine(backend, **HEADS, step=cls, model=model),
+                  [PROMPT], replays=4, what="replay_check")
     if not rep.ok:
         raise Fail(f"replays of the split differ from its eager steps: {rep.summary()}")
     yield "attn_fused's tokens and logits to the bit; 4 replays byte-identical"
@@ -174,5 +196,9 @@ EXERCISE = Exercise(
     STUB, ("SplitAttention",), cases, REFERENCE,
     {"whole matvec": (WHOLE_MATVEC, "one matvec_residual over all of d_model"),
      "narrow partials": (NARROW_PARTIALS, "the unfused step's partial"),
-     "project first": (PROJECT_FIRST, "BEFORE the merge")},
-    stub_says="the split is three")
+     "project first": (PROJECT_FIRST, "BEFORE the merge"),
+     "layer 0's Wo": (LAYER0_WO, "layer 1's attn_project_heads takes layers.0.wo"),
+     "one warp": (ONE_WARP, "unwritten"),
+     "merge too wide": (MERGE_TOO_WIDE, "attn_merge at grid (4,) x block (16,) reads or writes "
+                                        "out of bounds")},
+    stub_says="the split is three", simulator=True)

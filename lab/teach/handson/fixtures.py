@@ -1,10 +1,12 @@
 """What the hands-on checks run on: a small model (one layer, 128 positions: three plans, so
-plan boundaries at 32 and 64 are a few steps away), fresh engines on the chosen backend, and the
-clean engine's tokens to compare with. A check builds every engine it uses itself, so nothing
-a solution does to one survives the check.
+plan boundaries at 32 and 64 are a few steps away), the same model with two layers (where a
+layer's launch must use its own layer's weights: the fission exercises), fresh engines on the
+chosen backend, and the clean engine's tokens to compare with. A check builds every engine it
+uses itself, so nothing a solution does to one survives the check.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import string
 
@@ -22,9 +24,19 @@ PROMPT = "ROMEO.\n"
 TOKENS = 70          # from a 7-token prompt: positions 6..75, across the boundaries at 32 and 64
 
 
+TWO_LAYERS = dataclasses.replace(SMALL, n_layer=2)
+
+
 @functools.lru_cache(maxsize=1)
 def small_model():
     return random_model(SMALL, seed=3)
+
+
+@functools.lru_cache(maxsize=1)
+def two_layer_model():
+    """SMALL with two layers: a launch that takes layer 0's weights in every layer decodes
+    other tokens here (and is named by the checks that use it)."""
+    return random_model(TWO_LAYERS, seed=3)
 
 
 def cfg(backend: str = "sim", **changes) -> LabConfig:
@@ -41,9 +53,10 @@ def engine(backend: str = "sim", model=None, **kw) -> DecodeEngine:
 
 
 @functools.lru_cache(maxsize=8)
-def clean_tokens(backend: str = "sim", tokens: int = TOKENS, prompt: str = PROMPT) -> tuple:
+def clean_tokens(backend: str = "sim", tokens: int = TOKENS, prompt: str = PROMPT,
+                 layers: int = 1) -> tuple:
     """Token ids of the clean engine, decoded eagerly: what every right solution reproduces."""
-    eng = engine(backend, graph=False)
+    eng = engine(backend, graph=False, model=two_layer_model() if layers == 2 else None)
     return tuple(int(t) for t in eng.generate(prompt, tokens).tokens)
 
 
