@@ -107,6 +107,17 @@ def _truth(backend, kv_init, bugs) -> str:
     return "different" if outputs_differ([a1], [_run(backend, kv_init, True, bugs)()]) else "same"
 
 
+def _b_checked_first(fn, a_calls) -> bool:
+    """Does the solution say "different" where two runs of A differ in a token id (which any
+    comparison of the ids sees) and B differs from both? Then it judged B before the A/A."""
+    a = tuple(np.array(x, copy=True) for x in a_calls[0])
+    try:
+        got = fn(_copies(a, _one_id(a)), _copies(_one_ulp(a, 1.0)))
+    except Exception:          # noqa: BLE001 -- a probe only; the verdict stands without it
+        return False
+    return got == "different"
+
+
 def _ids_only_differ_in_logits(calls) -> bool:
     """True when the first two runs recorded have the same token ids and different logits."""
     if len(calls) < 2:
@@ -191,13 +202,27 @@ def _real_cases(fn, backend):
         if want == "broken" and len(a_calls) < 2:
             why = (f"you ran A {len(a_calls)} time(s): the A/A control runs A twice, as two "
                    f"independent runs, and compares them" if a_calls else "you never ran A")
+        elif want == "broken" and got == "different" and _b_checked_first(fn, a_calls):
+            why = ("check A against itself FIRST: when its two runs differ the verdict is "
+                   "'broken', whatever B does (you said 'different' even where two runs of A "
+                   "differ in a token id)")
         elif want == "broken" and _ids_only_differ_in_logits(a_calls):
             # the seek's skipped rows moved the logits but no id: a verdict on ids alone says
             # A matches itself (whether they do depends on what memory held: name the mistake)
             why = ("compare the logits too, byte for byte: your two runs of A have the same "
                    "token ids and different logits")
         elif want == "broken":
-            why = "two runs of A differed and still you trusted the comparison"
+            why = ("two runs of A differed and still you trusted the comparison: check A "
+                   "against itself FIRST; when its two runs differ the verdict is 'broken', "
+                   "whatever B does")
+        elif got == "broken":
+            why = ("the two runs of A match byte for byte here, and you called them different: "
+                   "compare the token ids with the token ids and the logits with the logits "
+                   "(each pair of arrays, .tobytes() or np.array_equal)")
+        elif want == "same":
+            why = ("A and B match byte for byte here: 'same' when B's token ids and logits "
+                   "equal A's, 'different' when they do not (is your verdict the wrong way "
+                   "round?)")
         else:
             why = ("compare the logits too, byte for byte: a frozen value shows in them before "
                    "it changes a token id")

@@ -41,10 +41,10 @@ either arm may open the first round). Fail the gate (False) when
     np.array_equal: no tolerance, one ulp is a difference), at every rep, not only the first.
 You may return False as soon as outputs differ; otherwise run all `reps` rounds.
 
-The check: A/As with fixed times and outputs (where ddof, sidedness, pairing, the critical value
-and a difference at a later rep decide), then a true copy, a copy reading an uninitialised cache
-after a seek, and a "copy" in another launch configuration, against lab.measure.stats.aa_verdict
-(calling lab.measure.stats fails the check).
+The check: A/As with fixed times and outputs (where ddof, sidedness, pairing, the mean, the
+critical value and a difference at a later rep decide), then a true copy, a copy reading an
+uninitialised cache after a seek, and a "copy" in another launch configuration, against
+lab.measure.stats.aa_verdict (calling lab.measure.stats fails the check).
 """
 
 STUB = '''
@@ -174,6 +174,13 @@ def _times(reps: int, t: float, drift: float = 0.0) -> tuple[list[float], list[f
     return list(a), list(a + t * sem + e)
 
 
+def _skewed() -> tuple[list[float], list[float]]:
+    """8 reps whose differences are 0 three times and 0.01 five times: the paired |t| (3.42) is
+    within the critical value at 8 reps (3.50); a t of their median (5.46) is not."""
+    a = [0.0703125 + 0.0009765625 * (k % 3) for k in range(8)]
+    return a, [x + (0.0 if k < 3 else 0.009765625) for k, x in enumerate(a)]
+
+
 def _fixture(label, reps, t=None, times=None, a2_outs=None, hint=""):
     a, a2 = times if times is not None else _times(reps, t)
     same = [_out() for _ in range(reps)]
@@ -216,6 +223,12 @@ _FIXTURES = [
              times=([0.0703125] * 4, [0.078125] * 4),
              hint="every difference is the same nonzero value: the sem is 0 and |t| = inf (the "
                   "spec's convention): the gate fails"),
+    _fixture("8 reps, A' as fast as A in three and 0.01 ms slower in five (the median of d is "
+             "not its mean)", 8, times=_skewed(),
+             hint="t is the MEAN of the differences over their standard error, not the median"),
+    _fixture("4 reps, the first token id differs at rep 2 only", 4, t=0.5,
+             a2_outs=_differs_at(4, 1, ids_at=0),
+             hint="compare the token ids of every rep, byte for byte"),
     _fixture("4 reps, token ids differ at rep 3 only", 4, t=0.5,
              a2_outs=_differs_at(4, 2, ids_at=5), hint=_EVERY_REP),
     _fixture("4 reps, one logit one ulp apart at rep 2 only", 4, t=0.5,
@@ -249,6 +262,8 @@ _FLAWS = {   # a wrong gate, modelled, and what its verdict says
     "no outputs": "the gate checks outputs too: A and A' must decode the same bytes",
     "first rep only": _EVERY_REP,
     "last rep only": _EVERY_REP,
+    "first id only": "compare every token id, byte for byte, not only the first",
+    "median": "t is the MEAN of the differences over their standard error, not the median",
     "ids only": "compare the logits too, byte for byte",
     "logits only": "compare the token ids too, byte for byte",
     "tolerance": "compare the logits byte for byte: one ulp apart is a difference, which a "
@@ -270,6 +285,8 @@ def gate_model(fx: dict, flaw: str | None = None) -> bool:
     pairs = {"first rep only": pairs[:1], "last rep only": pairs[-1:],
              "no outputs": []}.get(flaw, pairs)
     for (ia, la), (ib, lb) in pairs:
+        if flaw == "first id only":
+            ia, ib = np.asarray(ia).reshape(-1)[:1], np.asarray(ib).reshape(-1)[:1]
         if (flaw != "logits only" and not _same(ia, ib)) or \
                 (flaw != "ids only" and not _same(la, lb, flaw)):
             return False
@@ -278,7 +295,7 @@ def gate_model(fx: dict, flaw: str | None = None) -> bool:
         sem = math.sqrt(a.var(ddof=1) / n + a2.var(ddof=1) / n)
     else:
         d = a2 - a
-        mean = d.mean()
+        mean = float(np.median(d)) if flaw == "median" else d.mean()
         sem = {"population sd": d.std() / math.sqrt(n), "sd, not sem": d.std(ddof=1),
                "sqrt(reps - 1)": d.std(ddof=1) / math.sqrt(n - 1)}.get(
                    flaw, d.std(ddof=1) / math.sqrt(n))
@@ -295,9 +312,14 @@ def gate_model(fx: dict, flaw: str | None = None) -> bool:
 
 
 def _replay(values: list):
-    """A run returning the given (ms, output) pairs in turn (the last one again, past the end)."""
+    """A run returning the given (ms, output) pairs in turn (the last one again, past the end),
+    the arrays copies: a solution that changes what it was given changes no fixture."""
     it = iter(range(10 ** 6))
-    return lambda: values[min(next(it), len(values) - 1)]
+
+    def run():
+        ms, (ids, logits) = values[min(next(it), len(values) - 1)]
+        return ms, (np.array(ids, copy=True), np.array(logits, copy=True))
+    return run
 
 
 def _ask(fn, fx: dict) -> bool:
@@ -341,6 +363,83 @@ def _held_to_the_order(got, order, reps, label, outputs_differ_at) -> None:
         raise Fail(f"{label}: {problem}")
 
 
+def _paired_t(a, a2) -> float:
+    """The spec's t of d = A' - A (0 when every d is 0, +-inf when every d is the same)."""
+    d = np.asarray(a2, np.float64) - np.asarray(a, np.float64)
+    sem = d.std(ddof=1) / math.sqrt(d.size)
+    mean = d.mean()
+    return (0.0 if mean == 0 else math.copysign(math.inf, mean)) if sem == 0 else mean / sem
+
+
+def _wrong_ts(a, a2) -> list[tuple[float, str]]:
+    """(|t|, what is wrong) of each wrong way to compute the gate's t from these times."""
+    a, a2 = np.asarray(a, np.float64), np.asarray(a2, np.float64)
+    n, d = a.size, a2 - a
+    sd1, sd0, mean = d.std(ddof=1), d.std(), d.mean()
+    out = [(mean / (sd0 / math.sqrt(n)), _FLAWS["population sd"]),
+           (mean / sd1, _FLAWS["sd, not sem"]),
+           (mean / (sd1 / math.sqrt(n - 1)), _FLAWS["sqrt(reps - 1)"]),
+           (float(np.median(d)) / (sd1 / math.sqrt(n)), _FLAWS["median"]),
+           (d.sum() / (n - 1) / (sd1 / math.sqrt(n)),
+            "the mean of the differences is their sum over reps, not over reps - 1"),
+           (mean / (sd1 ** 2 / math.sqrt(n)),
+            "the standard error is the sample sd (the square root of the variance) over "
+            "sqrt(reps)"),
+           ((a2.mean() - a.mean()) / math.sqrt(a.var(ddof=1) / n + a2.var(ddof=1) / n),
+            _FLAWS["unpaired"])]
+    ds = np.sort(a2) - np.sort(a)
+    if ds.std(ddof=1) > 0:
+        out.append((ds.mean() / (ds.std(ddof=1) / math.sqrt(n)),
+                    "pair the reps as they ran (the r-th rep of A with the r-th of A'), not each "
+                    "arm sorted"))
+    return [(abs(t), why) for t, why in out if math.isfinite(t)]
+
+
+def _threshold(fn, fx: dict):
+    """The |t| at which the solution's verdict on `fx` flips as `critical` moves (bisected);
+    "ignores" when it says the same at a tiny and at a huge critical; "inverted" when it passes
+    at the tiny one and fails at the huge one."""
+    def ask(c):
+        return _ask(fn, {**fx, "critical": c})
+    lo, hi = 1e-6, 1e6
+    at_lo, at_hi = ask(lo), ask(hi)
+    if at_lo == at_hi:
+        return "ignores"
+    if at_lo and not at_hi:
+        return "inverted"
+    for _ in range(60):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if ask(mid) else (mid, hi)
+    return math.sqrt(lo * hi)
+
+
+def _diagnosis(fn, fx: dict) -> str:
+    """What the solution's t is, found by moving `critical` on a fixture whose outputs agree
+    and whose t is finite and nonzero; "" when that says nothing."""
+    same = all(_same(x[0], y[0]) and _same(x[1], y[1]) for x, y in zip(fx["oa"], fx["oa2"]))
+    t = _paired_t(fx["a"], fx["a2"])
+    if not same or not math.isfinite(t) or t == 0:
+        return ""
+    mirror = {**fx, "a": fx["a2"], "a2": fx["a"], "oa": fx["oa2"], "oa2": fx["oa"]}
+    found, other = _threshold(fn, fx), _threshold(fn, mirror)
+    if (found == "ignores") != (other == "ignores"):
+        return _TWO_SIDED + " (your verdict moves with `critical` on one side only)"
+    if found == "ignores":
+        return ("your verdict here does not change with `critical` (the same at 1e-6 and at "
+                "1e6): judge |t| against the critical value you are given, not a threshold of "
+                "your own (a fixed 3, a value computed in your code)")
+    if found == "inverted":
+        return ("your gate passes when |t| is over `critical` and fails when it is under: the "
+                "wrong way round; pass only when |t| <= critical")
+    if math.isclose(found, abs(t), rel_tol=1e-4):
+        return ""
+    for wrong, why in _wrong_ts(fx["a"], fx["a2"]):
+        if math.isclose(found, wrong, rel_tol=1e-4):
+            return f"{why} (your |t| here is {found:.4g}, the paired t {abs(t):.4g})"
+    return (f"your gate's |t| here is {found:.4g}, the paired t of these times {abs(t):.4g}: t = "
+            f"mean(d) / (sd(d, ddof=1) / sqrt(reps)), d = A' - A rep by rep")
+
+
 def _synthetic_cases(fn):
     answers = [_ask(fn, fx) for fx in _FIXTURES]
     wrong = [i for i, fx in enumerate(_FIXTURES) if answers[i] != gate_model(fx)]
@@ -352,7 +451,8 @@ def _synthetic_cases(fn):
             return sum(gate_model(f, flaw) == answers[j] for j, f in enumerate(_FIXTURES))
         fits = [f for f in _FLAWS if gate_model(fx, f) == answers[i]]
         best = max(fits, key=agree, default=None)
-        why = (_FLAWS[best] if best and agree(best) == len(_FIXTURES) else fx["hint"])
+        why = _diagnosis(fn, fx) or (_FLAWS[best] if best and agree(best) == len(_FIXTURES)
+                                     else fx["hint"])
         want = gate_model(fx)
         raise Fail(f"{fx['label']}: you said {'pass' if answers[i] else 'fail'}, the gate says "
                    f"{'pass' if want else 'fail'}: {why}")
@@ -393,7 +493,7 @@ EXERCISE = Exercise(
     "aa_gate", 7, "the A/A gate in front of every A/B", "§5", SPEC, STUB, ("aa_gate",), cases,
     REFERENCE, {"times only": (TIMES_ONLY, "the gate checks outputs too"),
                 "back to back": (BACK_TO_BACK, "not one arm's reps back to back"),
-                "fixed 3": (FIXED_3, "not a fixed 3"),
+                "fixed 3": (FIXED_3, "does not change with `critical`"),
                 "one-sided": (ONE_SIDED, "two-sided"),
                 "population sd": (POPULATION_SD, "SAMPLE sd (ddof=1)"),
                 "first rep only": (FIRST_REP_ONLY, "EVERY rep"),

@@ -29,7 +29,8 @@ not the same at all `positions`. For each position p: plan = engine.plan(p); the
 engine.step_launches(plan) (a query), each with .kernel.name, .grid, .block, .args and
 .kernel.arg_names. `what` is "kernel", "grid", "block" or the argument's name. An argument that
 is a lab.backend.Buffer is a pointer (compare its .ptr); any other is passed by value. Verdicts:
-  "promote to device memory"  a pointer or by-value argument that changes
+  "promote to device memory"  a pointer or by-value argument that changes (even one that
+                              changes only where plan.key changes)
   "capture key"               a kernel, grid or block that changes only where plan.key changes
   "unhandled capture key"     a kernel, grid or block that changes within one plan key
 
@@ -37,8 +38,9 @@ A value is "the same at all positions" only when it is equal at EVERY position: 
 between the first and the last and comes back is not.
 
 The check: the clean engine, a frozen KV-row pointer, a by-value context length, a grid sized
-from the position, a kernel chosen by the plan and a grid changed for the middle plan only,
-against lab.teach.audit.audit (calling it fails the check).
+from the position, a kernel chosen by the plan, a grid changed for the middle plan only, and a
+block and a by-value eps chosen by the plan, against lab.teach.audit.audit (calling it fails
+the check).
 """
 
 STUB = '''
@@ -149,13 +151,43 @@ class GridForTheMiddlePlan(Step):
         yield launch(up.kernel, (grid, up.block), up.args, layer)
 
 
+class BlockForThePlan(Step):
+    """The MLP's up projection launched with a block of another size for the plan of 4 splits
+    (the twin computes every row whatever the block): a block that changes where the plan key
+    does."""
+    rebuilt_each_step = True
+
+    def mlp_up(self, plan, layer):
+        norm, up = list(super().mlp_up(plan, layer))
+        block = (up.block[0] // 2 if plan.splits == 4 else up.block[0], *up.block[1:])
+        yield norm
+        yield launch(up.kernel, (up.grid, block), up.args, layer)
+
+
+class EpsForThePlan(Step):
+    """The MLP's norm given its epsilon by value, another for the plan of 4 splits: a by-value
+    argument that changes only where the plan key does -- still a value a kernel could read
+    from device memory, so promoted, not keyed."""
+    rebuilt_each_step = True
+
+    def mlp_up(self, plan, layer):
+        norm, up = list(super().mlp_up(plan, layer))
+        eps = type(norm.args[-1])(norm.args[-1] * (2 if plan.splits == 4 else 1))
+        yield launch(norm.kernel, (norm.grid, norm.block), (*norm.args[:-1], eps), layer)
+        yield up
+
+
 _CASES = (("the clean engine", {}), ("LAB_BUG_FROZEN_KV_ROW", {"bugs": {"frozen_kv_row"}}),
           ("LAB_BUG_CTX_BY_VALUE", {"bugs": {"ctx_by_value"}}),
           ("an MLP grid sized from the position", {"step": GridFromPosition}),
           ("an MLP kernel chosen by the plan (another for 4 splits)",
            {"step": KernelForTheLastPlan}),
           ("an MLP grid one block larger in the middle plan only",
-           {"step": GridForTheMiddlePlan}))
+           {"step": GridForTheMiddlePlan}),
+          ("an MLP block chosen by the plan (half as wide for 4 splits)",
+           {"step": BlockForThePlan}),
+          ("the MLP norm's eps passed by value, chosen by the plan (doubled for 4 splits)",
+           {"step": EpsForThePlan}))
 _HINTS = {"promote to device memory": "a pointer, size or loop bound that changes: promote it to "
                                       "device memory (do not skip by-value loop bounds)",
           "capture key": "a grid, block or kernel cannot be promoted: it is a capture key",
@@ -163,53 +195,79 @@ _HINTS = {"promote to device memory": "a pointer, size or loop bound that change
                                    "plan key is not handled by one graph per key"}
 
 
-def _hint(where, verdict, got, values: dict) -> str:
-    """Why the solution's verdict on one value is wrong, from what it said and the values."""
+def _hint(where, verdict, got, values: dict, kind: str, found=()) -> str:
+    """Why the solution's verdict on one value is wrong, from what it said, the values, their
+    kind ("pointer", "by value", "grid", "block", "kernel") and the solution's other findings."""
     what = where[1]
     if got is None:
         ordered = [values[p] for p in sorted(values)]
         if len(ordered) > 1 and ordered[0] == ordered[-1]:
             return (f"its values at the first and last positions agree ({ordered[0]}) and it "
                     f"changes between them: compare its value at EVERY position")
+        if any(w == what and i != where[0] for i, w in found):
+            seq = ", ".join(map(str, ordered[:4]))
+            return (f"you flag other launches' {what!r}, so you compare it, but this one changes "
+                    f"from one position to the next ({seq}, ...): read every position you are "
+                    f"given, none skipped")
         if what == "kernel":
             return ("the kernel choice is a host value that reaches the launch too: compare "
                     "x.kernel.name at every position (a capture key)")
         if what in ("grid", "block"):
             return f"the {what} is a host value that reaches the launch too: a capture key"
+        if kind == "pointer":
+            names = {str(v).split("+")[0] for v in values.values()}
+            if len(names) == 1:
+                return (f"it points into {names.pop()} at another offset each step (a view of one "
+                        f"allocation): compare a Buffer by its .ptr, not its name, and promote "
+                        f"it to device memory")
         return _HINTS[verdict]
     if verdict == "capture key" and got == "unhandled capture key":
         return ("it changes only where plan.key changes, and one graph per plan key follows it: "
                 "a (handled) capture key")
     if verdict == "promote to device memory":
         return ("a pointer or an argument passed by value can be promoted to device memory (a "
-                "kernel reads it from there); only grid, block and kernel are capture keys")
+                "kernel reads it from there), even one that changes only where the plan key "
+                "does; only grid, block and kernel are capture keys")
     return _HINTS[verdict]
 
 
-def expected(eng) -> tuple[list[int], dict, dict]:
-    """The lab's audit of `eng`: its positions, {(index, what): verdict} and {(index, what):
-    {position: value}}, host writes aside."""
+def expected(eng) -> tuple[list[int], dict, dict, dict]:
+    """The lab's audit of `eng`: its positions, {(index, what): verdict}, {(index, what):
+    {position: value}} and {(index, what): kind}, host writes aside."""
     rep = audit(eng)
     kept = [v for v in rep.varying if v.kind != "host write"]
     want = {(v.index, v.what): v.verdict if v.verdict != "capture key" or v.handled
             else "unhandled capture key" for v in kept}
-    return rep.positions, want, {(v.index, v.what): v.values for v in kept}
+    return (rep.positions, want, {(v.index, v.what): v.values for v in kept},
+            {(v.index, v.what): v.kind for v in kept})
 
 
 def cases(sol, backend):
     (fn,) = need(sol, ("audit_values",))
     for label, kw in _CASES:
-        positions, want, values = expected(engine(backend, **kw))
+        positions, want, values, kinds = expected(engine(backend, **kw))
         got = watched((("lab.teach.audit.audit", audit),), fn, engine(backend, **kw),
                       list(positions), what=f"audit_values ({label})")
         if not isinstance(got, dict):
             raise Fail(f"audit_values returned {type(got).__name__} ({label}): return a dict")
+        odd = [k for k in got if not (isinstance(k, tuple) and len(k) == 2
+                                      and isinstance(k[0], int) and isinstance(k[1], str))]
+        if odd:
+            raise Fail(f"{label}: your finding {odd[0]!r} is not keyed (launch index, what): key "
+                       f"each one by the launch's index in engine.step_launches(plan) (an int) "
+                       f"and 'kernel', 'grid', 'block' or the argument's name, e.g. (4, 'grid')")
         for where, verdict in want.items():
             if got.get(where) != verdict:
+                hint = _hint(where, verdict, got.get(where), values[where], kinds[where], got)
                 raise Fail(f"{label}: launch {where[0]} {where[1]!r} changes between steps; you "
                            f"said {got.get(where)!r}, the audit says {verdict!r}: "
-                           f"{_hint(where, verdict, got.get(where), values[where])}")
+                           f"{hint}")
         extra = sorted(set(got) - set(want), key=str)
+        if len(extra) > 2 * max(1, len(want)):
+            raise Fail(f"{label}: you flagged {len(extra)} values that are the same at every "
+                       f"position, {extra[0]} among them: flag a value only when it differs "
+                       f"between the positions, reading each launch at EVERY position you are "
+                       f"given")
         if extra:
             raise Fail(f"{label}: you flagged {extra[0]} ({got[extra[0]]!r}), which is the same at "
                        f"every step: nothing there for a capture to freeze")

@@ -21,9 +21,10 @@ Write two functions:
   launches_per_token(engine) -> int   the kernel launches ONE decoded token issues on this
                                       engine. The engine comes reset with a prompt, in graph
                                       mode, its graphs already captured: a replayed step logs one
-                                      graph launch, not its kernels. engine.log.for_step(step)
-                                      lists the launches logged for a step (entry = engine.step()
-                                      returns its ledger entry, entry.step), and engine.cfg =
+                                      graph launch, not its kernels (engine.log.for_step lists
+                                      none for it). engine.log.for_step(step) lists the kernel
+                                      launches logged for a step (entry = engine.step() returns
+                                      its ledger entry, entry.step), and engine.cfg =
                                       engine.cfg.replace(graph=False) makes the next step eager.
   capture_pays(ms_per_token, launches) -> bool   True when each launch's budget,
                                       ms_per_token / launches, is under 10 microseconds.
@@ -76,7 +77,22 @@ _CONFIGS = (("the one-op-per-kernel step", {}), ("split combine", {"split_combin
 # (ms/token, launches, what): the lecture's two figures, and two small cases either side of 10 us
 _BUDGETS = ((47.0, 2790, "the lecture's 47 ms over 2790 launches"),
             (38.3, 4257, "the lecture's captured step: 38.3 ms over 4257 nodes"),
-            (0.2, 13, "0.2 ms over 13 launches"), (0.05, 13, "0.05 ms over 13 launches"))
+            (0.2, 13, "0.2 ms over 13 launches"), (0.05, 13, "0.05 ms over 13 launches"),
+            (0.5, 50, "0.5 ms over 50 launches: exactly 10 us, which is not under 10"),
+            (0.1, 1000, "0.1 ms over 1000 launches"))
+# wrong readings of the budget rule, each told apart from the right one by the cases above
+_BUDGET_MISTAKES = (
+    (lambda ms, n: ms / n < 10.0, "the budget came out in milliseconds and was compared with 10 "
+                                  "as if microseconds: 1 ms is 1000 us"),
+    (lambda ms, n: 1000.0 * ms / n > 10.0, "capture pays when each launch's budget is UNDER "
+                                           "10 us (the launch overhead is then a large share of "
+                                           "it), not over"),
+    (lambda ms, n: 1000.0 * ms / n >= 10.0, "capture pays when each launch's budget is UNDER "
+                                            "10 us, not at or over it"),
+    (lambda ms, n: 1000.0 * ms / n <= 10.0, "a budget of exactly 10 us is not under 10 us: "
+                                            "compare with <, not <="),
+    (lambda ms, n: n / (1000.0 * ms) < 10.0, "the budget is ms_per_token / launches (time per "
+                                             "launch, in us), not launches per microsecond"))
 
 
 def _engine(backend, kw):
@@ -87,54 +103,95 @@ def _engine(backend, kw):
     return eng
 
 
-def _eager_count(backend, kw) -> tuple[int, int, int]:
-    """(launches, of them in layers, outside) of one eager step of a fresh engine."""
+def _eager_records(backend, kw) -> list:
+    """The launch records of one eager step of a fresh engine."""
     eng = _engine(backend, kw)
     eng.cfg = eng.cfg.replace(graph=False)
-    recs = eng.log.for_step(eng.step().step)
+    return eng.log.for_step(eng.step().step)
+
+
+def _eager_count(backend, kw) -> tuple[int, int, int]:
+    """(launches, of them in layers, outside) of one eager step of a fresh engine."""
+    recs = _eager_records(backend, kw)
     inside = sum(r.layer is not None for r in recs)
     return len(recs), inside, len(recs) - inside
 
 
+def _count_hint(got, want, inside, outside, recs, replayed, eager, ran_step, before) -> str:
+    """Why `got` is not the `want` launches one eager step logs: what the count was, as far as
+    the number and what the solution ran tell."""
+    if replayed and not eager:
+        return ("the step you counted was a graph replay, which logs one graph launch and not "
+                "its kernels: count an eager step")
+    if got == 0 and not ran_step:
+        return ("you ran no step, and the step the engine ran last was a graph replay, whose "
+                "kernels the launch log does not list: make the next step eager (engine.cfg = "
+                "engine.cfg.replace(graph=False)), run it and count its launches")
+    if got == 0:
+        return ("no launch is logged for the step you counted: count the step that just ran "
+                "(entry = engine.step(); engine.log.for_step(entry.step))")
+    if got == inside:
+        return (f"that is the layers' {inside}: the {outside} launches outside the layer stack "
+                f"(embedding, final norm, head, sampling, position) count too")
+    if got == len({r.kernel for r in recs}) and got != want:
+        return ("that is the number of distinct kernels: every launch counts, a kernel launched "
+                "in every layer once per layer")
+    if isinstance(got, (int, float)) and got > want and got % want == 0:
+        return f"that is {got / want:g} steps' launches: count those of ONE step"
+    if got in before:
+        return (f"{got} is what {before[got]} logs: count this engine's own step, not a number "
+                f"carried over")
+    if got in (want - 1, want + 1):
+        return (f"that is one {'fewer' if got < want else 'more'} than the step logs: count "
+                f"every launch it logs (the sampling and position launches too), each once")
+    return "count every launch one eager step logs, once"
+
+
+def _pays_hint(answers: list) -> str:
+    """The mistake whose model gives every answer the solution gave, or the rule itself."""
+    for model, why in _BUDGET_MISTAKES:
+        if all(bool(model(ms, n)) == got for (ms, n, _), got in zip(_BUDGETS, answers)):
+            return why
+    return ("capture pays when ms_per_token / launches, in microseconds, is under 10 (1 ms is "
+            "1000 us)")
+
+
 def cases(sol, backend):
     count, pays = need(sol, ("launches_per_token", "capture_pays"))
+    before: dict = {}
     for label, kw in _CONFIGS:
         want, inside, outside = _eager_count(backend, kw)
         eng = _engine(backend, kw)
         ran = len(eng.ledger)
         got = watched(_REFS, count, eng, what=f"launches_per_token ({label})")
+        ran_step = len(eng.ledger) > ran
         replayed = any(e.outcome in ("replay", "capture", "update") for e in eng.ledger[ran:])
         eager = any(e.outcome == "eager" for e in eng.ledger[ran:])
         if got is None:
             raise Fail("launches_per_token returned None: count the kernel launches one eager "
                        "step logs (engine.log.for_step), and return that number")
         if got != want:
-            hint = ("the step you counted was a graph replay, which logs one graph launch and "
-                    "not its kernels: count an eager step" if replayed and not eager else
-                    "no launch is logged for the step you counted: count the step that just ran "
-                    "(entry = engine.step(); engine.log.for_step(entry.step))" if got == 0 else
-                    f"that is the layers' {inside}: the {outside} launches outside the layer "
-                    f"stack (embedding, final norm, head, sampling, position) count too"
-                    if got == inside else
-                    f"that is {got / want:g} steps' launches: count those of ONE step"
-                    if isinstance(got, (int, float)) and got > want and got % want == 0 else
-                    "count every launch one eager step logs, once")
+            recs = _eager_records(backend, kw)
+            hint = _count_hint(got, want, inside, outside, recs, replayed, eager, ran_step, before)
             raise Fail(f"launches_per_token ({label}) = {got!r}, an eager step logs {want}: {hint}")
+        before.setdefault(want, label)
         yield label
+    answers = []
     for ms, n, label in _BUDGETS:
         got = watched(_REFS, pays, ms, n, what=f"capture_pays ({label})")
-        want = 1000.0 * ms / n < 10.0
         if got is None:
             raise Fail("capture_pays returned None: compare each launch's budget, in "
                        "microseconds, with 10")
         if not isinstance(got, bool) and type(got).__name__ != "bool_":
             raise Fail(f"capture_pays ({label}) returned {got!r}: return True or False")
-        if bool(got) != want:
+        answers.append(bool(got))
+    for (ms, n, label), got in zip(_BUDGETS, answers):
+        want = 1000.0 * ms / n < 10.0
+        if got != want:
             raise Fail(f"capture_pays({ms}, {n}) = {got} ({label}): the budget is "
-                       f"{1000.0 * ms / n:.3g} us per launch, {'under' if want else 'over'} 10 us "
-                       f"-- 1 ms is 1000 us")
+                       f"{1000.0 * ms / n:.3g} us per launch, "
+                       f"{'under' if want else 'not under'} 10 us: {_pays_hint(answers)}")
         yield label
-
 
 EXERCISE = Exercise(
     "launch_count", 1, "count one token's launches; does capture pay?", "§Overview", SPEC, STUB,

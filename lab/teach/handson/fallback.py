@@ -6,12 +6,18 @@ plugs it into a real engine (a DecodeEngine whose `capture` is the student's: th
 cache calls it on a plan-key miss, and on a failure re-issues the step eagerly and files the
 reason in the ledger) and runs it on a clean step (captures must succeed and be replayed) and on
 the two lazy-initialisation bugs: LAB_BUG_LAZY_TABLE (its failed upload is swallowed, so the
-capture fails at end_capture, after the lazy code marked the table uploaded) and
-LAB_BUG_LAZY_SCRATCH (the allocation fails at the call, with the capture still open).
+capture fails at end_capture, after the lazy code marked the table uploaded),
+LAB_BUG_LAZY_SCRATCH (the allocation fails at the call, with the capture still open),
+LAB_BUG_RAW_ARRAY (it fails at a launch) and the two lazy bugs met in one capture after a seek
+(host work issued before the item that fails: launch_index counts launches, not items); then a
+step whose host work raises a RuntimeError inside the capture, which must go through.
 """
 from __future__ import annotations
 
+import functools
+
 from lab.engine.runner import DecodeEngine
+from lab.engine.step import HostWork, Step
 from lab.errors import CaptureError
 from lab.ledger import CaptureFailure
 from .base import Exercise, Fail, need, variant
@@ -29,6 +35,8 @@ the lazy code swallows it, at backend.end_capture(), which then reports the capt
 engine.pieces.lazy is the host state lazy code keeps ("the table is uploaded", "the scratch holds
 N splits"): set while the capture was open, it describes work that never ran. The engine does
 the rest: it re-issues the step eagerly and files your reason in its ledger ("fallback").
+Only a CaptureError is a failed capture: any other exception raised while issuing (a bug in the
+step, not in the capture) must go through, not be reported as a fallback.
 A CaptureFailure says what failed and where it showed, as the engine's own capture reports it:
   reason        the CaptureError's .reason (it names the offending operation)
   shown_at      where the error showed: "end_capture" when backend.end_capture() raised it;
@@ -38,10 +46,13 @@ A CaptureFailure says what failed and where it showed, as the engine's own captu
   launch_index  N: how many launches had been issued into the capture before it showed (count
                 the Launch items issued); None when it showed at end_capture
 
-The check: a clean engine captures and replays; engines with a lazy table and with a lazy
-scratch decode the clean engine's tokens with no error, no capture left open, no graph kept for
-a failed plan, a ledger reason that names the offending operation, and the shown_at and
-launch_index the engine's own capture reports for each failed plan.
+The check: a clean engine captures and replays; engines with a lazy table, a lazy scratch, a
+raw array argument (it fails at a launch), and a lazy table and scratch met in one capture after
+a seek (a host job before the one that fails) decode the clean engine's tokens with no error, no
+capture left open, no graph kept for a failed plan, a ledger reason that names the offending
+operation, and the shown_at and launch_index the engine's own capture reports for each failed
+plan; then a step whose host work raises a RuntimeError inside a capture: that error goes
+through.
 """
 
 STUB = '''
@@ -107,7 +118,17 @@ NO_RESTORE = variant(REFERENCE, """        lazy.clear()
         lazy.update(saved)                    # the lazy work recorded inside never ran
 """)
 
-_OFFENCE = {"lazy_table": "host-to-device copy", "lazy_scratch": "allocation"}
+_OFFENCE = {"lazy_table": "host-to-device copy", "lazy_scratch": "allocation",
+            "raw_array": "synchronisation"}
+SEEK, SEEK_TOKENS = 40, 30
+# (label, bugs, seek or None): each decoded in graph mode; every capture of a plan whose step
+# meets the bug fails. The last: the table's upload (swallowed, a host job) comes before the
+# scratch's allocation (raised at the call) in one capture.
+_BUGGY = (("LAB_BUG_LAZY_TABLE", ("lazy_table",), None),
+          ("LAB_BUG_LAZY_SCRATCH", ("lazy_scratch",), None),
+          ("LAB_BUG_RAW_ARRAY", ("raw_array",), None),
+          (f"LAB_BUG_LAZY_TABLE and LAB_BUG_LAZY_SCRATCH from position {SEEK} after a seek",
+           ("lazy_table", "lazy_scratch"), SEEK))
 
 
 def _engine_class(fn):
@@ -127,9 +148,34 @@ def _engine_class(fn):
     return type("StudentCaptureEngine", (DecodeEngine,), {"capture": capture})
 
 
-def _generate(eng, what):
+def _decode(eng, seek=None) -> tuple:
+    """The engine's token ids: a generation from the prompt, or after a seek to `seek`."""
+    if seek is None:
+        return tuple(int(t) for t in eng.generate(PROMPT, TOKENS).tokens)
+    eng.reset(eng.encode(PROMPT), seek + SEEK_TOKENS)
+    eng.seek(seek)
+    eng.decode(SEEK_TOKENS)
+    return tuple(int(t) for t in eng.tokens(seek + SEEK_TOKENS + 1))
+
+
+class BrokenInCapture(Step):
+    """A step whose host work, before its first launch, raises a RuntimeError while a capture is
+    open (a bug in the step, not an illegal operation): no capture may swallow it."""
+    rebuilt_each_step = True
+
+    def items(self, plan):
+        be = self.dev.backend
+
+        def job():
+            if be.is_capturing():
+                raise RuntimeError("a bug in the step's host work (not a capture failure)")
+        yield HostWork("check the step's state", job)
+        yield from super().items(plan)
+
+
+def _generate(eng, what, seek=None):
     try:
-        return eng.generate(PROMPT, TOKENS)
+        return _decode(eng, seek)
     except Fail:
         raise
     except Exception as exc:
@@ -137,6 +183,13 @@ def _generate(eng, what):
             raise Fail(f"{what}: the failed capture was left open, and the eager re-issue ran "
                        f"into it ({type(exc).__name__}: {exc}); end the capture "
                        f"(backend.end_capture()) before returning the failure") from None
+        lazy = getattr(getattr(eng, "pieces", None), "lazy", None)
+        if isinstance(exc, KeyError) and isinstance(lazy, dict) and exc.args and \
+                exc.args[0] not in lazy:
+            raise Fail(f"{what}: engine.pieces.lazy lost its entry {exc.args[0]!r} (the step "
+                       f"raised KeyError): restore it to what it held before the capture, from a "
+                       f"copy taken before begin_capture (dict(lazy), not the dict itself)") \
+                from None
         if isinstance(exc, CaptureError):
             raise Fail(f"{what}: a failed capture raised CaptureError out of the step "
                        f"({exc.reason}): catch it, end the capture, and return (None, "
@@ -144,25 +197,50 @@ def _generate(eng, what):
         raise Fail(f"{what}: the step raised {type(exc).__name__}: {exc}") from None
 
 
-def _where_it_showed(backend, bug, got: list) -> None:
+def _where_it_showed(backend, label, bugs, seek, got: list) -> None:
     """Each failed plan's shown_at and launch_index held to what the engine's own capture
     reports for the same plan."""
-    lab = engine(backend, bugs={bug})
-    lab.generate(PROMPT, TOKENS)
+    lab = engine(backend, bugs=set(bugs))
+    _decode(lab, seek)
     for plan_key, failure in got:
         ref = next((f for k, f in lab.capture_failures.items()
                     if tuple(k[:len(plan_key)]) == tuple(plan_key)), None)
         if ref is None:
             continue
         at_end = ref.shown_at == "end_capture"
+        shown = str(failure.shown_at)
+        host = ref.shown_at.startswith("host work")
         if failure.launch_index != ref.launch_index or (
-                at_end != (str(failure.shown_at) == "end_capture")) or (
-                not at_end and f"launch {ref.launch_index}" not in str(failure.shown_at)):
-            raise Fail(f"LAB_BUG_{bug.upper()}: your CaptureFailure says shown_at="
-                       f"{failure.shown_at!r}, launch_index={failure.launch_index!r}; the "
-                       f"error showed at {ref.shown_at!r}: shown_at is 'end_capture' or the item "
-                       f"being issued ('launch N (kernel)', 'host work before launch N (...)'), "
-                       f"launch_index the launches issued before it (None at end_capture)")
+                at_end != (shown == "end_capture")) or (
+                not at_end and f"launch {ref.launch_index}" not in shown) or (
+                not at_end and host != shown.startswith("host work")):
+            if at_end:
+                why = ("it was raised by backend.end_capture() (the lazy code swallowed it at the "
+                       "call): shown_at is 'end_capture' and launch_index None there")
+            elif (not at_end and isinstance(failure.launch_index, int)
+                    and failure.launch_index == ref.launch_index + 1 and not host):
+                why = (f"launch_index counts the launches issued BEFORE the failing one: the "
+                       f"launch that raised is not one of them, so it is {ref.launch_index}")
+            elif not at_end and isinstance(failure.launch_index, int) and \
+                    failure.launch_index > ref.launch_index:
+                why = (f"launch_index counts the Launch items issued, not every item: host work "
+                       f"before the failure is not a launch, so it is {ref.launch_index}")
+            elif not at_end and host != shown.startswith("host work"):
+                why = (f"the item being issued was {'a HostWork' if host else 'a Launch'}: say "
+                       f"{ref.shown_at!r}")
+            else:
+                why = ("shown_at is 'end_capture' or the item being issued ('launch N (kernel)', "
+                       "'host work before launch N (...)'), launch_index the launches issued "
+                       "before it (None at end_capture)")
+            raise Fail(f"{label}: your CaptureFailure says shown_at={shown[:80]!r}, "
+                       f"launch_index={failure.launch_index!r}; the error showed at "
+                       f"{ref.shown_at!r}, launch_index={ref.launch_index!r}: {why}")
+
+
+@functools.lru_cache(maxsize=4)
+def _clean(backend, seek) -> tuple:
+    return (tuple(clean_tokens(backend)) if seek is None else
+            _decode(engine(backend, graph=False), seek))
 
 
 def cases(sol, backend):
@@ -173,38 +251,51 @@ def cases(sol, backend):
     led = clean.ledger_summary()
     if led.get("fallback") or not led.get("replay"):
         raise Fail(f"a clean engine's captures must succeed and be replayed; its ledger: {led}")
-    if first_difference(gen.tokens, clean_tokens(backend)) is not None:
+    if first_difference(gen, clean_tokens(backend)) is not None:
         raise Fail("a clean engine's replays decode other tokens than its eager steps")
     yield "a clean engine captures and replays"
-    for bug in ("lazy_table", "lazy_scratch"):
-        eng = engine(backend, engine_class=cls, bugs={bug})
-        gen = _generate(eng, f"LAB_BUG_{bug.upper()}")
+    for label, bugs, seek in _BUGGY:
+        eng = engine(backend, engine_class=cls, bugs=set(bugs))
+        tokens = _generate(eng, label, seek)
         if eng.backend.is_capturing():
-            raise Fail(f"LAB_BUG_{bug.upper()}: a capture is still open after the generation")
+            raise Fail(f"{label}: a capture is still open after the generation")
         fell = [e for e in eng.ledger if e.outcome == "fallback"]
         if not fell:
-            raise Fail(f"LAB_BUG_{bug.upper()}: no fallback in the ledger ({eng.ledger_summary()})")
-        if _OFFENCE[bug] not in fell[0].reason:
-            raise Fail(f"LAB_BUG_{bug.upper()}: the ledger's reason {fell[0].reason!r} does not "
-                       f"name the offending operation (a {_OFFENCE[bug]}): report the "
+            raise Fail(f"{label}: no fallback in the ledger ({eng.ledger_summary()})")
+        offences = [_OFFENCE[b] for b in bugs]
+        if not any(o in fell[0].reason for o in offences):
+            raise Fail(f"{label}: the ledger's reason {fell[0].reason!r} does not name the "
+                       f"offending operation (a {' or a '.join(offences)}): report the "
                        f"CaptureError's reason")
         kept = [e.plan_key for e in fell if e.plan_key in eng.graphs]
         if kept:
-            raise Fail(f"LAB_BUG_{bug.upper()}: a graph is kept for the failed plan {kept[0]}")
-        _where_it_showed(backend, bug, eng.__dict__.get("student_failures", []))
-        i = first_difference(gen.tokens, clean_tokens(backend))
+            raise Fail(f"{label}: a graph is kept for the failed plan {kept[0]}")
+        _where_it_showed(backend, label, bugs, seek, eng.__dict__.get("student_failures", []))
+        i = first_difference(tokens, _clean(backend, seek))
         if i is not None:
-            raise Fail(f"LAB_BUG_{bug.upper()}: after the fallback the tokens differ from the "
-                       f"clean engine's from position {i}: the lazy host state set inside the "
-                       f"failed capture (engine.pieces.lazy) was kept, so the eager re-issue "
-                       f"skipped work that never ran; restore it")
-        yield f"LAB_BUG_{bug.upper()}: fallback, right tokens"
-
+            raise Fail(f"{label}: after the fallback the tokens differ from the clean engine's "
+                       f"from position {i}: the lazy host state set inside the failed capture "
+                       f"(engine.pieces.lazy) was kept, so the eager re-issue skipped work that "
+                       f"never ran; restore it")
+        yield f"{label}: fallback, right tokens"
+    eng = engine(backend, engine_class=cls, step=BrokenInCapture)
+    try:
+        eng.generate(PROMPT, 2)
+    except RuntimeError as exc:
+        if "a bug in the step" not in str(exc):
+            raise
+    else:
+        fell = [e for e in eng.ledger if e.outcome == "fallback"]
+        raise Fail(f"a step whose host work raised a RuntimeError inside the capture (a bug in "
+                   f"the step, not a capture failure) "
+                   f"{'was reported as a failed capture' if fell else 'did not stop the step'}: "
+                   f"catch only lab.errors.CaptureError, and let any other error through")
+    yield "an error that is not a CaptureError goes through"
 
 EXERCISE = Exercise(
     "fallback", 5, "end a failed capture, discard it, restore, re-issue eagerly", "§3", SPEC,
     STUB, ("capture",), cases, REFERENCE,
     {"capture left open": (LEFT_OPEN, "left open"),
      "lazy state kept": (NO_RESTORE, "restore it"),
-     "where it showed unsaid": (WHERE_UNSAID, "launch_index the launches issued before it")},
+     "where it showed unsaid": (WHERE_UNSAID, "raised by backend.end_capture()")},
     stub_says='raised CaptureError out of the step')

@@ -28,11 +28,11 @@ Write leave_one_out(run, factors, reps) -> {factor: worth_ms, ..., "all": worth_
 (off: a frozenset of factor names) runs ONE rep of the arm with those factors off and returns
 its ms/token. Arms: all on (frozenset()), each factor left out (frozenset({F})), all off
 (frozenset(factors)). Run `reps` rounds over the arms, every arm once per round and each round
-the one before it reversed, or rotated by one (lab.measure.stats.rotated); any order of the arms
-may open the first round. So a drift in time lands on every arm alike -- never one arm's reps
-back to back. worth(F) = mean over reps r of
-ms[-F][r] - ms[all on][r], where [r] is the arm's r-th run (the mean, not the median); "all" =
-mean of ms[all off][r] - ms[all on][r], measured (not the sum of the worths: factors interact).
+the one before it reversed, or rotated by one either way (lab.measure.stats.rotated, a deque's
+rotate); any order of the arms may open the first round. So a drift in time lands on every arm
+alike -- never one arm's reps back to back. worth(F) = mean over reps r of ms[-F][r] -
+ms[all on][r], where [r] is the arm's r-th run (the mean, not the median); "all" = mean of
+ms[all off][r] - ms[all on][r], measured (not the sum of the worths: factors interact).
 Positive: the factor saves time. Use the `factors` and `reps` you are given.
 
 The check: a run with fixed times drifting from call to call (three factors), then the engine's
@@ -106,13 +106,16 @@ def _arm_name(off: frozenset, factors) -> str:
 
 
 def _checked(off, factors) -> frozenset:
+    if isinstance(off, str):
+        raise ValueError(f"run(off): off is a frozenset of factor names, e.g. frozenset({{{off!r}}}"
+                         f"), not the string {off!r} (a frozenset of its letters)")
     try:
         off = frozenset(off)
     except TypeError:
         raise ValueError(f"run(off): off is a frozenset of factor names, got {off!r}") from None
     if not off <= set(factors):
         raise ValueError(f"unknown factor(s) {sorted(map(str, off - set(factors)))}; the factors "
-                         f"are {tuple(factors)}")
+                         f"are {tuple(factors)}: use the factors you are given")
     return off
 
 
@@ -152,8 +155,9 @@ def _drifting(calls: list):
     return one
 
 
-def _mistake(got: float, key: str, d: dict, want: dict) -> str:
-    """Which wrong worth `got` is (d: each key's paired differences over the reps), or ""."""
+def _mistake(got: float, key: str, d: dict, want: dict, on) -> str:
+    """Which wrong worth `got` is (d: each key's paired differences over the reps, on: the
+    all-on arm's times), or ""."""
     def close(x):
         return math.isclose(got, float(x), rel_tol=1e-7, abs_tol=1e-12)
     if close(-want[key]):
@@ -163,6 +167,12 @@ def _mistake(got: float, key: str, d: dict, want: dict) -> str:
         return "that is the median of the paired differences: report their mean"
     if close(d[key][0]) or close(d[key][-1]):
         return "that is one rep's difference: average the paired differences over every rep"
+    if close(np.mean(d[key][1:])) or close(np.mean(d[key][:-1])):
+        return (f"that leaves out the {'first' if close(np.mean(d[key][1:])) else 'last'} rep: "
+                f"average the paired differences over every rep")
+    if close(np.mean((d[key] + on) / on)) or close(np.mean(on / (d[key] + on))):
+        return ("that is a ratio of times: a worth is a difference in ms/token, ms(all on but "
+                "F) - ms(all on)")
     if key == "all" and close(sum(want[k] for k in want if k != "all")):
         return ("that is the sum of the single worths: 'all' is measured, all off - all on, "
                 "and differs from the sum where the factors interact")
@@ -186,7 +196,11 @@ def _judge(fn, run, factors, reps, calls, label):
                  **{f"-{f}": frozenset({f}) for f in factors}}
     missing = [name for name, off in need_arms.items() if len(ms.get(off, [])) != reps]
     if missing:
-        hint = ("a cumulative ladder (factors switched on one after another) credits the first "
+        alone = {frozenset(factors) - {f} for f in factors}
+        hint = ("you switched each factor on alone, from all off (what it adds to nothing): "
+                "leave-one-out takes each factor OUT of all on, off = frozenset({F})"
+                if len(factors) > 2 and alone <= set(ms) else
+                "a cumulative ladder (factors switched on one after another) credits the first "
                 "with the benefit they share: leave each factor out of ALL-ON"
                 if any(m.startswith("-") and not ms.get(need_arms[m]) for m in missing) else
                 f"run each arm {reps} times, no other arm")
@@ -218,8 +232,9 @@ def _judge(fn, run, factors, reps, calls, label):
             raise Fail(f"{label}: your table's {key!r} is {got[key]!r}: a number (ms/token)") \
                 from None
         if not math.isclose(value, want[key], rel_tol=1e-9, abs_tol=1e-12):
-            why = _mistake(value, key, d, want) or ("worth(F) is the mean over reps of ms(all on "
-                                                    "but F) - ms(all on), paired rep by rep")
+            why = _mistake(value, key, d, want, on) or (
+                "worth(F) is the mean over reps of ms(all on but F) - ms(all on), paired rep by "
+                "rep")
             raise Fail(f"{label}: worth of {key}: {value:.6g} ms/token, the runs give "
                        f"{want[key]:.6g}: {why}")
 

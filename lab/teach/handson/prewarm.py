@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import numpy as np
+
 from lab.model import random_model
 from lab.teach.audit import detect_lazy_init
 from .base import Exercise, Fail, need, variant, watched
@@ -27,12 +29,13 @@ engine's step (engine.pieces) uploads its RoPE tables on first use and grows its
 scratch when a plan needs more splits than it has. Each such first-use job is yielded by the
 step as a lab.engine.step.HostWork item (engine.pieces.items(plan) yields the step's items in order;
 HostWork.run() does the job). Make every plan the engine will meet capturable: the plan at
-position 0 and the one after each of lab.plan.plan_boundaries(engine.model.cfg.max_seq).
+position 0 and the one after each of lab.plan.plan_boundaries(engine.model.cfg.max_seq). Run
+the jobs outside any capture, and leave engine.cfg as you found it (in graph mode).
 
-The check: a graph generation across every plan boundary with no fallback in the ledger, no
-host operation issued inside a capture, and the clean engine's tokens; then the same on a model
-of 256 positions (one more plan boundary, at 128), decoding across it after a seek: take the
-boundaries from the engine you are given, not from the first model.
+The check: a graph generation across every plan boundary with every step a graph, no fallback
+in the ledger, no host operation issued inside a capture, and the clean engine's tokens; then
+the same on a model of 256 positions (one more plan boundary, at 128), decoding across it after
+a seek: take the boundaries from the engine you are given, not from the first model.
 """
 
 STUB = '''
@@ -103,7 +106,16 @@ def long_model():
     return random_model(dataclasses.replace(SMALL, max_seq=LONG_SEQ), seed=3)
 
 
+def _clear_cache(eng) -> None:
+    """Zeros in every KV row: the rows a seek skips hold what the clean engine's do, whatever
+    steps pre_warm ran (a request's own steps write every row it reads; a seek writes none)."""
+    for be, b in zip(eng.backends, eng.bufs):
+        for buf in (*b.k_cache, *b.v_cache):
+            be.upload(buf, np.zeros(buf.shape, buf.dtype))
+
+
 def _seek_and_decode(eng) -> tuple:
+    _clear_cache(eng)
     eng.reset(eng.encode(PROMPT), SEEK + LONG_TOKENS)
     eng.seek(SEEK)
     eng.decode(LONG_TOKENS)
@@ -121,11 +133,50 @@ def _fallbacks(eng, what: str) -> None:
                    f"(plan_boundaries(engine.model.cfg.max_seq)), before the first capture")
 
 
+def _warm(pre_warm, eng, what: str) -> None:
+    """Run the solution's pre_warm on `eng`, held to leaving it as it found it: in graph mode,
+    its configuration unchanged, no capture open, nothing run inside a capture."""
+    cfg, n_ops = eng.cfg, len(eng.backend.ops)
+    try:
+        watched(_REFS, pre_warm, eng, what=what)
+    except Fail as exc:
+        if eng.backend.is_capturing() and "CaptureError" in str(exc):
+            raise Fail(f"{exc}: pre_warm ran first-use work inside a capture it opened; "
+                       f"pre-warming runs every first-use job OUTSIDE any capture (a capture is "
+                       f"where it is illegal)") from None
+        raise
+    if eng.backend.is_capturing():
+        raise Fail("pre_warm left a capture open")
+    inside = [o for o in eng.backend.ops[n_ops:] if o.capturing]
+    if inside:
+        raise Fail(f"pre_warm ran the {inside[0].kind} of {inside[0].detail} inside a capture: "
+                   f"pre-warming runs every first-use job OUTSIDE any capture (a capture is "
+                   f"where it is illegal)")
+    if eng.cfg != cfg:
+        changed = [f"{f.name}: {getattr(cfg, f.name)!r} -> {getattr(eng.cfg, f.name)!r}"
+                   for f in dataclasses.fields(cfg)
+                   if getattr(cfg, f.name) != getattr(eng.cfg, f.name)]
+        off = "" if eng.cfg.graph else " -- out of graph mode, nothing would be captured"
+        raise Fail(f"pre_warm changed engine.cfg ({'; '.join(changed)}){off}: put the "
+                   f"configuration back as it was (the engine must still capture every plan)")
+
+
+def _all_captured(entries, what: str) -> None:
+    """Every step of the generation (its ledger `entries`) ran as a graph, none eagerly."""
+    eager = [e for e in entries if e.outcome == "eager"]
+    if eager:
+        raise Fail(f"{what}the step at position {eager[0].position} ran eagerly: pre_warm must "
+                   f"leave the engine in graph mode, every plan captured")
+
+
 def _long_case(pre_warm, backend):
     eng = engine(backend, model=long_model(), bugs=LAZY)
-    watched(_REFS, pre_warm, eng, what="pre_warm (256 positions)")
+    _warm(pre_warm, eng, "pre_warm (256 positions)")
+    n = len(eng.ledger)
     got = watched(_REFS, _seek_and_decode, eng, what="decoding after pre_warm (256 positions)")
-    _fallbacks(eng, f"a model of {LONG_SEQ} positions, decoding from {SEEK} across 128: ")
+    _fallbacks(eng, f"a model of {LONG_SEQ} positions (take the plan boundaries from the engine "
+                    f"you are given), decoding from {SEEK} across 128: ")
+    _all_captured(eng.ledger[n:], f"a model of {LONG_SEQ} positions: ")
     want = _seek_and_decode(engine(backend, model=long_model(), graph=False))
     i = first_difference(got, want)
     if i is not None:
@@ -136,13 +187,12 @@ def _long_case(pre_warm, backend):
 def cases(sol, backend):
     (pre_warm,) = need(sol, ("pre_warm",))
     eng = engine(backend, bugs=LAZY)
-    watched(_REFS, pre_warm, eng, what="pre_warm")
-    if eng.backend.is_capturing():
-        raise Fail("pre_warm left a capture open")
+    _warm(pre_warm, eng, "pre_warm")
     yield "pre_warm ran"
-    n_ops = len(eng.backend.ops)
+    n_ops, n_steps = len(eng.backend.ops), len(eng.ledger)
     gen = watched(_REFS, eng.generate, PROMPT, TOKENS, what="generating after pre_warm")
     _fallbacks(eng, "")
+    _all_captured(eng.ledger[n_steps:], "")
     inside = [o for o in eng.backend.ops[n_ops:]
               if o.capturing and o.kind in ("upload", "allocation")]
     if inside:

@@ -141,6 +141,18 @@ def _reads(eng) -> list:
     return reads
 
 
+def _resets(eng) -> list:
+    """Wrap eng.reset: the prompt ids of every call, as arrays."""
+    seen: list = []
+    method = eng.reset
+
+    def reset(prompt_ids, *args, **kw):
+        seen.append(np.array(prompt_ids, copy=True))
+        return method(prompt_ids, *args, **kw)
+    eng.reset = reset
+    return seen
+
+
 def _verdict(fn, eng, ids, label, tolerance: list | None = None):
     with _watching(_TOLERANCES) as used:
         out = watched(_REFS, fn, eng, ids, what=f"replays_match ({label})")
@@ -162,7 +174,8 @@ def _longest_graph_run(decode: list) -> int:
     return best
 
 
-def _why_it_passed(eng, ids, reads: list, tolerance: list, needed: int) -> str:
+def _why_it_passed(eng, ids, reads: list, tolerance: list, needed: int,
+                   one_ulp: bool = False) -> str:
     """What the test did that let a buggy engine pass: from its ledger and what it read."""
     decode = [(e.outcome, e.plan_key) for e in eng.ledger if e.position >= len(ids) - 1]
     outcomes = [o for o, _ in decode]
@@ -179,6 +192,13 @@ def _why_it_passed(eng, ids, reads: list, tolerance: list, needed: int) -> str:
                 f"the step that was captured, right by construction, and a plan change captures "
                 f"afresh, so a frozen value first shows at replay 2 or 3; run three or more "
                 f"consecutive replays of one graph")
+    prompt_graphs = [e for e in eng.ledger if e.position < len(ids) - 1
+                     and e.outcome in ("capture", "replay", "update")]
+    if prompt_graphs:
+        return (f"your test ran {len(prompt_graphs)} of the prompt's steps as graphs, so the "
+                f"graph launches a frozen value spoils can fall in the prompt, whose logits you "
+                f"do not keep: run the prompt eagerly in both arms (graph=False), then switch to "
+                f"the arm's mode, so that replay k is decoded token k")
     if tolerance:
         return (f"you compared with {tolerance[0]}, a tolerance, and one ulp apart passes it: "
                 f"compare byte for byte (.tobytes(), or np.array_equal)")
@@ -191,6 +211,13 @@ def _why_it_passed(eng, ids, reads: list, tolerance: list, needed: int) -> str:
         return (f"your graph arm ran {graph} graph step(s) and read the logits {logits_graph} "
                 f"time(s): keep engine.logits() after EVERY step, since a replay can go wrong "
                 f"and the last step still match")
+    if one_ulp:
+        return (f"your test ran {graph} graph step(s) and read the logits after each, yet one "
+                f"logit (the vocabulary's last) one ulp off at the third graph launch, no token "
+                f"id changed, passed it: a tolerance of your own, rounding or converting the "
+                f"logits (float16, argmax), or comparing only some of them or some steps lets "
+                f"that through; compare every byte of engine.logits() (.tobytes() or "
+                f"np.array_equal), every step")
     return (f"your test ran {graph} graph step(s) and read the logits after each, and still "
             f"passed: compare the eager arm's bytes with the graph arm's, step by step, every "
             f"step (no tolerance, none skipped)")
@@ -201,22 +228,32 @@ def cases(sol, backend):
     prompts = (("a prompt ending mid-plan", prompt_ids()),
                ("a prompt ending a token before a plan boundary", boundary_prompt()))
     for label, ids in prompts:
-        if not _verdict(fn, engine(backend), ids, f"clean engine, {label}"):
+        clean = engine(backend)
+        resets = _resets(clean)
+        if not _verdict(fn, clean, ids, f"clean engine, {label}"):
+            if _verdict(fn, engine(backend, bugs={_FROZEN[0]}), ids, f"{_FROZEN[0]}, {label}"):
+                raise Fail(f"your test fails the clean engine ({label}) and passes one with "
+                           f"{BUGS[_FROZEN[0]].env}=1: it is the wrong way round; return True "
+                           f"when the two arms match byte for byte, False when they differ")
             raise Fail(f"your test fails the clean engine ({label}): a false alarm; reset the "
                        f"request before each arm and compare the same steps")
+        if resets and not any(np.array_equal(r, ids) for r in resets):
+            raise Fail(f"your test never reset the engine with the prompt it was given ({label}): "
+                       f"decode after `prompt_ids` (engine.reset(prompt_ids, n)) in both arms; a "
+                       f"prompt of your own misses the plan boundary the given one ends at")
     yield "the clean engine passes"
     fixtures = [("an engine whose third launch of a graph leaves one logit one ulp off", ids,
-                 label, {"engine_class": OneUlpReplay}, ULP_AT)
+                 label, {"engine_class": OneUlpReplay}, ULP_AT, True)
                 for label, ids in prompts[:1]]
     fixtures += [(f"{BUGS[bug].env}=1 ({BUGS[bug].what})", ids, label, {"bugs": {bug}},
-                  3 if ids is prompts[1][1] else 2)
+                  3 if ids is prompts[1][1] else 2, False)
                  for label, ids in prompts for bug in _FROZEN]
-    for what, ids, label, kw, needed in fixtures:
+    for what, ids, label, kw, needed, one_ulp in fixtures:
         eng = engine(backend, **kw)
         reads, tolerance = _reads(eng), []
         if _verdict(fn, eng, ids, f"{what}, {label}", tolerance):
             raise Fail(f"your test PASSES {what} from {label}: "
-                       f"{_why_it_passed(eng, ids, reads, tolerance, needed)}")
+                       f"{_why_it_passed(eng, ids, reads, tolerance, needed, one_ulp)}")
         yield f"{what}, {label}: caught"
 
 

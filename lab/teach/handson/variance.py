@@ -109,9 +109,10 @@ def alternation_problem(order: list, arms: list, reps: int) -> str | None:
     """Why the timed calls `order` (each call's arm, in call order) are not `reps` rounds over
     `arms` with the order reversed every other round; None when they are. Any order of the arms
     may open the first round (A B, B A, ... or B A, A B, ...; with more arms any permutation,
-    then its reverse); a round may also be the one before it rotated by one (A B C, B C A, ...,
-    the lab's recorders' order): what matters is that every arm runs once per round and takes
-    every place in turn, so a drift in time lands on every arm alike."""
+    then its reverse); a round may also be the one before it rotated by one, either way (A B C,
+    B C A, ..., the lab's recorders' order, or A B C, C A B, ...): what matters is that every
+    arm runs once per round and takes every place in turn, so a drift in time lands on every
+    arm alike."""
     n = len(arms)
     cut = max(12, 2 * n)
     shown = " ".join(map(str, order[:cut])) + (" ..." if len(order) > cut else "")
@@ -130,13 +131,15 @@ def alternation_problem(order: list, arms: list, reps: int) -> str | None:
                     f"reps back to back -- drift would land on one arm")
     for k in range(1, len(rounds)):
         prev = list(rounds[k - 1])
-        # reversed (A B C, C B A, ...) or rotated by one (A B C, B C A, ...: lab.measure.stats.
-        # rotated, the lab's recorders' order): either puts every arm at every place in turn
-        if list(rounds[k]) not in (prev[::-1], prev[1:] + prev[:1]):
+        # reversed (A B C, C B A, ...) or rotated by one, either way (A B C, B C A, ...: lab.
+        # measure.stats.rotated, the lab's recorders' order; A B C, C A B, ...: a deque's
+        # rotate(1)): each puts every arm at every place in turn
+        if list(rounds[k]) not in (prev[::-1], prev[1:] + prev[:1], prev[-1:] + prev[:-1]):
             same = list(rounds[k]) == list(rounds[k - 1])
+            how = "reversed" if n == 2 else "reversed or rotated by one"
             return (f"the timed runs came in the order {shown}: "
                     + ("the same order every round" if same else
-                       f"round {k + 1} is not round {k} reversed")
+                       f"round {k + 1} is not round {k} {how}")
                     + f"; reverse the order every other round ({example}), so that drift lands "
                       f"on every arm alike")
     return None
@@ -146,10 +149,25 @@ def _close(x: float, y: float) -> bool:
     return math.isclose(x, y, rel_tol=1e-7, abs_tol=1e-15)
 
 
+def _rounded(got: float, value: float) -> int | None:
+    """The decimals `value` was rounded to, when `got` is it rounded (and not simply it)."""
+    for k in range(7):
+        if got != value and _close(got, round(value, k)):
+            return k
+    return None
+
+
 def _mean_mistake(got: float, v, w, other) -> str:
     """Which wrong mean `got` is (v: the arm's timed reps, w: with its warm-up, other: the other
     arm's timed reps), or ""."""
-    for value, why in ((np.median(v), "that is the median of the timed reps: report their mean"),
+    sem = float(np.std(v, ddof=1)) / math.sqrt(len(v))
+    k = _rounded(got, float(np.mean(v)))
+    if k is not None:
+        return f"that is the mean rounded to {k} decimals: return it as computed"
+    for value, why in ((sem, "that is the standard error: the pair is (mean, sem), in that order"),
+                       (np.mean([*v, *other]), "that is the mean of both arms' timed reps "
+                                               "together: each arm's own mean"),
+                       (np.median(v), "that is the median of the timed reps: report their mean"),
                        (np.mean(w), "that mean includes the untimed warm-up: leave it out"),
                        (np.mean(other), "that is the other arm's mean: the arms are swapped"),
                        (np.mean(v[1:]), "that leaves out the first timed rep"),
@@ -163,8 +181,15 @@ def _sem_mistake(got: float, v, w, other) -> str:
     """Which wrong standard error `got` is, or ""."""
     n = len(v)
     s1, s0 = float(np.std(v, ddof=1)), float(np.std(v))
-    for value, why in ((s0 / math.sqrt(n), "that is the population sd (ddof=0): use the sample "
-                                           "sd (ddof=1)"),
+    k = _rounded(got, s1 / math.sqrt(n))
+    if k is not None:
+        return f"that is the standard error rounded to {k} decimals: return it as computed"
+    for value, why in ((float(np.mean(v)), "that is the mean: the pair is (mean, sem), in that "
+                                           "order"),
+                       (s1 / math.sqrt(n + 1), "divide the sample sd by sqrt(reps), the number "
+                                               "of timed reps (the warm-up is not one)"),
+                       (s0 / math.sqrt(n), "that is the population sd (ddof=0): use the sample "
+                                          "sd (ddof=1)"),
                        (s1, "that is the standard deviation, not the standard error: divide "
                             "it by sqrt(reps)"),
                        (s0, "that is the population standard deviation, not the standard "
@@ -206,9 +231,19 @@ def _judge(fn, arms: dict, calls: list, reps: int, label: str):
     names = list(arms)
     counts = {n: sum(c[0] == n for c in calls) for n in names}
     if any(counts[n] != reps + 1 for n in names):
-        hint = ("no untimed warm-up: an arm's first run compiles and captures; call each arm once "
-                "before the timed reps" if all(counts[n] == reps for n in names) else
-                f"each arm runs once to warm up, then {reps} timed reps, interleaved")
+        hint = f"each arm runs once to warm up, then {reps} timed reps, interleaved"
+        if all(counts[n] == reps for n in names):
+            hint = ("no untimed warm-up: an arm's first run compiles and captures; call each arm "
+                    "once before the timed reps")
+            first = names[0]
+            runs = [c[1] for c in calls if c[0] == first]
+            try:
+                mean = float(got[first][0])
+            except Exception:      # noqa: BLE001 -- no usable result: the count says enough
+                mean = math.nan
+            if _close(mean, float(np.mean(runs[1:]))):
+                hint = (f"your means leave each arm's first run out (a warm-up), so {reps - 1} "
+                        f"rounds were timed: run {reps} timed rounds after the warm-up")
         raise Fail(f"{label}: the arms ran {counts} times for reps={reps}: {hint}")
     if sorted(c[0] for c in calls[:len(names)]) != sorted(names):
         raise Fail(f"{label}: the first runs were {' '.join(c[0] for c in calls[:len(names)])}: "
@@ -229,8 +264,9 @@ def _judge(fn, arms: dict, calls: list, reps: int, label: str):
         except (TypeError, ValueError):
             raise Fail(f"measure()[{n!r}] = {got[n]!r}: a pair (mean, sem)") from None
         if not math.isclose(g_mean, mean, rel_tol=1e-9):
-            why = _mean_mistake(g_mean, v, w, other) or ("the mean of the timed reps, the "
-                                                         "warm-up left out")
+            why = _mean_mistake(g_mean, v, w, other) or (
+                "the mean of the ms/token values the timed calls returned (each call's return "
+                "value, not a time of your own), the warm-up left out")
             raise Fail(f"{label}, {n}: mean {g_mean:.6g} ms, the timed reps average {mean:.6g}: "
                        f"{why}")
         if not math.isclose(g_sem, sem, rel_tol=1e-9):
