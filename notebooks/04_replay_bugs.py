@@ -313,7 +313,8 @@ print(f"{arm['name']}: ledger {arm['ledger']}, replays {arm['replay_fraction']:.
 # %% [markdown]
 # The `replays` column is the lesson of the case study turned into a check: the buggy arm's
 # ms/token is real, but it measures a capture per step (and `LAB_BUG_LAZY_TABLE`'s, eager
-# fallbacks), not graph replays, so the harness will not call its A/B a graph-vs-eager verdict. Two things to take from it:
+# fallbacks), not graph replays, so the harness will not call its A/B a graph-vs-eager verdict.
+# Two things to take from it:
 #
 # - **Verify the optimised path is the executed path**, every run: a capture that succeeded once
 #   proves nothing about the steps after it (the same lesson as "one replay proves nothing").
