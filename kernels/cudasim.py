@@ -42,6 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 INT_SENTINEL = -0x5EEDBEEF        # what an int output holds before a launch writes it
 MEMORY_BUDGET = 2 << 30           # bytes the child may allocate beyond what it holds at start
+THREAD_STACK = 512 << 10          # bytes of stack for each simulated thread (a block: 1024 at most)
 
 
 # ---- the three patches ---------------------------------------------------------------------------
@@ -691,6 +692,10 @@ def _serve(scratch: str, memory: int, incoming=None, protocol=None) -> None:
     sys.dont_write_bytecode = True
     os.chdir(scratch)
     guard(scratch)
+    # a simulated CUDA thread is a Python thread: with the default stack (8 MiB of address
+    # space each) a block of 512 threads alone is past the memory limit; the simulator's frames
+    # need far less
+    threading.stack_size(THREAD_STACK)
     limit_memory(memory)
     requests: queue.Queue = queue.Queue()
 

@@ -5,8 +5,9 @@ and the step piece that launches it (`advance`, the last piece of Step.head). Th
 that step in the real engine: eager steps must leave the device position equal to the host's,
 no host write of the position may happen during a step, nothing the host computes per step may
 reach the launch, the kernel itself (not only its twin, which is what the engine runs on a
-laptop) must advance pos with exactly one writer on numba's CUDA simulator, and graph replays
-must decode the clean engine's tokens replay after replay.
+laptop) must advance pos with exactly one writer on numba's CUDA simulator, at the student's
+launch and at a wider one (one writer however wide the launch), and graph replays must decode
+the clean engine's tokens replay after replay.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import kernels
 from kernels import position
 from lab.backend import Buffer
 from lab.engine.step import Step
+from lab.errors import DeviceFault
 from lab.teach.verify import replay_check
 from .base import Exercise, Fail, Source, hold_kernel, need, variant, watched
 from .fixtures import PROMPT, TOKENS, boundary_prompt, clean_tokens, engine, first_difference
@@ -39,12 +41,15 @@ Write three things:
                                   launch(es) of your kernel: lab.engine.step.launch(kern,
                                   (grid, block), args). The position lives in self.dev.buf.pos.
 
+The kernel must be right however wide it is launched: guard the write so that exactly one
+thread of any launch writes pos[0].
+
 The check: 5 eager steps leave pos[0] == 5; no upload of pos during a step; no argument the host
-computes per step; your kernel itself, at your launch's grid and block, on numba's CUDA simulator
-(a laptop runs it there): pos[0] one further, written by exactly one thread of the launch, as
-your twin says; graph replays decode the clean engine's tokens across plan boundaries, and a
-4-replay byte comparison with the eager path passes. Calling kernels.position (the lab's own
-kernel) or Step.advance fails the check.
+computes per step; your kernel itself on numba's CUDA simulator (a laptop runs it there), at your
+launch's grid and block and again on 2 blocks of 32 threads: pos[0] one further, written by
+exactly one thread of the launch, as your twin says; graph replays decode the clean engine's
+tokens across plan boundaries, and a 4-replay byte comparison with the eager path passes.
+Calling kernels.position (the lab's own kernel) or Step.advance fails the check.
 """
 
 STUB = '''
@@ -207,12 +212,53 @@ def _per_step_values(eng) -> list[str]:
 
 
 _KERNEL_CASES = (0, 31, 100)     # pos[0] before the launch (31: the last step of a plan)
+WIDE = ((2,), (32,))             # a launch wider than the reference's: still exactly one writer
+_WIDE_NOTE = ("a launch wider than the reference's: the kernel must be right however wide it is "
+              "launched; guard the write so that exactly one thread of any launch writes it")
+
+
+def _advance_items(eng, cls) -> list:
+    """What AdvanceStep.advance() returns, as a list; a Fail naming a return that is not one."""
+    items = watched(_REFS, lambda: cls(eng).advance(), what="AdvanceStep.advance")
+    if items is None:
+        raise Fail("AdvanceStep.advance() returned None: return the list of its launches, "
+                   "[launch(advance_kernel, (grid, block), (self.dev.buf.pos,))]")
+    if not hasattr(items, "__iter__"):
+        raise Fail(f"AdvanceStep.advance() returned a {type(items).__name__}, not a list of "
+                   f"launches: return [launch(advance_kernel, (grid, block), "
+                   f"(self.dev.buf.pos,))]")
+    return watched(_REFS, list, items, what="AdvanceStep.advance")
+
+
+def _on_pos(items) -> list:
+    """The launches among `items` that take the position buffer."""
+    return [x for x in items if any(getattr(a, "name", "") == "pos"
+                                    for a in getattr(x, "args", ()))]
+
+
+def _moved_wrong(k: int, dev: int, items, backend: str) -> str:
+    """Why the device position after eager step k is `dev`, in words."""
+    moved = dev - (k - 1)
+    runs = (" (on the sim backend the engine runs your kernel's NumPy twin, not the kernel)"
+            if backend == "sim" else "")
+    if moved == 0:
+        why = ("nothing advances pos[0] inside the step: launch a kernel that adds 1 to it in "
+               "advance()")
+    elif moved > 1 and len(_on_pos(items)) > 1:
+        why = (f"pos moved by {moved} in one step: advance() launches {len(_on_pos(items))} "
+               f"kernels on pos, each adding 1: one launch, one thread of it adds 1")
+    elif moved > 1:
+        why = f"pos moved by {moved} in one step: exactly one thread of the launch may add 1"
+    else:
+        why = (f"pos moved by {moved} in one step (backwards, or set to a value of its own): "
+               f"the step adds exactly 1 to the position it reads")
+    return f"after {k} eager step(s) the device position is {dev}, expected {k}: {why}{runs}"
 
 
 def _kernel_case(eng, cls) -> str:
     """The student's advance launch(es), their own kernel at their own grid and block, on
     numba's CUDA simulator beside the lab's reference kernel: one further, one writer."""
-    items = watched(_REFS, lambda: list(cls(eng).advance()), what="AdvanceStep.advance")
+    items = _advance_items(eng, cls)
     ref = Source(REFERENCE, "advance reference").namespace().advance_kernel
     checked = 0
     for x in items:
@@ -230,42 +276,54 @@ def _kernel_case(eng, cls) -> str:
                     for j, a in enumerate(x.args)]
 
         def diagnose(cname, after, at=at):
-            p = int(cname.split()[-1])
-            return (f"case '{cname}': pos[0] went from {p} to {int(after[at][0])}: the kernel "
-                    f"must add exactly 1 to the position")
-        checked += hold_kernel(kern, x.grid, x.block, [(f"pos {p}", args(p)) for p in
-                                                       _KERNEL_CASES],
-                               ref, (1,), (1,), names, _REFS, diagnose,
-                               ref_index=[at])
+            p = int(cname.split()[1])
+            got = int(after[at][0])
+            how = ("did not move: nothing was added" if got == p else
+                   f"moved by {got - p}: one too many" if got == p + 2 else
+                   f"moved by {got - p}: too many (several writers adding 1?)" if got > p else
+                   f"moved by {got - p}: backwards, or set to a value of its own")
+            return (f"case '{cname}': pos[0] went from {p} to {got}, the reference kernel's to "
+                    f"{p + 1}; it {how}: the kernel must add exactly 1 to the position it reads")
+        cases = [(f"pos {p}", args(p)) for p in _KERNEL_CASES]
+        cases.append((f"pos 7 on {WIDE[0][0]} blocks of {WIDE[1][0]} threads", args(7),
+                      (*WIDE, _WIDE_NOTE)))
+        checked += hold_kernel(kern, x.grid, x.block, cases, ref, (1,), (1,), names, _REFS,
+                               diagnose, ref_index=[at])
     if not checked:
         raise Fail("advance() launches no kernel of yours on pos: launch advance_kernel, "
                    "declared with lab.teach.handson.kernel(...)")
-    return (f"your kernel on numba's CUDA simulator at its launch's geometry: "
-            f"{checked} cases, one writer, the reference's and the twin's values")
+    return (f"your kernel on numba's CUDA simulator at its launch's geometry and on "
+            f"{WIDE[0][0]} blocks of {WIDE[1][0]} threads: {checked} cases, one writer, the "
+            f"reference's and the twin's values")
 
 
 def cases(sol, backend):
     cls = _step_class(sol)
+    items = _advance_items(engine(backend, graph=False), cls)   # before an engine runs them
     eng = watched(_REFS, lambda: _warmed(engine(backend, graph=False, step=cls)),
                   what="building the engine with AdvanceStep")
     eng.reset(eng.encode(PROMPT))
     n_ops = len(eng.backend.ops)
+
+    def step(k):
+        try:
+            eng.step()
+            return eng.device_position()
+        except DeviceFault as exc:
+            raise Fail(f"eager step {k} faulted: a launch of it reads or writes out of bounds, "
+                       f"an illegal address on a GPU ({exc}) -- pos holds one element, pos[0]"
+                       + ("; on the sim backend the engine runs your kernel's NumPy twin: look "
+                          "at its indexing" if backend == "sim" else "")) from None
     for k in range(1, 6):
-        watched(_REFS, eng.step, what="an eager step of AdvanceStep")
+        dev = watched(_REFS, step, k, what="an eager step of AdvanceStep")
         writes = [o for o in eng.backend.ops[n_ops:]
                   if o.kind == "upload" and o.detail.startswith("pos")]
         if writes:
             raise Fail(f"the host writes the position during the step (an upload into pos in "
                        f"eager step {k}): a graph replay never re-runs a host write; advance "
                        f"pos with a kernel inside the step")
-        dev = eng.device_position()
         if dev != k:
-            hint = ("nothing advances pos[0] inside the step: launch a kernel that adds 1 to it "
-                    "in advance()" if dev == k - 1 else
-                    f"pos moved by {dev - k + 1} in one step: exactly one thread of the launch "
-                    f"may add 1" if dev > k else "pos[0] must end each step one further")
-            raise Fail(f"after {k} eager step(s) the device position is {dev}, expected {k}: "
-                       f"{hint}")
+            raise Fail(_moved_wrong(k, dev, items, backend))
     yield "5 eager steps advance pos[0] to 5"
     varying = _per_step_values(eng)
     if varying:

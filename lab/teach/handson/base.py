@@ -56,7 +56,7 @@ from lab.teach.selfcheck.checkers import CheckResult, _Fail as Fail, _run, _watc
 __all__ = ["Exercise", "Fail", "CheckResult", "Source", "kernel", "issue", "variant",
            "load_solution", "check_in_child", "watched", "need", "DEFAULT_TIMEOUT_S",
            "MEMORY_BUDGET", "kernel_source", "simulate", "hold_kernel", "geometry_fault",
-           "SIM_NOTE"]
+           "SIM_NOTE", "call_fault", "launch_fault"]
 
 DEFAULT_TIMEOUT_S = 120.0     # a check on the simulator takes seconds; an endless loop, for ever
 MEMORY_BUDGET = 2 << 30       # bytes a check may allocate beyond what its process holds at start
@@ -199,14 +199,113 @@ def watched(refs, fn, *args, what: str = "", **kwargs):
         except (Fail, MemoryError):    # a memory error is the check's to report (one line)
             raise
         except Exception as exc:       # the solution's bug, reported as a verdict
-            failure = f"{what or getattr(fn, '__name__', 'the solution')} raised " \
-                      f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            who = what or getattr(fn, '__name__', 'the solution')
+            wrong = call_fault(exc)
+            failure = f"{who}: {wrong}" if wrong else \
+                f"{who} raised {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
     if used:
         raise Fail(f"{what or 'the solution'} called {' and '.join(used)}, the lab's own code "
                    f"that this check compares against: write it yourself")
     if failure:
         raise Fail(failure)
     return out
+
+
+# ---- an exception the lab's code raised on the solution's call ----------------------------------
+_LAB_DIRS = tuple(str(Path(__file__).resolve().parents[3] / d) + os.sep for d in ("lab", "kernels"))
+_LAUNCH_FORM = "launch(kernel, (grid, block), args, layer)"
+
+
+def _is_lab(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_LAB_DIRS)
+
+
+def _is_solution(filename: str) -> bool:
+    """A frame of the solution's own code: not the lab's, not Python's, not a package's."""
+    if filename.startswith(("<frozen", "<string>")) or _is_lab(filename):
+        return False
+    path = os.path.abspath(filename) if not filename.startswith("<") else filename
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    return not any(path.startswith(p + os.sep) for p in prefixes if p)
+
+
+def _kind(v) -> str:
+    """What a launch() argument is: a kernel, a (grid, block) pair, a tuple of arguments, a
+    layer number (or None), something else."""
+    def dims(d):
+        return (isinstance(d, (tuple, list)) and 0 < len(d) <= 3
+                and all(isinstance(i, (int, np.integer)) for i in d))
+    if callable(getattr(v, "twin", None)) and hasattr(v, "name"):
+        return "a kernel"
+    if isinstance(v, (tuple, list)) and len(v) == 2 and all(dims(d) for d in v):
+        return "a (grid, block) pair"
+    if isinstance(v, (tuple, list)):
+        return "a tuple of the kernel's arguments"
+    if v is None or isinstance(v, (int, np.integer)):
+        return "a layer number"
+    return f"a {type(v).__name__}"
+
+
+def launch_fault(kern, geometry, args, layer=None) -> str | None:
+    """What is wrong with a call launch(kern, geometry, args, layer) (lab.engine.step.launch), in
+    words: arguments in each other's places, a geometry that is not (grid, block); None when
+    each argument is the kind its place takes."""
+    want = ("a kernel", "a (grid, block) pair", "a tuple of the kernel's arguments",
+            "a layer number")
+    place = ("kernel", "(grid, block)", "args", "layer")
+    got = tuple(_kind(v) for v in (kern, geometry, args, layer))
+    wrong = [i for i in range(4) if got[i] != want[i]]
+    if not wrong:
+        return None
+    if len(wrong) == 2 and got[wrong[0]] == want[wrong[1]] and got[wrong[1]] == want[wrong[0]]:
+        i, j = wrong
+        return (f"{_LAUNCH_FORM}: the arguments are in the wrong places -- its {place[i]} and "
+                f"its {place[j]} are swapped (in the place of the {place[i]} it got "
+                f"{got[i]})")
+    i = wrong[0]
+    if i == 1 and isinstance(geometry, (tuple, list)) and len(geometry) == 2:
+        return (f"{_LAUNCH_FORM}: its (grid, block) argument is {geometry!r}: the grid and the "
+                f"block are each a tuple of ints, e.g. ((n_blocks,), (threads,))")
+    return (f"{_LAUNCH_FORM}: argument {i + 1} (the {place[i]}) is {got[i]}, where {want[i]} "
+            f"goes: the arguments are in the wrong places")
+
+
+def call_fault(exc: BaseException) -> str | None:
+    """When `exc` was raised inside the lab's code called directly by the solution's (a
+    launch(), a grid helper), what the call did wrong, in words: the launch's arguments
+    in the wrong places, or (a TypeError or ValueError) the lab function, the values it was
+    given by name, and its parameters' order. None when the exception is the solution's own,
+    or the lab's own error (a LabError says what happened in its own words)."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    mine = [i for i, f in enumerate(frames) if _is_solution(f.f_code.co_filename)]
+    if not mine or mine[-1] + 1 >= len(frames):
+        return None
+    caller, callee = frames[mine[-1]], frames[mine[-1] + 1]
+    if not _is_lab(callee.f_code.co_filename):
+        return None
+    code, loc = callee.f_code, callee.f_locals
+    if code.co_name == "launch" and code.co_filename.endswith(os.path.join("engine", "step.py")):
+        words = launch_fault(loc.get("kern"), loc.get("geometry"), loc.get("args"),
+                             loc.get("layer"))
+        if words:
+            return words
+    if not isinstance(exc, (TypeError, ValueError)) or isinstance(exc, LabError):
+        return None          # not a refused argument: the lab's own words say what happened
+    params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    shown = ", ".join(f"{p}={_short(loc[p])}" for p in params if p in loc and p != "self")
+    module = callee.f_globals.get("__name__", "")
+    return (f"{module}.{code.co_name}({shown}), called by your {caller.f_code.co_name}, "
+            f"refused it ({type(exc).__name__}: {' '.join(str(exc).split())[:160]}): check the "
+            f"values you pass it, in its order ({', '.join(p for p in params if p != 'self')})")
+
+
+def _short(v, n: int = 40) -> str:
+    text = repr(v)
+    return text if len(text) <= n else text[:n - 3] + "..."
 
 
 # ---- the solution's kernel on numba's CUDA simulator -------------------------------------------
@@ -342,13 +441,13 @@ def geometry_fault(kname: str, grid, block, got, ref, arg_names, protect=None,
     Phase 1 is the first three, phase 2 the last two (a caller may name wrong values between)."""
     at = f"{kname} at grid {tuple(grid)} x block {tuple(block)}"
     if 1 in phases:
-        fault = _launch_fault(kname, at, block, got, ref, arg_names, empty)
+        fault = _launch_fault(kname, at, grid, block, got, ref, arg_names, empty)
         if fault or 2 not in phases:
             return fault
     return _element_fault(at, got, ref, arg_names, protect, pure)
 
 
-def _launch_fault(kname, at, block, got, ref, arg_names, empty) -> str | None:
+def _launch_fault(kname, at, grid, block, got, ref, arg_names, empty) -> str | None:
     if got.missing:
         return (f"{kname} uses {got.missing}, which numba's CUDA simulator does not have: this "
                 f"laptop check cannot run it; write the kernel without it, or check on a GPU "
@@ -377,6 +476,9 @@ def _launch_fault(kname, at, block, got, ref, arg_names, empty) -> str | None:
     if ref_any and not any(got.threads[j].any() for j in got.threads):
         if empty:
             return f"{kname} is empty: it writes nothing (fill in its body)"
+        if not all(int(v) > 0 for v in (*tuple(grid), *tuple(block))):
+            return (f"{at} writes nothing: a launch with a grid or block dimension of 0 has no "
+                    f"threads (each dimension is at least 1)")
         return (f"{at} writes nothing: no thread of the launch reached a write -- is the "
                 f"kernel's guard on a thread the launch has (e.g. cuda.threadIdx.x == 0 with "
                 f"block {tuple(block)})?")
@@ -416,7 +518,9 @@ def hold_kernel(kern, grid, block, cases, reference, ref_grid, ref_block, arg_na
                 twin_refs=(), diagnose=None, protect=None, what: str | None = None,
                 ref_index=None) -> int:
     """The solution's kernel `kern` (a KernelSpec with its twin) at (grid, block), on every case
-    ((name, args): arrays and scalars, in the kernel's order) under numba's CUDA simulator --
+    ((name, args): arrays and scalars, in the kernel's order; or (name, args, (grid, block,
+    note)): that case at a geometry of its own, `note` added to its verdict -- a launch wider
+    than the solution's, say) under numba's CUDA simulator --
     one child, one request, the reference kernel `reference` (a KernelSpec) at (ref_grid,
     ref_block) beside it -- and its twin in NumPy: a Fail naming the first mistake
     (`geometry_fault`; then values: `diagnose(case_name, args_after)` -> words or None, else
@@ -429,7 +533,8 @@ def hold_kernel(kern, grid, block, cases, reference, ref_grid, ref_block, arg_na
     ref_src, ref_name = kernel_source(reference)
     twin = getattr(kern, "twin", None)
     arrays, launches = {}, []
-    for c, (cname, args) in enumerate(cases):
+    cases = [tuple(c) if len(c) == 3 else (c[0], c[1], (grid, block, "")) for c in cases]
+    for c, (cname, args, (cgrid, cblock, _)) in enumerate(cases):
         keys = []
         for j, a in enumerate(args):
             if isinstance(a, np.ndarray):
@@ -439,38 +544,39 @@ def hold_kernel(kern, grid, block, cases, reference, ref_grid, ref_block, arg_na
                 keys.append((a.item() if isinstance(a, np.generic) else a,
                              np.asarray(a).dtype.name))
         watch = tuple(j for j, a in enumerate(args) if isinstance(a, np.ndarray))
-        launches.append(cudasim.Launch(f"{cname}: yours", f"yours:{name}", tuple(grid),
-                                       tuple(block), keys, watch))
+        launches.append(cudasim.Launch(f"{cname}: yours", f"yours:{name}", tuple(cgrid),
+                                       tuple(cblock), keys, watch))
         rk = [keys[j] for j in ref_index] if ref_index is not None else keys
         launches.append(cudasim.Launch(f"{cname}: reference", f"ref:{ref_name}",
                                        tuple(ref_grid), tuple(ref_block), rk,
                                        tuple(i for i, k in enumerate(rk) if isinstance(k, str))))
     results = simulate(launches, arrays, {"yours": src, "ref": ref_src}, what=f"{kname} (yours)")
     empty = _is_empty(getattr(kern, "py_func", kern))
-    for c, (cname, args) in enumerate(cases):
+    for c, (cname, args, (cgrid, cblock, note)) in enumerate(cases):
         got, ref = results[2 * c], _as_yours(results[2 * c + 1], args, ref_index)
         if ref.error:
             raise Fail(f"the check's reference kernel failed on the simulator ({ref.error})")
         keep = (protect or {}).get(cname)
-        fault = geometry_fault(kname, grid, block, got, ref, arg_names, keep, (), empty, (1,))
+        tail = f" ({note})" if note else ""
+        fault = geometry_fault(kname, cgrid, cblock, got, ref, arg_names, keep, (), empty, (1,))
         if fault:
-            raise Fail(f"case '{cname}': {fault}")
+            raise Fail(f"case '{cname}': {fault}{tail}")
         after = [got.arrays.get(j, a) for j, a in enumerate(args)]
         differ = [j for j in got.arrays if not _same_bits(got.arrays[j], ref.arrays[j]).all()]
         if differ:
             words = diagnose(cname, after) if diagnose else None
             if words:
-                raise Fail(f"your kernel {kname} on numba's CUDA simulator: {words}")
+                raise Fail(f"your kernel {kname} on numba's CUDA simulator: {words}{tail}")
             j = differ[0]
             raise Fail(f"case '{cname}': your kernel {kname} leaves {arg_names[j]} = "
                        f"{got.arrays[j].ravel()[:8].tolist()}, the reference kernel "
-                       f"{ref.arrays[j].ravel()[:8].tolist()}: wrong values")
-        fault = geometry_fault(kname, grid, block, got, ref, arg_names, keep, (), empty, (2,))
+                       f"{ref.arrays[j].ravel()[:8].tolist()}: wrong values{tail}")
+        fault = geometry_fault(kname, cgrid, cblock, got, ref, arg_names, keep, (), empty, (2,))
         if fault:
-            raise Fail(f"case '{cname}': {fault}")
+            raise Fail(f"case '{cname}': {fault}{tail}")
         if callable(twin):
             mine = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-            watched(twin_refs, twin, tuple(grid), tuple(block), *mine,
+            watched(twin_refs, twin, tuple(cgrid), tuple(cblock), *mine,
                     what=f"your twin of {kname}")
             for j in got.arrays:
                 if not _same_bits(mine[j], got.arrays[j]).all():
@@ -479,9 +585,12 @@ def hold_kernel(kern, grid, block, cases, reference, ref_grid, ref_block, arg_na
                                f"{got.arrays[j].ravel()[:8].tolist()}, your twin "
                                f"{mine[j].ravel()[:8].tolist()}: the twin must do what the "
                                f"kernel does (the engine runs the twin on a laptop, a GPU "
-                               f"runs the kernel)")
-    print(f"{kname} on numba's CUDA simulator at grid {tuple(grid)} x block {tuple(block)}: "
-          f"{len(cases)} cases, the reference kernel's values, one writer per element (the "
+                               f"runs the kernel){tail}")
+    wider = sorted({(tuple(g), tuple(b)) for _, _, (g, b, _) in cases} - {(tuple(grid),
+                                                                          tuple(block))})
+    also = "".join(f" and grid {g} x block {b}" for g, b in wider)
+    print(f"{kname} on numba's CUDA simulator at grid {tuple(grid)} x block {tuple(block)}"
+          f"{also}: {len(cases)} cases, the reference kernel's values, one writer per element (the "
           f"simulator runs blocks one after another: a race between blocks, one reading what "
           f"another writes, does not show there)")
     return len(cases)
@@ -561,8 +670,9 @@ def _child(conn, exercise: Exercise, solution, backend: str, scratch: str,
     except MemoryError:
         memory = True
     except BaseException as exc:                      # the check itself broke: say so, one line
-        res = CheckResult(exercise.name, False, f"the check stopped: {type(exc).__name__}: "
-                          f"{' '.join(str(exc).split())[:300]}", 0)
+        wrong = call_fault(exc) if isinstance(exc, Exception) else None
+        res = CheckResult(exercise.name, False, wrong or f"the check stopped: "
+                          f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", 0)
     if memory:                                        # (the solution's memory is freed by now)
         res = _memory_verdict(exercise.name)
     if refused:

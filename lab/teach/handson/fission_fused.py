@@ -17,7 +17,8 @@ from lab.engine.step import FusedStep
 from lab.teach.verify import decode_after_prompt, replay_check
 from .base import Exercise, Fail, need, variant, watched
 from .base import Source
-from .fission import REPS, lab_grids, launch_names, layer_weights, price
+from .fission import (REPS, argument_fault, lab_grids, launch_names, layer_weights,
+                      missing_or_extra, price)
 from .fixtures import PROMPT, TOKENS, engine, prompt_ids, two_layer_model
 
 # the fused step whose attention this exercise splits: LAB_FUSION=1 with the heads tail
@@ -46,8 +47,9 @@ a generator of launches (lab.engine.step.launch(kernel, (grid, block), args, lay
 
 The check (on a model of two layers): two more launches per layer; each layer's launches take
 that layer's weights; tokens and logits identical to attn_fused's, eagerly and across 4 replays;
-the lab's kernels at your grids and blocks on numba's CUDA simulator (a laptop runs them there):
-each element written by exactly one thread, the bits of the lab's geometry; then the split's
+the lab's kernels at your grids and blocks, at every plan (attn_partial_wide's grid follows
+plan.splits), on numba's CUDA simulator (a laptop runs them there): each element written by
+exactly one thread, the bits of the lab's geometry; then the split's
 price, eager and captured: it must lose eagerly and win captured. Calling
 FusedStep.attention_split (the lab's own split) fails the check.
 """
@@ -121,9 +123,12 @@ SPLIT = ["attn_partial_wide", "attn_merge", "attn_project_heads"]
 _REFS = (("lab.engine.step.FusedStep.attention_split", FusedStep.attention_split),)
 
 
-def _order(names: list[str]) -> None:
+def _order(names: list[str], clean: list[str]) -> None:
     """Fail naming the mistake when a layer's launches are not the fused step's with attn_fused
     replaced by the three phases, in order."""
+    if names == clean:
+        raise Fail(f"a layer issues {len(names)} launches, the fused step {len(clean)}: the "
+                   f"split is three ({', '.join(SPLIT)}) where attn_fused is one")
     if "attn_fused" in names:
         raise Fail(f"a layer's launches are {names}: attn_fused is still there; the split is "
                    f"three launches ({', '.join(SPLIT)}) in its place")
@@ -135,10 +140,16 @@ def _order(names: list[str]) -> None:
         raise Fail("the projection is one matvec_residual over all of d_model: another summation "
                    "order than attn_fused's, which sums each head's dot in head order; use "
                    "fused_split.attn_project_heads")
+    at = clean.index("attn_fused")
+    words = missing_or_extra(names, clean[:at] + SPLIT + clean[at + 1:],
+                             f"the split is {', '.join(SPLIT)} (the partials, their merge into "
+                             f"o, the heads' projection added into x), where attn_fused was")
+    if words:
+        raise Fail(words)
     phases = [n for n in names if n in SPLIT]
     if phases != SPLIT:
         why = ("the projection runs BEFORE the merge: it reads the o of the step before"
-               if phases[:2] == ["attn_partial_wide", "attn_project_heads"] else
+               if phases.index("attn_project_heads") < phases.index("attn_merge") else
                f"the three phases in order are {', '.join(SPLIT)}")
         raise Fail(f"a layer's split launches are {phases}: {why}")
 
@@ -151,12 +162,9 @@ def cases(sol, backend):
     model = two_layer_model()
     split = watched(_REFS, engine, backend, graph=False, **HEADS, step=cls, model=model,
                     what="building SplitAttention")
-    names = launch_names(split)
+    names = watched(_REFS, launch_names, split, what="SplitAttention.attend")
     clean = launch_names(engine(backend, graph=False, **HEADS, model=model))
-    if len(names) != len(clean) + 2:
-        raise Fail(f"a layer issues {len(names)} launches, the fused step {len(clean)}: the "
-                   f"split is three ({', '.join(SPLIT)}) where attn_fused is one")
-    _order(names)
+    _order(names, clean)
     yield f"two more launches per layer: {', '.join(SPLIT)}"
     ref = engine(backend, graph=False, **HEADS, model=model,
                  step=Source(REFERENCE, "fission_fused reference").namespace().SplitAttention)
@@ -171,11 +179,15 @@ def cases(sol, backend):
     mine = engine(backend, **HEADS, step=cls, model=model)
     got = watched(_REFS, decode_after_prompt, mine, ids, TOKENS, False,
                   what="decoding with SplitAttention")[0]
-    if list(got.tokens) != list(one.tokens):
-        raise Fail("the split decodes other tokens than attn_fused")
-    if got.logits.tobytes() != one.logits.tobytes():
-        raise Fail("the split's logits differ from attn_fused's in their bits: keep its "
-                   "summation order (its partials, the merge, the heads summed in head order)")
+    if list(got.tokens) != list(one.tokens) or got.logits.tobytes() != one.logits.tobytes():
+        args = argument_fault(mine.step_launches(mine.plan(0)), ref.step_launches(ref.plan(0)),
+                              set(SPLIT))
+        if list(got.tokens) != list(one.tokens):
+            raise Fail("the split decodes other tokens than attn_fused" +
+                       (f": {args}" if args else ""))
+        raise Fail(f"the split's logits differ from attn_fused's in their bits: " + (
+            args or "keep its summation order (its partials, the merge, the heads summed in "
+                    "head order)"))
     rep = watched(_REFS, replay_check, engine(backend, **HEADS, step=cls, model=model),
                   [PROMPT], replays=4, what="replay_check")
     if not rep.ok:
