@@ -104,7 +104,7 @@ def test_prewarm_names_graphs_switched_off_and_work_run_inside_a_capture():
     _fails_naming("prewarm", "def pre_warm(engine):\n"
                              "    engine.cfg = engine.cfg.replace(graph=False)\n",
                   "pre_warm changed engine.cfg", "put the configuration back")
-    opened = ("    for position in", "    engine.backend.begin_capture()\n    for position in")
+    opened = ("    for plan in", "    engine.backend.begin_capture()\n    for plan in")
     _fails_naming("prewarm", _ref("prewarm", opened), "OUTSIDE any capture")
 
 
@@ -152,7 +152,7 @@ def test_fallback_names_an_except_that_catches_every_error():
 
 # ---- replay_test -------------------------------------------------------------------------------
 def test_replay_test_names_a_prompt_of_its_own_and_a_test_the_wrong_way_round():
-    own = ("    engine.reset(prompt_ids, n)", "    engine.reset(engine.encode('ROMEO.\\n'), n)")
+    own = ("    engine.reset(prompt_ids)", "    engine.reset(engine.encode('ROMEO.\\n'))")
     _fails_naming("replay_test", _ref("replay_test", own),
                   "never reset the engine with the prompt it was given")
     _fails_naming("replay_test", _ref("replay_test", ("    return a == b", "    return a != b")),
@@ -167,8 +167,8 @@ def test_replay_test_names_logits_rounded_before_the_comparison():
 
 # ---- aa_control --------------------------------------------------------------------------------
 def test_aa_control_names_verdicts_swapped_and_b_judged_before_the_control():
-    swapped = ('return "same" if same(a1, run_b()) else "different"',
-               'return "different" if same(a1, run_b()) else "same"')
+    swapped = ('return "same" if run_bytes(run_b) == a1 else "different"',
+               'return "different" if run_bytes(run_b) == a1 else "same"')
     _fails_naming("aa_control", _ref("aa_control", swapped), "the wrong way round")
     _fails_naming("aa_control", '''
 import numpy as np

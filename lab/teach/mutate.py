@@ -147,6 +147,10 @@ def verdict(exercise: str, op: str, passed: bool, message: str) -> str:
 # each is re-run with DECODE_LAB_FIXTURE=large by scripts/mutation_score.py.
 _ALTERNATION = ("the reps alternate starting with the other order; any alternation start is "
                 "valid, and the check must accept it")
+_ONE_THREAD = ("the reference launches one thread (grid (1,) x block (1,)): thread 0 of block 0 "
+               "is the launch's only thread, so a guard that turns away other threads, or none, "
+               "leaves the same one thread doing the work (a wider launch with a missing or "
+               "partial guard fails: the known wrong solutions 'every thread' and 'two blocks')")
 EQUIVALENT: dict[str, dict[str, str]] = {
     "aa_gate": {
         'comparison aa_gate: `==` -> `!=` in `for name in (("A", "A\'") if rep % 2 == 0 else '
@@ -154,14 +158,9 @@ EQUIVALENT: dict[str, dict[str, str]] = {
         'constant aa_gate: `0` -> `1` in `for name in (("A", "A\'") if rep % 2 == 0 else '
         '("A\'", "A")):`': _ALTERNATION,
         'swapped_args aa_gate: args 1,2 of zip() swapped in `for (ta, la), (tb, lb) in '
-        'zip(out["A"], out["A\'"]):`': "the byte comparison of each pair is symmetric",
-        "constant aa_gate: `0.0` -> `1.0` in `t = (0.0 if mean == 0 else math.copysign("
-        "math.inf, mean)) if sem == 0 else mean / sem`":
-            "all differences 0: t = 1 instead of 0, and the t distribution's two-sided "
-            "critical value is above 1 at every rep count, so the gate passes either way",
-        "constant aa_gate: `0.0` -> `-1.0` in `t = (0.0 if mean == 0 else math.copysign("
-        "math.inf, mean)) if sem == 0 else mean / sem`":
-            "all differences 0: |t| = 1 instead of 0, below every two-sided critical value",
+        'zip(out["A"], out["A\'"]):`':
+            "the pairs are the same reps with A' first: each pair's bytes are compared with ==, "
+            "which is symmetric, so no pair's verdict (and not the gate's) changes",
     },
     "variance": {
         "comparison measure: `==` -> `!=` in `for name in (names if rep % 2 == 0 else "
@@ -175,27 +174,62 @@ EQUIVALENT: dict[str, dict[str, str]] = {
         "constant leave_one_out: `0` -> `1` in `for off in (arms if rep % 2 == 0 else "
         "arms[::-1]):`": _ALTERNATION,
     },
-    "aa_control": {
-        "swapped_args same: args 1,2 of zip() swapped in `return all(np.asarray(a).tobytes() "
-        "== np.asarray(b).tobytes() for a, b in zip(x, y))`":
-            "the byte comparison of each pair is symmetric",
-    },
     "replay_test": {
-        "constant replays_match: `8` -> `9` in `n = 8`":
-            "9 replays: any count of three or more replays catches every replay bug the spec "
-            "names",
-        "constant replays_match: `8` -> `7` in `n = 8`":
-            "7 replays: any count of three or more replays catches every replay bug",
-        "off_by_one run: range bound `n` -> `n + 1` in `for _ in range(n):`":
-            "both arms compare n + 1 steps: three or more replays, the same in both arms",
+        "off_by_one run: range bound `8` -> `9` in `for _ in range(8): # replays of one graph, "
+        "and a plan change`":
+            "9 decode steps in each arm instead of 8: the spec asks for three or more replays "
+            "of one graph (any n of them is right), and 9 catches every replay bug that 8 does "
+            "(each fixture's bug shows by the third launch of a graph)",
+        "off_by_one run: range bound `8` -> `7` in `for _ in range(8): # replays of one graph, "
+        "and a plan change`":
+            "7 decode steps in each arm instead of 8: still three or more replays of one graph "
+            "after the prompt and after the boundary prompt's plan change (the spec leaves n to "
+            "the student), so every fixture's bug shows before the last step",
+    },
+    "accept": {
+        "swapped_args accept_twin: args 1,2 of max() swapped in `g = q - max(p + 1, n_p) + 1`":
+            "max is symmetric: max(n_p, p + 1) is max(p + 1, n_p)",
+        "swapped_args accept_kernel: args 1,2 of max() swapped in "
+        "`g = q - max(p + 1, n_p) + 1`":
+            "max is symmetric: max(n_p, p + 1) is max(p + 1, n_p)",
+        "removed_statement accept_kernel: removed `if cuda.threadIdx.x != 0 or"
+        " cuda.blockIdx.x != …` in `if cuda.threadIdx.x != 0 or cuda.blockIdx.x != 0: # one"
+        " thread does the work`":
+            _ONE_THREAD,
+        "removed_statement accept_kernel: removed `return` in `return`": _ONE_THREAD,
+        "thread_guard accept_kernel: guard removed in `if cuda.threadIdx.x != 0 or"
+        " cuda.blockIdx.x != 0: # one thread does the work`":
+            _ONE_THREAD,
+        "thread_guard accept_kernel: `cuda.threadIdx.x != 0` dropped from the guard in `if"
+        " cuda.threadIdx.x != 0 or cuda.blockIdx.x != 0: # one thread does the work`":
+            _ONE_THREAD,
+        "thread_guard accept_kernel: `cuda.blockIdx.x != 0` dropped from the guard in `if"
+        " cuda.threadIdx.x != 0 or cuda.blockIdx.x != 0: # one thread does the work`":
+            _ONE_THREAD,
+        "thread_guard accept_kernel: `cuda.threadIdx.x != 0` -> `< 0` in `if cuda.threadIdx.x"
+        " != 0 or cuda.blockIdx.x != 0: # one thread does the work`":
+            _ONE_THREAD,
+        "thread_guard accept_kernel: `cuda.blockIdx.x != 0` -> `< 0` in `if cuda.threadIdx.x"
+        " != 0 or cuda.blockIdx.x != 0: # one thread does the work`":
+            _ONE_THREAD,
+        "constant AcceptStep.accept: `1` -> `2` in `return launch(accept_kernel, ((1,),"
+        " (1,)), (s.cols, s.pred, b.pos, b.n_prompt, b.limit, b.tokens, s.stats))`":
+            "a grid of 2 blocks: the kernel's guard keeps thread 0 of block 0 the one writer "
+            "however wide the launch",
+        "constant AcceptStep.accept: `1` -> `2` in `return launch(accept_kernel, ((1,),"
+        " (1,)), (s.cols, s.pred, b.pos, b.n_prompt, b.limit, b.tokens, s.stats))` #1":
+            "a block of 2 threads: the kernel's guard keeps thread 0 of block 0 the one writer "
+            "however wide the launch",
     },
     "advance": {
         "constant AdvanceStep.advance: `1` -> `2` in `return [launch(advance_kernel, ((1,), "
         "(1,)), (self.dev.buf.pos,))]`":
-            "a grid of 2 blocks: the kernel's guard keeps one writer however wide the launch",
+            "a grid of 2 blocks: the kernel's guard keeps one writer however wide the launch "
+            "(the check runs every kernel on 2 blocks of 32 threads as well)",
         "constant AdvanceStep.advance: `1` -> `2` in `return [launch(advance_kernel, ((1,), "
         "(1,)), (self.dev.buf.pos,))]` #1":
-            "a block of 2 threads: the kernel's guard keeps one writer however wide the launch",
+            "a block of 2 threads: the kernel's guard keeps one writer however wide the launch "
+            "(the check runs every kernel on 2 blocks of 32 threads as well)",
     },
 }
 

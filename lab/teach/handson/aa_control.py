@@ -15,6 +15,7 @@ import numpy as np
 
 from lab.measure.stats import aa_verdict, outputs_differ
 from .base import Exercise, Fail, need, variant, watched
+from .crash import explained
 from .fixtures import PROMPT, engine
 
 SPEC = """
@@ -49,31 +50,45 @@ REFERENCE = '''
 import numpy as np
 
 
-def same(x, y):
-    return all(np.asarray(a).tobytes() == np.asarray(b).tobytes() for a, b in zip(x, y))
+def run_bytes(run):
+    """One independent run: its token ids and its logits, as bytes."""
+    return tuple(np.asarray(x).tobytes() for x in run())
 
 
 def ab_verdict(run_a, run_b):
-    a1, a2 = run_a(), run_a()                 # A/A first: two independent runs of A
+    a1, a2 = run_bytes(run_a), run_bytes(run_a)      # A/A first: two independent runs of A
+    if a1 != a2:
+        return "broken"
+    return "same" if run_bytes(run_b) == a1 else "different"
+'''
+
+# A against B at once, no control
+_CONTROL = ("    a1, a2 = run_bytes(run_a), run_bytes(run_a)"
+            "      # A/A first: two independent runs of A\n")
+NO_CONTROL = variant(REFERENCE, _CONTROL + """    if a1 != a2:
+        return "broken"
+""", "    a1 = run_bytes(run_a)\n")
+
+# the token ids compared, not the logits (two tokens: a frozen pointer changes the second
+# step's logits, not yet a token id)
+TOKENS_ONLY = variant(REFERENCE, "for x in run())", "for x in run()[:1])")
+# the logits compared, not the token ids
+LOGITS_ONLY = variant(REFERENCE, "for x in run())", "for x in run()[1:])")
+# within a tolerance: one ulp apart is "the same"
+TOLERANCE = '''
+import numpy as np
+
+
+def same(x, y):
+    return all(np.allclose(a, b) for a, b in zip(x, y))
+
+
+def ab_verdict(run_a, run_b):
+    a1, a2 = run_a(), run_a()
     if not same(a1, a2):
         return "broken"
     return "same" if same(a1, run_b()) else "different"
 '''
-
-# A against B at once, no control
-NO_CONTROL = variant(REFERENCE, '''    a1, a2 = run_a(), run_a()                 # A/A first: two independent runs of A
-    if not same(a1, a2):
-        return "broken"
-''', "    a1 = run_a()\n")
-
-# the token ids compared, not the logits (two tokens: a frozen pointer changes the second
-# step's logits, not yet a token id)
-TOKENS_ONLY = variant(REFERENCE, "for a, b in zip(x, y))", "for a, b in zip(x[:1], y[:1]))")
-# the logits compared, not the token ids
-LOGITS_ONLY = variant(REFERENCE, "for a, b in zip(x, y))", "for a, b in zip(x[1:], y[1:]))")
-# within a tolerance: one ulp apart is "the same"
-TOLERANCE = variant(REFERENCE, "np.asarray(a).tobytes() == np.asarray(b).tobytes()",
-                    "np.allclose(a, b)")
 
 CONTEXT, TOKENS = 100, 2
 
@@ -176,7 +191,8 @@ def cases(sol, backend):
     yield from _real_cases(fn, backend)
     for label, outs_a, outs_b, want, hint in _made_up(backend):
         a_calls: list = []
-        got = watched(_REFS, fn, _copies(*outs_a, calls=a_calls), _copies(*outs_b),
+        got = watched(_REFS, explained(fn, f"ab_verdict ({label})"),
+                      _copies(*outs_a, calls=a_calls), _copies(*outs_b),
                       what=f"ab_verdict ({label})")
         if got == want:
             yield label
@@ -192,7 +208,8 @@ def _real_cases(fn, backend):
         want = _truth(backend, kv_init, bugs)
         a_calls: list = []
         run_a = _run(backend, kv_init, False, calls=a_calls)
-        got = watched(_REFS, fn, run_a, _run(backend, kv_init, True, bugs),
+        got = watched(_REFS, explained(fn, f"ab_verdict ({label})"), run_a,
+                      _run(backend, kv_init, True, bugs),
                       what=f"ab_verdict ({label})")
         if got is None:
             raise Fail("ab_verdict returned None: fill in the stub (# FILL ME IN)")

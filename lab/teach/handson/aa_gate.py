@@ -19,6 +19,7 @@ import numpy as np
 from lab.measure import bench
 from lab.measure.stats import aa_verdict, mean_sem, outputs_differ, paired_t, t_critical
 from .base import Exercise, Fail, need, variant, watched
+from .crash import explained
 from .fixtures import PROMPT, cfg, small_model
 from .variance import alternation_problem
 
@@ -181,11 +182,17 @@ def _skewed() -> tuple[list[float], list[float]]:
     return a, [x + (0.0 if k < 3 else 0.009765625) for k, x in enumerate(a)]
 
 
-def _fixture(label, reps, t=None, times=None, a2_outs=None, hint=""):
+def _fixture(label, reps, t=None, times=None, a2_outs=None, hint="", critical=None):
     a, a2 = times if times is not None else _times(reps, t)
     same = [_out() for _ in range(reps)]
     return {"label": label, "a": a, "a2": a2, "oa": same, "oa2": a2_outs or same,
-            "critical": t_critical(0.01, reps - 1), "hint": hint}
+            "critical": t_critical(0.01, reps - 1) if critical is None else critical,
+            "hint": hint}
+
+
+# 2 reps whose differences are 3/64 and 1/64 ms: mean 1/32, sem 1/64 (sd sqrt(2)/64 over
+# sqrt(2)), t = 2 exactly however it is computed (by hand, numpy, statistics, scipy)
+_TIE = ([0.5, 0.5], [0.546875, 0.515625])
 
 
 def _differs_at(reps: int, k: int, **change) -> list:
@@ -216,9 +223,17 @@ _FIXTURES = [
     _fixture("16 reps whose |t| is 2.98 (the critical value at 16 reps: 2.95)", 16, t=2.98,
              hint="judge |t| against `critical`, the t distribution's value for these reps, not a "
                   "fixed threshold such as 3"),
+    _fixture("2 reps whose |t| is exactly the critical value given (2.0): a tie passes", 2,
+             times=_TIE, critical=2.0,
+             hint="a |t| exactly at the threshold passes: the gate fails only when |t| > "
+                  "critical, so pass on |t| <= critical (not <)"),
     _fixture("4 reps, every difference 0", 4, times=([0.0703125] * 4, [0.0703125] * 4),
              hint="every difference is 0, so the sem is 0 and t = 0 (the spec's convention; "
                   "0/0 in NumPy or scipy gives nan): the gate passes"),
+    _fixture("4 reps, every difference 0, a critical value of 0.5 given", 4,
+             times=([0.0703125] * 4, [0.0703125] * 4), critical=0.5,
+             hint="every difference is 0, so the sem is 0 and t = 0 (the spec's convention), "
+                  "within any critical value: the gate passes"),
     _fixture("4 reps, every difference the same 0.0078125 ms", 4,
              times=([0.0703125] * 4, [0.078125] * 4),
              hint="every difference is the same nonzero value: the sem is 0 and |t| = inf (the "
@@ -255,6 +270,8 @@ _FLAWS = {   # a wrong gate, modelled, and what its verdict says
                 "share cancels, not an unpaired (Welch or pooled) comparison of two means",
     "fixed 3": "judge |t| against `critical`, the t distribution's value for these reps, not a "
                "fixed 3",
+    "a tie fails": "a |t| exactly at the threshold passes: the gate fails only when |t| > "
+                   "critical, so pass on |t| <= critical (not <)",
     "nan at sem 0": "when every difference is 0 the sem is 0 and t = 0 (the spec's convention), "
                     "not the nan that 0/0 gives: handle that case yourself",
     "t = 0 at sem 0": "when every difference is the same nonzero value the sem is 0 and |t| = inf "
@@ -308,6 +325,8 @@ def gate_model(fx: dict, flaw: str | None = None) -> bool:
         return t <= critical
     if flaw == "one-sided, the other side":
         return t >= -critical
+    if flaw == "a tie fails":
+        return abs(t) < critical
     return abs(t) <= (3.0 if flaw == "fixed 3" else critical)
 
 
@@ -333,8 +352,13 @@ def _ask(fn, fx: dict) -> bool:
             order.append(name)
             return run()
         return one
-    got = watched(_REFS, fn, arm("A", fx["a"], fx["oa"]), arm("A'", fx["a2"], fx["oa2"]), reps,
-                  fx["critical"], what=f"aa_gate ({fx['label']})")
+    try:
+        got = watched(_REFS, explained(fn, f"aa_gate ({fx['label']})"),
+                      arm("A", fx["a"], fx["oa"]), arm("A'", fx["a2"], fx["oa2"]), reps,
+                      fx["critical"], what=f"aa_gate ({fx['label']})")
+    except Fail as exc:
+        _order_before_a_crash(order, reps, fx["label"], exc)
+        raise
     _held_to_the_order(got, order, reps, fx["label"],
                        lambda k: not (_same(fx["oa"][k][0], fx["oa2"][k][0])
                                       and _same(fx["oa"][k][1], fx["oa2"][k][1])))
@@ -342,6 +366,17 @@ def _ask(fn, fx: dict) -> bool:
 
 
 PRIME = "A'"
+
+
+def _order_before_a_crash(order: list, reps: int, label: str, exc: Fail) -> None:
+    """A gate that stopped on an exception after running its reps: when the reps it ran were
+    not `reps` alternating rounds, that is its mistake (the exception only followed from it)."""
+    if len(order) != 2 * reps:
+        return
+    problem = alternation_problem(order, ["A", "A'"], reps)
+    if problem:
+        raise Fail(f"{label}: {problem} (and your gate then stopped on an exception)") \
+            from None
 
 
 def _held_to_the_order(got, order, reps, label, outputs_differ_at) -> None:
@@ -468,9 +503,14 @@ def cases(sol, backend):
         for arm in arms:
             run(arm.use())                                   # warm-up, untimed
         calls, order = {"A": [], "A'": []}, []
-        got = watched(_REFS, fn, _recorded(arms[0], run, calls, order),
-                      _recorded(arms[1], run, calls, order), REPS, critical,
-                      what=f"aa_gate ({label})")
+        try:
+            got = watched(_REFS, explained(fn, f"aa_gate ({label})"),
+                          _recorded(arms[0], run, calls, order),
+                          _recorded(arms[1], run, calls, order), REPS, critical,
+                          what=f"aa_gate ({label})")
+        except Fail as exc:
+            _order_before_a_crash(order, REPS, label, exc)
+            raise
         _held_to_the_order(got, order, REPS, label, lambda k: bool(outputs_differ(
             [calls["A"][k][1]], [calls["A'"][k][1]])))
         n = min(len(calls["A"]), len(calls["A'"]))

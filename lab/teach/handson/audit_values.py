@@ -16,6 +16,7 @@ import dataclasses
 from lab.engine.step import Step, launch
 from lab.teach.audit import audit
 from .base import Exercise, Fail, need, variant, watched
+from .crash import explained
 from .fixtures import engine
 
 SPEC = """
@@ -246,7 +247,8 @@ def cases(sol, backend):
     (fn,) = need(sol, ("audit_values",))
     for label, kw in _CASES:
         positions, want, values, kinds = expected(engine(backend, **kw))
-        got = watched((("lab.teach.audit.audit", audit),), fn, engine(backend, **kw),
+        got = watched((("lab.teach.audit.audit", audit),),
+                      explained(fn, f"audit_values ({label})"), engine(backend, **kw),
                       list(positions), what=f"audit_values ({label})")
         if not isinstance(got, dict):
             raise Fail(f"audit_values returned {type(got).__name__} ({label}): return a dict")
@@ -264,13 +266,14 @@ def cases(sol, backend):
                            f"{hint}")
         extra = sorted(set(got) - set(want), key=str)
         if len(extra) > 2 * max(1, len(want)):
-            raise Fail(f"{label}: you flagged {len(extra)} values that are the same at every "
-                       f"position, {extra[0]} among them: flag a value only when it differs "
+            raise Fail(f"{label}: you flagged {len(extra)} values that the audit says are the "
+                       f"same at every position, {extra[0]} among them: flag a value only when it "
+                       f"differs "
                        f"between the positions, reading each launch at EVERY position you are "
                        f"given")
         if extra:
-            raise Fail(f"{label}: you flagged {extra[0]} ({got[extra[0]]!r}), which is the same at "
-                       f"every step: nothing there for a capture to freeze")
+            raise Fail(f"{label}: you flagged {extra[0]} ({got[extra[0]]!r}), which the audit "
+                       f"says is the same at every step: nothing there for a capture to freeze")
         yield label
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from lab.backend.instrument import LaunchBill, launch_bill
 from lab.model import load_model
 from .base import Exercise, Fail, need, variant, watched
+from .crash import explained
 from .fixtures import PROMPT, engine
 
 SPEC = """
@@ -79,6 +80,8 @@ _BUDGETS = ((47.0, 2790, "the lecture's 47 ms over 2790 launches"),
             (38.3, 4257, "the lecture's captured step: 38.3 ms over 4257 nodes"),
             (0.2, 13, "0.2 ms over 13 launches"), (0.05, 13, "0.05 ms over 13 launches"),
             (0.5, 50, "0.5 ms over 50 launches: exactly 10 us, which is not under 10"),
+            (0.49975, 50, "0.49975 ms over 50 launches: 9.995 us, just under 10"),
+            (0.50025, 50, "0.50025 ms over 50 launches: 10.005 us, just over 10"),
             (0.1, 1000, "0.1 ms over 1000 launches"))
 # wrong readings of the budget rule, each told apart from the right one by the cases above
 _BUDGET_MISTAKES = (
@@ -122,7 +125,8 @@ def _count_hint(got, want, inside, outside, recs, replayed, eager, ran_step, bef
     the number and what the solution ran tell."""
     if replayed and not eager:
         return ("the step you counted was a graph replay, which logs one graph launch and not "
-                "its kernels: count an eager step")
+                "its kernels: count an eager step (engine.cfg = engine.cfg.replace(graph=False) "
+                "first; without it the engine, in graph mode, replays)")
     if got == 0 and not ran_step:
         return ("you ran no step, and the step the engine ran last was a graph replay, whose "
                 "kernels the launch log does not list: make the next step eager (engine.cfg = "
@@ -147,11 +151,28 @@ def _count_hint(got, want, inside, outside, recs, replayed, eager, ran_step, bef
     return "count every launch one eager step logs, once"
 
 
+def _cut(answers: list) -> tuple[float, float] | None:
+    """(the largest budget answered True, the smallest answered False), when the answers are
+    those of a threshold on the budget (True below it, False above) that is not 10 us."""
+    us = [1000.0 * ms / n for ms, n, _ in _BUDGETS]
+    yes = [u for u, a in zip(us, answers) if a]
+    no = [u for u, a in zip(us, answers) if not a]
+    if not yes or not no or max(yes) >= min(no) or max(yes) < 10.0 <= min(no):
+        return None
+    return max(yes), min(no)
+
+
 def _pays_hint(answers: list) -> str:
     """The mistake whose model gives every answer the solution gave, or the rule itself."""
     for model, why in _BUDGET_MISTAKES:
         if all(bool(model(ms, n)) == got for (ms, n, _), got in zip(_BUDGETS, answers)):
             return why
+    cut = _cut(answers)
+    if cut is not None:
+        low, high = cut
+        return (f"your answers put the threshold between {low:.4g} and {high:.4g} us, not at 10 "
+                f"us: capture pays when 1000 * ms_per_token / launches is under 10 exactly "
+                f"(1 ms is 1000 us)")
     return ("capture pays when ms_per_token / launches, in microseconds, is under 10 (1 ms is "
             "1000 us)")
 
@@ -163,7 +184,8 @@ def cases(sol, backend):
         want, inside, outside = _eager_count(backend, kw)
         eng = _engine(backend, kw)
         ran = len(eng.ledger)
-        got = watched(_REFS, count, eng, what=f"launches_per_token ({label})")
+        got = watched(_REFS, explained(count, f"launches_per_token ({label})"), eng,
+                      what=f"launches_per_token ({label})")
         ran_step = len(eng.ledger) > ran
         replayed = any(e.outcome in ("replay", "capture", "update") for e in eng.ledger[ran:])
         eager = any(e.outcome == "eager" for e in eng.ledger[ran:])
@@ -178,7 +200,8 @@ def cases(sol, backend):
         yield label
     answers = []
     for ms, n, label in _BUDGETS:
-        got = watched(_REFS, pays, ms, n, what=f"capture_pays ({label})")
+        got = watched(_REFS, explained(pays, f"capture_pays ({label})"), ms, n,
+                      what=f"capture_pays ({label})")
         if got is None:
             raise Fail("capture_pays returned None: compare each launch's budget, in "
                        "microseconds, with 10")
@@ -189,7 +212,7 @@ def cases(sol, backend):
         want = 1000.0 * ms / n < 10.0
         if got != want:
             raise Fail(f"capture_pays({ms}, {n}) = {got} ({label}): the budget is "
-                       f"{1000.0 * ms / n:.3g} us per launch, "
+                       f"{1000.0 * ms / n:.5g} us per launch, "
                        f"{'under' if want else 'not under'} 10 us: {_pays_hint(answers)}")
         yield label
 

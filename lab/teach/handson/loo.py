@@ -16,6 +16,7 @@ import numpy as np
 from lab.measure import bench
 from lab.measure.stats import loo_rows, paired_test
 from .base import Exercise, Fail, need, variant, watched
+from .crash import explained
 from .fixtures import PROMPT, cfg, small_model
 from .variance import alternation_problem
 
@@ -160,6 +161,9 @@ def _mistake(got: float, key: str, d: dict, want: dict, on) -> str:
     all-on arm's times), or ""."""
     def close(x):
         return math.isclose(got, float(x), rel_tol=1e-7, abs_tol=1e-12)
+    if close(np.mean(d[key] + 2 * on)):
+        return ("that adds ms(all on) instead of subtracting it: worth = ms(all on but F) - "
+                "ms(all on), rep by rep")
     if close(-want[key]):
         return ("the sign is flipped: worth = ms(all on but F) - ms(all on), positive when F "
                 "saves time")
@@ -182,18 +186,39 @@ def _mistake(got: float, key: str, d: dict, want: dict, on) -> str:
     return ""
 
 
+def _arms_needed(factors) -> dict:
+    return {"all-on": frozenset(), "all-off": frozenset(factors),
+            **{f"-{f}": frozenset({f}) for f in factors}}
+
+
 def _judge(fn, run, factors, reps, calls, label):
-    got = watched(_REFS, fn, run, list(factors), reps, what=f"leave_one_out ({label})")
+    try:
+        got = watched(_REFS, explained(fn, f"leave_one_out ({label})"), run, list(factors), reps,
+                      what=f"leave_one_out ({label})")
+    except Fail:
+        # a crash after every arm ran, unequal counts (arrays that do not pair up): the counts
+        # are the mistake, the crash followed from them
+        ran = {off for off, _ in calls}
+        if ran >= set(_arms_needed(factors).values()) and \
+                len({sum(o == off for o, _ in calls) for off in ran}) > 1:
+            _runs_checked(calls, factors, reps, label, " (and then your table stopped on an "
+                                                       "exception)")
+        raise
     if got is None:
         raise Fail("leave_one_out returned None: fill in the stub (# FILL ME IN)")
+    ms, need_arms = _runs_checked(calls, factors, reps, label)
+    _table_checked(got, ms, need_arms, factors, label)
+
+
+def _runs_checked(calls, factors, reps, label, after: str = ""):
+    """The arms' runs held to the spec: every arm `reps` times, no other, interleaved."""
     if not calls:
         raise Fail(f"no arm ran: run all on, each factor left out ({', '.join(factors)}) and all "
                    f"off, {reps} interleaved reps each, then tabulate")
     ms: dict = {}
     for off, v in calls:
         ms.setdefault(off, []).append(v)
-    need_arms = {"all-on": frozenset(), "all-off": frozenset(factors),
-                 **{f"-{f}": frozenset({f}) for f in factors}}
+    need_arms = _arms_needed(factors)
     missing = [name for name, off in need_arms.items() if len(ms.get(off, [])) != reps]
     if missing:
         alone = {frozenset(factors) - {f} for f in factors}
@@ -205,8 +230,21 @@ def _judge(fn, run, factors, reps, calls, label):
                 if any(m.startswith("-") and not ms.get(need_arms[m]) for m in missing) else
                 f"run each arm {reps} times, no other arm")
         ran = {_arm_name(off, factors): len(v) for off, v in ms.items()}
+        counts = {len(ms.get(off, [])) for off in need_arms.values()}
+        if len(counts) == 1 and 0 not in counts:
+            k = counts.pop()
+            hint = (f"every arm ran {k} reps, {'one ' if abs(k - reps) == 1 else ''}"
+                    f"{'too many' if k > reps else 'too few'}: {hint}")
+        else:
+            few = [name for name, off in need_arms.items() if 0 < len(ms.get(off, [])) < reps]
+            many = [name for name, off in need_arms.items() if len(ms.get(off, [])) > reps]
+            said = ([f"too few for {', '.join(few)}"] if few else []) + (
+                [f"too many for {', '.join(many)}"] if many else [])
+            if said:
+                hint = (f"{'; '.join(said)}, so the arms' reps do not pair up rep by rep; "
+                        f"{hint}")
         raise Fail(f"{label}: arm(s) {', '.join(missing)} did not run {reps} reps (the runs: "
-                   f"{ran}): {hint}")
+                   f"{ran}): {hint}{after}")
     extra = [off for off in ms if off not in need_arms.values()]
     if extra:
         raise Fail(f"{label}: you ran the arm {_arm_name(extra[0], factors)}, which leave-one-out "
@@ -214,7 +252,12 @@ def _judge(fn, run, factors, reps, calls, label):
     problem = alternation_problem([_arm_name(off, factors) for off, _ in calls],
                                   [_arm_name(off, factors) for off in need_arms.values()], reps)
     if problem:
-        raise Fail(f"{label}: {problem}")
+        raise Fail(f"{label}: {problem}{after}")
+    return ms, need_arms
+
+
+def _table_checked(got, ms, need_arms, factors, label):
+    """The solution's table held to the runs it made."""
     if not isinstance(got, dict):
         raise Fail(f"leave_one_out returned {type(got).__name__}: a dict {{factor: worth_ms}}")
     named = {name: ms[off] for name, off in need_arms.items()}

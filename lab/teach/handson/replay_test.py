@@ -18,6 +18,7 @@ from lab.engine.runner import DecodeEngine
 from lab.teach.selfcheck.checkers import _watching
 from lab.teach.verify import decode_after_prompt, replay_check
 from .base import Exercise, Fail, need, watched
+from .crash import explained
 from .fixtures import boundary_prompt, engine, prompt_ids
 
 SPEC = """
@@ -26,9 +27,11 @@ frozen pointer or loop bound goes stale from replay 2 -- or later, when a plan c
 afresh. Test several consecutive replays, byte-compared against the eager path.
 
 Write replays_match(engine, prompt_ids) -> bool: True when the engine's graph replays decode
-exactly what its eager steps decode after that prompt. Per arm: engine.reset(prompt_ids, n),
-the prompt's steps eagerly (engine.cfg = engine.cfg.replace(graph=False), then
-len(prompt_ids) - 1 engine.step() calls), then the arm's mode (graph=False or True) for n decode
+exactly what its eager steps decode after that prompt. Per arm: the prompt's steps eagerly
+(engine.cfg = engine.cfg.replace(graph=False), then engine.reset(prompt_ids) -- or
+engine.reset(prompt_ids, n), room for n new tokens -- and len(prompt_ids) - 1 engine.step()
+calls, so that the first step after them decodes the first new token), then the arm's mode
+(graph=False or True) for n decode
 steps, keeping engine.logits() after EACH step (replay k is then generated token k: a frozen
 value can show at one replay and be gone by the last) and engine.tokens() at the end. Compare
 the two arms byte for byte (.tobytes(), or np.array_equal), step by step: no tolerance
@@ -57,23 +60,22 @@ def _test_source(n: int, graph_arms=(False, True)) -> str:
 import numpy as np
 
 
-def run(engine, prompt_ids, n, graph):
+def run(engine, prompt_ids, graph):
     engine.cfg = engine.cfg.replace(graph=False)      # the prompt, eagerly in both arms
-    engine.reset(prompt_ids, n)
+    engine.reset(prompt_ids)
     for _ in range(len(prompt_ids) - 1):
         engine.step()
     engine.cfg = engine.cfg.replace(graph=graph)      # then the arm's mode: replay k = token k
     out = []
-    for _ in range(n):
+    for _ in range({n}):                  # replays of one graph, and a plan change
         engine.step()
         out.append(engine.logits().tobytes())
     return out, engine.tokens().tobytes()
 
 
 def replays_match(engine, prompt_ids):
-    n = {n}
-    a = run(engine, prompt_ids, n, graph={graph_arms[0]})
-    b = run(engine, prompt_ids, n, graph={graph_arms[1]})
+    a = run(engine, prompt_ids, graph={graph_arms[0]})
+    b = run(engine, prompt_ids, graph={graph_arms[1]})
     return a == b
 '''
 
@@ -155,12 +157,64 @@ def _resets(eng) -> list:
 
 def _verdict(fn, eng, ids, label, tolerance: list | None = None):
     with _watching(_TOLERANCES) as used:
-        out = watched(_REFS, fn, eng, ids, what=f"replays_match ({label})")
+        out = watched(_REFS, explained(fn, f"replays_match ({label})"), eng, ids,
+                      what=f"replays_match ({label})")
     if tolerance is not None:
         tolerance.extend(used)
     if not isinstance(out, (bool,)) and type(out).__name__ != "bool_":
         raise Fail(f"replays_match returned {out!r} ({label}): return True or False")
     return bool(out)
+
+
+_GRAPH = ("capture", "replay", "update")
+
+
+def _marks(eng) -> list:
+    """Wrap eng.reset: the ledger's length at every call (where each arm starts)."""
+    marks: list = []
+    method = eng.reset
+
+    def reset(*args, **kw):
+        marks.append(len(eng.ledger))
+        return method(*args, **kw)
+    eng.reset = reset
+    return marks
+
+
+def _prompt_problem(eng, ids, marks: list) -> str | None:
+    """What is wrong with how the test ran the prompt, arm by arm (each arm from one reset to
+    the next): its len(prompt_ids) - 1 steps eagerly, the first new token the first step in the
+    arm's mode; None when every arm did so."""
+    want = len(ids) - 1
+    bounds = [*marks, len(eng.ledger)]
+    for a, b in zip(bounds, bounds[1:]):
+        arm = eng.ledger[a:b]
+        in_prompt = [e for e in arm if e.position < want and e.outcome in _GRAPH]
+        graph_arm = any(e.position >= want and e.outcome in _GRAPH for e in arm)
+        if in_prompt and not graph_arm:
+            return (f"your eager arm ran {len(in_prompt)} of the prompt's {want} steps as graphs "
+                    f"instead of eagerly: "
+                    f"a fresh engine is in graph mode, and without engine.cfg = "
+                    f"engine.cfg.replace(graph=False) before the prompt its steps are captured "
+                    f"and replayed; run the prompt eagerly in both arms")
+        if not graph_arm:
+            continue
+        first = next(i for i, e in enumerate(arm) if e.outcome in _GRAPH)
+        eager = sum(e.outcome == "eager" for e in arm[:first])
+        if eager == want:
+            continue
+        if eager == 0:
+            return (f"no step of the prompt ran eagerly before your graph arm's graphs (its "
+                    f"first graph step decoded position {arm[first].position}): the prompt's "
+                    f"{want} eager steps (len(prompt_ids) - 1) are missing, so replay k is not "
+                    f"the k-th new token")
+        k = abs(eager - want)
+        more = "too many" if eager > want else "too few"
+        return (f"your graph arm ran {eager} eager steps before its first graph step, the prompt "
+                f"takes {want} (len(prompt_ids) - 1): {'one' if k == 1 else k} {more}, so its "
+                f"first graph step decoded position {arm[first].position}, not {want}, the "
+                f"first new token")
+    return None
 
 
 def _longest_graph_run(decode: list) -> int:
@@ -229,7 +283,7 @@ def cases(sol, backend):
                ("a prompt ending a token before a plan boundary", boundary_prompt()))
     for label, ids in prompts:
         clean = engine(backend)
-        resets = _resets(clean)
+        resets, marks = _resets(clean), _marks(clean)
         if not _verdict(fn, clean, ids, f"clean engine, {label}"):
             if _verdict(fn, engine(backend, bugs={_FROZEN[0]}), ids, f"{_FROZEN[0]}, {label}"):
                 raise Fail(f"your test fails the clean engine ({label}) and passes one with "
@@ -239,8 +293,11 @@ def cases(sol, backend):
                        f"request before each arm and compare the same steps")
         if resets and not any(np.array_equal(r, ids) for r in resets):
             raise Fail(f"your test never reset the engine with the prompt it was given ({label}): "
-                       f"decode after `prompt_ids` (engine.reset(prompt_ids, n)) in both arms; a "
+                       f"decode after `prompt_ids` (engine.reset(prompt_ids)) in both arms; a "
                        f"prompt of your own misses the plan boundary the given one ends at")
+        problem = _prompt_problem(clean, ids, marks)
+        if problem:
+            raise Fail(f"clean engine, {label}: {problem}")
     yield "the clean engine passes"
     fixtures = [("an engine whose third launch of a graph leaves one logit one ulp off", ids,
                  label, {"engine_class": OneUlpReplay}, ULP_AT, True)

@@ -14,7 +14,8 @@ import numpy as np
 
 from lab.measure import bench
 from lab.measure.stats import mean_sem, paired_t
-from .base import Exercise, Fail, need, variant, watched
+from .base import Exercise, Fail, _short, need, variant, watched
+from .crash import explained
 from .fixtures import PROMPT, cfg, small_model
 
 SPEC = """
@@ -225,14 +226,18 @@ def _synthetic(calls: list) -> dict:
 
 
 def _judge(fn, arms: dict, calls: list, reps: int, label: str):
-    got = watched(_REFS, fn, arms, reps, what=f"measure ({label})")
+    got = watched(_REFS, explained(fn, f"measure ({label})"), arms, reps,
+                  what=f"measure ({label})")
     if got is None:
         raise Fail("measure returned None: fill in the stub (# FILL ME IN)")
     names = list(arms)
     counts = {n: sum(c[0] == n for c in calls) for n in names}
     if any(counts[n] != reps + 1 for n in names):
         hint = f"each arm runs once to warm up, then {reps} timed reps, interleaved"
-        if all(counts[n] == reps for n in names):
+        if all(counts[n] == 1 for n in names):
+            hint = (f"no rep was timed: each arm ran its warm-up only; then run {reps} timed "
+                    f"rounds, every arm once per round")
+        elif all(counts[n] == reps for n in names):
             hint = ("no untimed warm-up: an arm's first run compiles and captures; call each arm "
                     "once before the timed reps")
             first = names[0]
@@ -243,7 +248,8 @@ def _judge(fn, arms: dict, calls: list, reps: int, label: str):
                 mean = math.nan
             if _close(mean, float(np.mean(runs[1:]))):
                 hint = (f"your means leave each arm's first run out (a warm-up), so {reps - 1} "
-                        f"rounds were timed: run {reps} timed rounds after the warm-up")
+                        f"rounds were timed, one round too few: run {reps} timed rounds after "
+                        f"the warm-up")
         raise Fail(f"{label}: the arms ran {counts} times for reps={reps}: {hint}")
     if sorted(c[0] for c in calls[:len(names)]) != sorted(names):
         raise Fail(f"{label}: the first runs were {' '.join(c[0] for c in calls[:len(names)])}: "
@@ -253,7 +259,11 @@ def _judge(fn, arms: dict, calls: list, reps: int, label: str):
     if problem:
         raise Fail(f"{label}: {problem}")
     if not isinstance(got, dict) or set(got) != set(names):
-        raise Fail(f"measure returned {got!r}: a dict {{name: (mean, sem)}} for every arm")
+        gone = [n for n in names if not isinstance(got, dict) or n not in got]
+        what = (f"the arm(s) {', '.join(gone)} are missing from it" if gone else
+                "it holds keys that are not arms")
+        raise Fail(f"measure returned {_short(got)}: {what}; return a dict {{name: (mean, sem)}} "
+                   f"with every arm")
     for n in names:
         v = [c[1] for c in timed if c[0] == n]
         w = [c[1] for c in calls if c[0] == n]
