@@ -162,6 +162,15 @@ def test_cli_show_and_check(tmp_path, capsys):
     assert "prewarm: not yet" in capsys.readouterr().out
 
 
+def test_cli_check_takes_a_path_relative_to_where_it_is_typed(tmp_path, capsys, monkeypatch):
+    """The check's child runs in a scratch folder of its own: the solution's path is the
+    student's, relative to where they typed it."""
+    _file(tmp_path, EXERCISES["prewarm"].reference, "mine.py")
+    monkeypatch.chdir(tmp_path)
+    assert main(["exercise", "check", "prewarm", "--solution", "mine.py", "--backend", "sim"]) == 0
+    assert "prewarm: PASS" in capsys.readouterr().out
+
+
 def test_cli_bad_input_is_one_line(capsys):
     assert main(["exercise", "show", "nope"]) == 2
     assert "no exercise 'nope'" in capsys.readouterr().err

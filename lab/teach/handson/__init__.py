@@ -20,6 +20,8 @@ lecture's case studies 003/004, speculative decoding with one graph for the whol
   11    accept        speculative decoding's acceptance, replayed      accept.py
                       (beyond the ten steps: case studies 003/004)
 
+A crash in the student's own code is named by its line and what went wrong there (crash.py).
+
 `check(name, solution)` runs one check in a child process (lab/teach/handson/base.py): the verdict
 is one line; the lab's state is untouched whatever the solution does. `decode-lab exercise
 list|show|check` is the command line; notebook 13_hands_on walks through steps 1-10, notebook

@@ -59,6 +59,10 @@ __all__ = ["Exercise", "Fail", "CheckResult", "Source", "kernel", "issue", "vari
            "SIM_NOTE", "call_fault", "launch_fault"]
 
 DEFAULT_TIMEOUT_S = 120.0     # a check on the simulator takes seconds; an endless loop, for ever
+# On a GPU a check is a fresh process whose engines compile every kernel they launch before the
+# first step (accept's reference check took 162 s on the H200, almost all of it compiling): the
+# limit there is at least this, unless the student asks for another with --timeout
+GPU_TIMEOUT_S = 420.0
 MEMORY_BUDGET = 2 << 30       # bytes a check may allocate beyond what its process holds at start
 _OUTPUT_KEPT = 4000           # characters of what the solution printed, sent back with the verdict
 SIM_NOTE = ("numba's CUDA simulator runs the blocks of a launch one after another, so a race "
@@ -740,7 +744,10 @@ def check_in_child(exercise: Exercise, solution, backend: str = "sim",
     if backend == "cuda" and not isinstance(solution, (str, Path, Source)):
         raise LabError("on the GPU a check runs in a fresh process: give the solution as a .py "
                        "file (or module:ATTRIBUTE)")
-    limit = exercise.timeout_s if timeout_s is None else timeout_s
+    if isinstance(solution, (str, Path)) and str(solution).endswith(".py"):
+        solution = os.path.abspath(solution)      # the child runs in its scratch folder
+    limit = (timeout_s if timeout_s is not None else
+             max(exercise.timeout_s, GPU_TIMEOUT_S) if backend == "cuda" else exercise.timeout_s)
     scratch = tempfile.mkdtemp(prefix=f"handson-{exercise.name}-")
     ctx = _context(backend)
     parent, child = ctx.Pipe(duplex=False)
