@@ -28,6 +28,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+RECORD = ROOT / "docs" / "mutation_verdicts.json"   # mutant id -> verdict, per exercise
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")     # the checks' tiny matrices: one thread
 
@@ -104,6 +105,9 @@ def main(argv=None) -> int:
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--table", default=str(ROOT / "docs" / "mutation.md"))
     ap.add_argument("--json", default=str(ROOT / "out" / "mutation_survivors.json"))
+    ap.add_argument("--record", default=str(RECORD),
+                    help="every mutant's verdict, by exercise (merged: a run of some exercises "
+                         "replaces only theirs); tests/test_mutation.py holds the checkers to it")
     ap.add_argument("--timeout-factor", type=float, default=10.0)
     ap.add_argument("--min-timeout", type=float, default=30.0)
     ap.add_argument("--rescore", metavar="JSON",
@@ -175,10 +179,20 @@ def main(argv=None) -> int:
           "class); *failed-unnamed* when it fails without them; *survived* when it passes. "
           "*Equivalent* mutants (lab.teach.mutate.EQUIVALENT, each with its reason) change "
           "nothing a check can see, and are checked again with DECODE_LAB_FIXTURE=large. "
-          "Score = killed / (mutants - equivalent).", "",
+          "Score = killed / (mutants - equivalent). Every mutant's verdict is recorded in "
+          "docs/mutation_verdicts.json; `make test` (tests/test_mutation.py) holds the checkers "
+          "to it: the record covers today's mutants, every exercise keeps 95% killed, and a "
+          "sample of the recorded kills, drawn afresh each run (its seed printed on failure), "
+          "is killed again.", "",
           table(rows),
           f"Regenerate: `.venv/bin/python scripts/mutation_score.py` ({len(results)} mutants, "
           f"{args.jobs} workers, {wall / 60:.0f} min on the machine that wrote this table).", ""]
+    md += ["## The equivalent mutants, and why no check can fail them", ""]
+    for n in names:
+        for m in all_mutants[n]:
+            if mutate.is_equivalent(m) and results[m.id]["passed"]:
+                md.append(f"- {n}, {m.op}: {m.desc} -- {mutate.EQUIVALENT[n][m.signature]}")
+    md.append("")
     over = [f"{r['exercise']} ({r['equivalent']} of {r['mutants']})" for r in rows
             if r["equivalent"] > 0.1 * r["mutants"]]
     if over:
@@ -192,6 +206,12 @@ def main(argv=None) -> int:
                   + "; ".join(gone) + ".\n")
     Path(args.table).parent.mkdir(parents=True, exist_ok=True)
     Path(args.table).write_text("\n".join(md))
+    record = json.loads(Path(args.record).read_text()) if Path(args.record).is_file() else {}
+    for n in names:
+        if n in limits:
+            record[n] = {m.id: ("equivalent" if mutate.is_equivalent(m) and results[m.id]["passed"]
+                                else results[m.id]["verdict"]) for m in all_mutants[n]}
+    Path(args.record).write_text(json.dumps(dict(sorted(record.items())), indent=0) + "\n")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     every = [{"id": m.id, "op": m.op, "desc": m.desc, **results[m.id]}
              for n in names if n in limits for m in all_mutants[n]]
