@@ -783,8 +783,13 @@ def _fork_server(folder: str) -> None:
     interpreter's start. No thread runs here (a fork copies only the forking one); it exits when
     its stdin closes (its parent is gone)."""
     import select
+    import signal
     import socket
 
+    # Ctrl-C, or a notebook kernel's interrupt at shutdown, reaches its whole process group: the
+    # server is not the one to stop (its parent's stdin closing ends it), so it ignores SIGINT
+    # rather than print a KeyboardInterrupt traceback on the way out
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from numba import cuda  # noqa: F401 -- imported (and patched) before any fork
     install()
     _install_write_counts()
@@ -809,6 +814,7 @@ def _fork_server(folder: str) -> None:
             conn, _ = server.accept()
             if os.fork() == 0:
                 server.close()
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
                 os.setsid()                                  # its own group: killed alone
                 incoming, protocol = conn.makefile("r"), conn.makefile("w")
                 hello = json.loads(incoming.readline())

@@ -545,7 +545,7 @@ for e in mystery.ledger[:4]:
 print(f"replay share: {replay_fraction(mystery.ledger_summary()):.0%}; the key parts that take "
       f"more values than the plan: {sorted(key_parts_beyond_plan(mystery.ledger))}")
 print(f"the clean run: ledger {clean.ledger_summary()}, replay share "
-      f"{replay_fraction(clean.ledger_summary()):.0%}, key parts beyond the plan: "
+      f"{replay_fraction(clean.ledger_summary()):.0%},\n  key parts beyond the plan: "
       f"{sorted(key_parts_beyond_plan(clean.ledger)) or 'none'}")
 
 # %% [markdown]

@@ -235,3 +235,11 @@ def test_aa_control_names_the_ids_only_mistake_whatever_the_skipped_rows_held(mo
         len(ac._FIXTURES) + len(list(ac._made_up("sim")))
     assert not ac._ids_only_differ_in_logits([(ids, np.zeros(2)), (ids, np.zeros(2))])
     assert not ac._ids_only_differ_in_logits([(ids, np.zeros(2))])
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_the_spec_and_stub_fit_a_notebook_page(name):
+    """`exercise show` prints them as they are, and notebooks 13 and 14 show them: 100 columns."""
+    ex = EXERCISES[name]
+    wide = [line for line in (ex.spec + ex.stub).splitlines() if len(line) > 100]
+    assert not wide, f"{name}: lines over 100 columns: {wide}"

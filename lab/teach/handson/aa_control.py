@@ -32,8 +32,8 @@ cannot tell A from B; else "same" or "different" as A and B compare.
 
 The check: three engines (zero-initialised cache, graph vs eager; an uninitialised cache read
 after a seek; a frozen KV-row pointer in B), then runs made from the first engine's output: B's
-last logit 1.0 higher, B one ulp from A in it, B with one token id changed, two runs of A one ulp apart. Calling
-lab.measure.stats.aa_verdict or outputs_differ fails the check.
+last logit 1.0 higher, B one ulp from A in it, B with one token id changed, two runs of A one
+ulp apart. Calling lab.measure.stats.aa_verdict or outputs_differ fails the check.
 """
 
 STUB = '''

@@ -724,8 +724,9 @@ class _Progress:
                                desc=f"{self.name} on numba's CUDA simulator",
                                bar_format="{desc} {n_fmt}/{total_fmt} launches "
                                           "[{elapsed}<{remaining}]")
-            self.bar.set_description_str(f"{self.name} on numba's CUDA simulator: "
-                                         f"{label[:48]}", refresh=False)
+            # at most about 90 columns: a notebook shows the finished bar's line
+            self.bar.set_description_str(f"{self.name} on the CUDA simulator: "
+                                         f"{label[:30]}", refresh=False)
             self.bar.update(done - self.bar.n)
 
     def close(self) -> None:

@@ -55,11 +55,11 @@ A CaptureFailure says what failed and where it showed, as the engine's own captu
 The check: a clean engine captures and replays; engines with a lazy table, a lazy scratch, a
 raw array argument (it fails at a launch), a lazy table and scratch met in one capture after
 a seek (a host job before the one that fails), and a step that uploads its tables lazily as it
-builds its items (before its first item; the lazy flag a new key) decode the clean engine's tokens with no error, no
-capture left open, no graph kept for a failed plan, a ledger reason that names the offending
-operation, and the shown_at and launch_index the engine's own capture reports for each failed
-plan; then a step whose host work raises a RuntimeError inside a capture: that error goes
-through.
+builds its items (before its first item; the lazy flag a new key) decode the clean engine's
+tokens with no error, no capture left open, no graph kept for a failed plan, a ledger reason
+that names the offending operation, and the shown_at and launch_index the engine's own capture
+reports for each failed plan; then a step whose host work raises a RuntimeError inside a
+capture: that error goes through.
 """
 
 STUB = '''
