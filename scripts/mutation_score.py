@@ -94,6 +94,19 @@ def table(rows: list[dict]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+SLOW_S = 10.0    # a kill that took longer (a time limit met) is recorded as "killed:slow"
+
+
+def _recorded(mutate, m, res) -> str:
+    """A mutant's verdict as the record keeps it: "equivalent", a verdict, or "killed:slow" for a
+    kill by a time limit (make test's sample leaves those out: each costs the limit)."""
+    if mutate.is_equivalent(m) and res["passed"]:
+        return "equivalent"
+    if res["verdict"] == mutate.KILLED and res["seconds"] > SLOW_S:
+        return f"{mutate.KILLED}:slow"
+    return res["verdict"]
+
+
 def _pct(r) -> str:
     live = r["mutants"] - r["equivalent"]
     return f"{100.0 * r['killed'] / live:.1f}%" if live else "-"
@@ -209,8 +222,7 @@ def main(argv=None) -> int:
     record = json.loads(Path(args.record).read_text()) if Path(args.record).is_file() else {}
     for n in names:
         if n in limits:
-            record[n] = {m.id: ("equivalent" if mutate.is_equivalent(m) and results[m.id]["passed"]
-                                else results[m.id]["verdict"]) for m in all_mutants[n]}
+            record[n] = {m.id: _recorded(mutate, m, results[m.id]) for m in all_mutants[n]}
     Path(args.record).write_text(json.dumps(dict(sorted(record.items())), indent=0) + "\n")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     every = [{"id": m.id, "op": m.op, "desc": m.desc, **results[m.id]}

@@ -191,7 +191,7 @@ def test_every_exercise_keeps_95_percent_of_its_mutants_killed():
     low = []
     for n, verdicts in _record().items():
         live = [v for v in verdicts.values() if v != "equivalent"]
-        killed = sum(v == mutate.KILLED for v in live)
+        killed = sum(v.split(":")[0] == mutate.KILLED for v in live)   # "killed:slow" too
         equivalent = len(verdicts) - len(live)
         if killed < 0.95 * len(live) or equivalent > 0.10 * len(verdicts):
             low.append(f"{n}: {killed}/{len(live)} killed, {equivalent}/{len(verdicts)} equivalent")
@@ -203,6 +203,7 @@ def test_a_seeded_sample_of_the_killed_mutants_is_killed_again():
     from lab.teach.handson import EXERCISES, Source, check
     seed = _seed()
     record = _record()
+    # the kills by a time limit ("killed:slow") are left out: each would cost its limit here
     pool = [m for n in EXERCISES for m in mutate.exercise_mutants(n)
             if record.get(n, {}).get(m.id) == mutate.KILLED]
     picked = mutate.sample(pool, SAMPLE, seed)
