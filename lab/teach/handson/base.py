@@ -274,21 +274,41 @@ def launch_fault(kern, geometry, args, layer=None) -> str | None:
             f"goes: the arguments are in the wrong places")
 
 
+def traceback_frames(exc: BaseException) -> list[tuple]:
+    """(frame, last instruction, line) of each frame `exc` passed through, outermost first."""
+    out, tb = [], exc.__traceback__
+    while tb is not None:
+        out.append((tb.tb_frame, tb.tb_lasti, tb.tb_lineno))
+        tb = tb.tb_next
+    return out
+
+
+def solution_frames(frames: list[tuple]) -> list[int]:
+    """The indices of the solution's own frames among `frames` (traceback_frames)."""
+    return [i for i, (f, _, _) in enumerate(frames) if _is_solution(f.f_code.co_filename)]
+
+
+def lab_call(callee) -> tuple[str, str, list[str]]:
+    """A lab function's frame as the solution called it: its qualified name, the values it was
+    given by name ("kern=..., grid=..."), and its parameters in order (no self)."""
+    code, loc = callee.f_code, callee.f_locals
+    params = [p for p in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+              if p != "self"]
+    shown = ", ".join(f"{p}={_short(loc[p])}" for p in params if p in loc)
+    return f"{callee.f_globals.get('__name__', '')}.{code.co_name}", shown, params
+
+
 def call_fault(exc: BaseException) -> str | None:
     """When `exc` was raised inside the lab's code called directly by the solution's (a
     launch(), a grid helper), what the call did wrong, in words: the launch's arguments
     in the wrong places, or (a TypeError or ValueError) the lab function, the values it was
     given by name, and its parameters' order. None when the exception is the solution's own,
     or the lab's own error (a LabError says what happened in its own words)."""
-    frames = []
-    tb = exc.__traceback__
-    while tb is not None:
-        frames.append(tb.tb_frame)
-        tb = tb.tb_next
-    mine = [i for i, f in enumerate(frames) if _is_solution(f.f_code.co_filename)]
+    frames = traceback_frames(exc)
+    mine = solution_frames(frames)
     if not mine or mine[-1] + 1 >= len(frames):
         return None
-    caller, callee = frames[mine[-1]], frames[mine[-1] + 1]
+    caller, callee = frames[mine[-1]][0], frames[mine[-1] + 1][0]
     if not _is_lab(callee.f_code.co_filename):
         return None
     code, loc = callee.f_code, callee.f_locals
@@ -299,12 +319,10 @@ def call_fault(exc: BaseException) -> str | None:
             return words
     if not isinstance(exc, (TypeError, ValueError)) or isinstance(exc, LabError):
         return None          # not a refused argument: the lab's own words say what happened
-    params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
-    shown = ", ".join(f"{p}={_short(loc[p])}" for p in params if p in loc and p != "self")
-    module = callee.f_globals.get("__name__", "")
-    return (f"{module}.{code.co_name}({shown}), called by your {caller.f_code.co_name}, "
+    name, shown, params = lab_call(callee)
+    return (f"{name}({shown}), called by your {caller.f_code.co_name}, "
             f"refused it ({type(exc).__name__}: {' '.join(str(exc).split())[:160]}): check the "
-            f"values you pass it, in its order ({', '.join(p for p in params if p != 'self')})")
+            f"values you pass it, in its order ({', '.join(params)})")
 
 
 def _short(v, n: int = 40) -> str:

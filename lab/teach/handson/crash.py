@@ -15,7 +15,7 @@ import functools
 import linecache
 
 from lab.errors import CaptureError, CollectiveError, DeviceFault, LabError
-from .base import Fail, _is_lab, _is_solution, _short, call_fault
+from .base import Fail, _is_lab, call_fault, lab_call, solution_frames, traceback_frames
 
 _SEQUENCES = ("list", "tuple", "str")
 # what a lab function raises when the values it was given are not the kind it takes
@@ -45,12 +45,8 @@ def crash_words(exc: BaseException) -> str | None:
     if call_fault(exc) is not None or isinstance(exc, (CaptureError, CollectiveError,
                                                        DeviceFault)):
         return None           # put in words already, or a failure the check itself judges
-    frames = []
-    tb = exc.__traceback__
-    while tb is not None:
-        frames.append((tb.tb_frame, tb.tb_lasti, tb.tb_lineno))
-        tb = tb.tb_next
-    mine = [i for i, (f, _, _) in enumerate(frames) if _is_solution(f.f_code.co_filename)]
+    frames = traceback_frames(exc)
+    mine = solution_frames(frames)
     if not mine:
         return None
     i = mine[-1]
@@ -74,11 +70,7 @@ def _short_text(text: str, n: int) -> str:
 def _lab_call(caller, callee) -> str:
     """A lab function the solution called raised: its values, by name, and its parameters'
     order."""
-    code, loc = callee.f_code, callee.f_locals
-    params = [p for p in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
-              if p != "self"]
-    shown = ", ".join(f"{p}={_short(loc[p])}" for p in params if p in loc)
-    name = f"{callee.f_globals.get('__name__', '')}.{code.co_name}"
+    name, shown, params = lab_call(callee)
     if not params:
         return ""
     if len(params) >= 2:
