@@ -82,17 +82,23 @@ def key_text(key: tuple) -> str:
 _ABSENT = "(absent)"
 
 
+def _keys_by_plan(entries) -> dict[tuple, dict[tuple, None]]:
+    """{plan key: the graph keys the entries' graph steps (GRAPH_RAN) looked it up under, in the
+    order first met}."""
+    keys: dict[tuple, dict[tuple, None]] = {}
+    for e in entries:
+        if e.outcome in GRAPH_RAN:
+            keys.setdefault(e.plan, {})[e.plan_key] = None
+    return keys
+
+
 def key_changes(entries) -> dict[tuple, dict[str, list]]:
     """{plan key: {key part: its values, in the order first met}} for each plan that the entries'
     graph steps (GRAPH_RAN) looked up under more than one graph key, with the parts in which
     those keys differ (named or not; a part missing from some keys has the value "(absent)").
     A clean run gives {}: a plan's graph key is its plan key, whatever the position or step."""
-    keys: dict[tuple, dict[tuple, None]] = {}
-    for e in entries:
-        if e.outcome in GRAPH_RAN:
-            keys.setdefault(e.plan, {})[e.plan_key] = None
     out = {}
-    for plan, met in keys.items():
+    for plan, met in _keys_by_plan(entries).items():
         if len(met) < 2:
             continue
         parts = [dict(key_parts(k)) for k in met]
@@ -109,11 +115,7 @@ def key_changes(entries) -> dict[tuple, dict[str, list]]:
 
 def keys_met(entries) -> dict[tuple, int]:
     """{plan key: how many distinct graph keys the entries' graph steps looked it up under}."""
-    keys: dict[tuple, set] = {}
-    for e in entries:
-        if e.outcome in GRAPH_RAN:
-            keys.setdefault(e.plan, set()).add(e.plan_key)
-    return {plan: len(k) for plan, k in keys.items()}
+    return {plan: len(k) for plan, k in _keys_by_plan(entries).items()}
 
 
 def recaptures(before, entries) -> dict[tuple, int]:
