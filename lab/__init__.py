@@ -34,3 +34,18 @@ Each folder's __init__ says what it owns.
 __main__: the command line (decode-lab)
 """
 __version__ = "0.1.0"
+
+# The public surface that notebooks and exercise stubs import (`from lab import DecodeEngine`),
+# resolved by name on first use (PEP 562): `import lab.config` and `decode-lab --help` load no numba.
+_PUBLIC = {"DecodeEngine": "lab.engine.runner", "make_engine": "lab.engine.runner",
+           "LabConfig": "lab.config", "load_model": "lab.model", "LabError": "lab.errors"}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'lab' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value
+    return value
