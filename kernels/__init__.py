@@ -3,11 +3,11 @@
 Importing this package compiles nothing and needs no GPU. The import block is the table of
 contents: one line per file, with the kernels it defines.
 """
-from kernels._spec import REGISTRY, KernelSpec  # the registry and its entry type
+from kernels.registry import REGISTRY, KernelSpec  # the registry and its entry type
 from kernels import reduce      # (device fns only) warp_sum, warp_sums, block_sum, block_argmax: the shared reduction orders
 from kernels import embed       # embed
 from kernels import rmsnorm     # rmsnorm (+ bug variant rmsnorm_late_wait)
-from kernels import matvec      # matvec, matvec_residual (+ device fns row_dot, row_dot2)
+from kernels import matvec      # matvec, matvec_residual (+ device fns row_dot, row_dot_loaded, row_dot2, row_load, load_group)
 from kernels import rope        # rope_kv_append (+ bug variant rope_kv_append_row)
 from kernels import attention   # attn_partial, attn_merge, attn_combine (+ device fns partial_slice, merge_weights, merge_elem_sh, merge_elem; bug variant attn_partial_len)
 from kernels import mlp         # swiglu_up
@@ -15,7 +15,7 @@ from kernels import sample      # argmax_next; argmax_next_float (a deliberate b
 from kernels import position    # advance
 from kernels import draft       # draft_lookup, accept (speculative decoding: prompt-lookup drafts, greedy acceptance)
 from kernels import verify_attention  # verify_partial, verify_merge: the verify step's split-K attention over the cache + the causal block (+ device fn step_elem)
-from kernels import verify      # embed_cols, rmsnorm_cols, matmat, matmat_residual, swiglu_cols, rope_kv_append_cols, argmax_cols: the model over T columns (+ device fns lane_dots, lane_dots2, matmat_rows)
+from kernels import verify      # embed_cols, rmsnorm_cols, matmat, matmat_residual, swiglu_cols, rope_kv_append_cols, argmax_cols: the model over T columns (+ device fns stage_cols, lane_dots, lane_dots2, matmat_rows)
 from kernels import fused_device  # (device fns only) xw_dot2, xw_dot, inv_rms (the norm folded into a row), head_dots, heads_dots, slice_partial
 from kernels import fused       # norm_qkv_rope, attn_fused, norm_swiglu, norm_lm_head_argmax (LAB_FUSION=1); device fn arrive_last
 from kernels import fused_split  # attn_partial_wide, attn_project_heads (attn_fused split in launches: LAB_SPLIT_COMBINE=1 under fusion)

@@ -1,64 +1,20 @@
-"""Split-K decode attention: partial softmax per slice of the context, then a merge.
+"""Split-K decode attention: a partial softmax per slice of the context, then a merge.
 
-Owns
-- `attn_partial`: block (h, s) runs an online softmax over its slice of timesteps and writes the
-  unnormalised (m, l, o) of that slice (device function `partial_slice`);
-- `attn_merge`: merges the slices of every head into o [D];
-- `attn_combine`: merge + output projection + residual add in ONE kernel. Contract: bit-identical
-  to `attn_merge` then `matvec_residual(Wo, o, x)`, because it calls the same device functions
-  (`merge_weights`, `merge_elem_sh`, `row_dot`) in the same order and rounds o to float32 at
-  the same point;
-- device function `merge_elem`: one merged element read straight from global memory, the same
-  arithmetic in the same order as `merge_weights` + `merge_elem_sh` (the same bits; the fused
-  kernels of kernels/fused.py use it).
+Contents
+  partial_grid, merge_grid, combine_grid  launch geometry; slice_bounds: the slicing
+  attn_partial_twin, _make_walk           the twin; one warp's online softmax (walk_64, walk_128)
+  partial_slice, partial_slice_at         one block's slice: its warps' walks, then their merge
+  attn_partial                            block (h, s) writes the (m, l, o) of its slice
+  attn_partial_len                        bug variant: the context length by value
+  merge_elem, merge_weights, merge_elem_sh  the merge's device functions (udivmod beside them)
+  attn_merge                              every head's slices merged into o [D]
+  attn_combine                            merge + Wo projection + residual add in one kernel
+  CASES                                   kernels/check.py's cases
 
-The context length L = pos[0] + 1 is read from device memory (a loop bound can be: the kernel
-reads it when it runs); `splits` = gridDim.y is part of the launch, fixed in a captured graph's
-node until the graph is recaptured (the engine's default at a plan change) or the node's
-parameters are updated, so the slice length chunk = ceil(L / splits) grows with L at run time.
-An empty slice (s * chunk >= L) writes m = -inf, l = 0, o = 0; the merge then weighs it by
+The context length L = pos[0] + 1 is read from device memory when the kernel runs; `splits` =
+gridDim.y is fixed in a captured node, so the slice length chunk = ceil(L / splits) grows with L.
+An empty slice (s * chunk >= L) writes m = -inf, l = 0, o = 0; the merge weighs it by
 exp(-inf - M) = 0 (slice 0 is never empty, so M is finite and no NaN appears).
-
-attn_partial's layout: grid (n_head, splits), block ATTN_THREADS = 128 = ATTN_WARPS (4) warps,
-for any head_dim up to MAX_HEAD_DIM = 128. Lanes run across head_dim: lane l holds dims
-d = l, l + 32, ... (those < hd; 2 per lane for hd <= 64, the model's, through `walk_64`, else 4
-through `walk_128`: the same code with 2 or 4, so a 64-dim head issues no masked half), and a
-warp reads one timestep's K or V row of the head with consecutive lanes on consecutive d
-(coalesced). The block walks its slice in passes of
-ATTN_PASS = 32 timesteps; in a pass warp w owns timesteps tb + w + 4i, i = 0..7 (ATTN_STEPS):
-  1. it issues the loads of its 8 K rows and 8 V rows first;
-  2. score_t = scale * (q . k_t): each lane's partial dot (fma over its dims in increasing d,
-     from +0.0), then kernels/reduce.py's `warp_sums` (the warp tree s = 16..1 per score; on a
-     GPU 8 shuffle butterflies interleaved), so every lane holds all 8 scores;
-  3. the pass's max is taken ONCE over those 8 registers; the warp's own online-softmax state
-     (m, l, o[d]) is rescaled once by exp(m - m_new), then each timestep, in increasing t, adds
-     p = exp(score - m_new): l += p, o[d] = fma(p, v_t[d], o[d]).
-At the end the 4 warps' states are merged in warp order 0..3 through shared memory (one
-barrier): M = max_w m_w, c_w = exp(m_w - M), o[d] = fma chain of o_w[d] * c_w, l = fma chain of
-l_w * c_w (w = 0..3), all from +0.0. Nothing depends on timing, so the bits are the same every
-run. A warp that saw no timestep keeps m = -inf, l = 0, o = 0 and weighs c_w = 0; when no warp
-saw one (an empty slice) the block writes m = -inf, l = 0, o = 0 exactly.
-
-The merge (attn_merge, attn_combine): for head h, M = max_s m_s, w_s = exp(m_s - M), then per
-element L = fma chain of l_s * w_s and acc = fma chain of o_s[d] * w_s over s = 0..splits-1
-(from +0.0), o = acc / L. `merge_weights` computes the w_s ONCE per (head, slice) per block into
-shared memory (the kernel before recomputed M and every w_s for every element: D * splits exps
-per block); `merge_elem_sh` then runs the two chains for one element, its loads issued
-MERGE_GROUP = 8 slices at a time. The same order as before this layout, so the same bits.
-
-Instruction count matters as much as loads here: a first version unrolled 32 slices deep
-(masked past `splits`), with Python's signed 64-bit index and division arithmetic, compiled to
-2808 SASS instructions (the loop it replaced: 696) and measured 4.1 us per attn_merge node at
-context 64 on the H200 (the loop: 1.5). Hence groups of 8, unsigned indices in the hot loads
-(no negative-index wraparound code), `udivmod` (one unsigned division for // and %), and
-`while` loops where `range` would divide by a runtime step (1120 instructions now).
-
-attn_combine's layout: grid ceil(D / 8), block COMBINE_THREADS = 256 = 8 warps, warp w of block b
-owns row 8b + w of Wo (matvec_residual's row_dot per row, so the same bits, with 8 rows per block
-instead of 4). Every block needs all of o, so every block still merges all D elements: that is
-the price of one launch instead of two and no round trip of o through global memory. Wider
-blocks halve the blocks that pay it (64 -> 32 at D = 256), each thread merges one element
-(D = 256), and the weights are n_head * splits exps per block instead of D * splits.
 """
 import math
 
@@ -66,7 +22,7 @@ import numba
 import numpy as np
 from numba import cuda
 
-from kernels._spec import kernel
+from kernels.registry import kernel
 from kernels.matvec import WARP, matvec_residual_twin, row_dot
 from kernels.pdl import pdl_launch_dependents, pdl_wait
 from kernels.reduce import WARP_SUMS, warp_sums
@@ -137,7 +93,19 @@ def attn_partial_twin(grid, block, q, k_cache, v_cache, pos, part_o, part_ml, sc
 def _make_walk(dims: int):
     """The walk of one warp over its timesteps of a slice, for heads of head_dim <= 32 * dims
     (lane l holds d = l + 32j, j < dims). One function per dims, so a head of 64 runs code with
-    2 dims per lane, not 4 of which 2 are masked (half the instructions to issue and fetch)."""
+    2 dims per lane, not 4 of which 2 are masked (half the instructions to issue and fetch).
+
+    A warp reads one timestep's K or V row of the head with consecutive lanes on consecutive d
+    (coalesced). The block walks its slice in passes of ATTN_PASS = 32 timesteps; in a pass
+    warp w owns timesteps tb + w + 4i, i < ATTN_STEPS = 8:
+      1. it issues the loads of its 8 K rows and 8 V rows first;
+      2. score_t = scale * (q . k_t): each lane's partial dot (fma over its dims in increasing
+         d, from +0.0), then kernels/reduce.py's `warp_sums` (on a GPU 8 shuffle butterflies
+         interleaved), so every lane holds all 8 scores;
+      3. the pass's max is taken once over those 8 registers; the warp's (m, l, o[d]) is
+         rescaled once by exp(m - m_new), then each timestep, in increasing t, adds
+         p = exp(score - m_new): l += p, o[d] = fma(p, v_t[d], o[d]).
+    """
 
     @cuda.jit(device=True)
     def walk(q, k_cache, v_cache, base, hd, t0, t1, scale, red, o_sh, ml_sh):
@@ -223,7 +191,13 @@ def partial_slice(q, k_cache, v_cache, L, part_o, part_ml, scale, red, o_sh, ml_
 def partial_slice_at(q, k_cache, v_cache, L, part_o, part_ml, scale, red, o_sh, ml_sh, h, s, splits):
     """`partial_slice` for the item (head h, slice s of `splits`) named by the caller, not by
     the block's index (kernels/fused.py's attn_fused_grid runs its partials on the first
-    n_head * splits blocks of a 1-D grid). The same arithmetic, so the same bits."""
+    n_head * splits blocks of a 1-D grid). The same arithmetic, so the same bits.
+
+    The 4 warps' states are merged in warp order 0..3 through shared memory (one barrier):
+    M = max_w m_w, c_w = exp(m_w - M), o[d] = fma chain of o_w[d] * c_w, l = fma chain of
+    l_w * c_w, all from +0.0. Nothing depends on timing, so the bits are the same every run. A
+    warp that saw no timestep keeps m = -inf, l = 0, o = 0 and weighs c_w = 0; an empty slice
+    writes m = -inf, l = 0, o = 0 exactly."""
     tid = cuda.threadIdx.x
     hd = part_o.shape[2]
     chunk = (L + splits - 1) // splits
@@ -273,7 +247,7 @@ def attn_partial(q, k_cache, v_cache, pos, part_o, part_ml, scale):
     attn_combine was launched while only the few SMs it left free had room, and the edge into
     attn_combine cost 15.1 us per step at context 900 where it saved 1.2 at 64
     (data/gpu/pdl_context_early.json against pdl_context.json: the step's chain with every launch
-    programmatic but one kernel's; scripts/record_gpu_pdl_context.py).
+    programmatic but one kernel's; `decode-lab record pdl_context`).
     """
     pdl_wait()
     red = cuda.shared.array((ATTN_STEPS, ATTN_THREADS), numba.float32)  # the simulator's trees
@@ -370,7 +344,16 @@ def merge_weights(part_ml, h0, nh, ml_sh, w_sh):
 @cuda.jit(device=True)
 def merge_elem_sh(part_o, ml_sh, w_sh, p0, h, d):
     """Merged, normalised o[h*hd + d] from the weights `merge_weights` left in shared memory;
-    p0: the pair index of head h's slice 0. L and acc are fma chains over s = 0..splits-1."""
+    p0: the pair index of head h's slice 0. L = fma chain of l_s * w_s and acc = fma chain of
+    o_s[d] * w_s over s = 0..splits-1 (from +0.0), o = acc / L; the loads of MERGE_GROUP = 8
+    slices are issued together.
+
+    Instruction count matters as much as loads here: the merge unrolled 32 slices deep (masked
+    past `splits`), with signed 64-bit index and division arithmetic, compiles to 2808 SASS
+    instructions and measured 4.1 us per attn_merge node at context 64 on the H200, against 1.5
+    for a plain loop. Hence groups of 8, unsigned indices in the hot loads (no negative-index
+    wraparound code), `udivmod` (one unsigned division for // and %), and `while` loops where
+    `range` would divide by a runtime step."""
     splits = part_o.shape[1]
     hu = numba.uint64(h)   # unsigned indices: no negative-index wraparound code
     du = numba.uint64(d)
@@ -434,8 +417,12 @@ def attn_combine_twin(grid, block, part_o, part_ml, Wo, x):
 def attn_combine(part_o, part_ml, Wo, x):
     """x[r] += Wo[r] . merge(part_o, part_ml); Wo [D, D], x [D]; grid ceil(D/8), block 256.
 
-    Every block merges all D values into shared memory (redundant across blocks, but it saves a
-    launch and a round trip of o through global memory), then does its 8 rows like matvec.
+    Contract: bit-identical to `attn_merge` then `matvec_residual(Wo, o, x)`: it calls the same
+    device functions (`merge_weights`, `merge_elem_sh`, `row_dot`) in the same order and rounds
+    o to float32 at the same point. Warp w of block b owns row 8b + w of Wo (COMBINE_THREADS =
+    256 = 8 warps). Every block merges all D values into shared memory (redundant across
+    blocks, but it saves a launch and a round trip of o through global memory); wider blocks
+    halve the blocks that pay it, and the weights cost n_head * splits exps per block.
     Limits: D <= MAX_D, n_head * splits <= MERGE_MAX_PAIRS.
     """
     pdl_wait()
@@ -457,3 +444,34 @@ def attn_combine(part_o, part_ml, Wo, x):
     dot = row_dot(Wo, r, o_sh, tid, red)
     if tid % WARP == 0 and r < x.shape[0]:
         x[r] = x[r] + dot
+
+
+# ---- the cases kernels/check.py runs (c: the dims of one of its tiny models)
+CASES = {
+    # (cache dtype, pos, splits). The first tiny model: L = 1 and L = max_seq at every splits,
+    # and float16 caches; the others: one long context, several slices, a float16 cache
+    "first": lambda c: ([(np.float32, p, s) for p in (0, c["max_seq"] - 1) for s in (1, 2, 3, 5)]
+                        + [(np.float16, c["max_seq"] - 1, 1), (np.float16, 6, 2)]),
+    "other": lambda c: [(np.float32, c["max_seq"] - 1, 1), (np.float32, 7, 3),
+                        (np.float16, c["max_seq"] - 1, 2)],
+    "empty": (np.float32, 1, 5),   # splits > L: empty slices (pos 0 above has them too)
+    # merge and combine on made-up partials: more slices than MERGE_GROUP (two load groups),
+    # the slices from the second number on empty (attn_partial at 40 splits is slow to simulate)
+    "made_up": (40, 30),
+    # attn_partial only, at shapes the tiny models miss: slices longer than one pass of
+    # ATTN_PASS = 32 timesteps (the online rescale across passes), head_dim 40 (lanes past hd
+    # in a lane's second dim) and 128 (every dim of every lane). (dtype, pos, splits) per case.
+    "extra": (dict(n_head=2, hd=40, max_seq=72, cases=[(np.float32, 71, 1), (np.float16, 66, 2)]),
+              dict(n_head=1, hd=128, max_seq=40, cases=[(np.float32, 39, 1)])),
+    # --quick (the shuffle path): one case per code path, per tiny model: several slices, a
+    # float16 cache, empty slices (splits > L); the extra shapes' first cases; the second
+    # model's one case (an odd head count, D not a multiple of the rows per block: the merge
+    # and combine's row tail)
+    "quick": ([(np.float32, 15, 3), (np.float16, 6, 2), (np.float32, 1, 5)],
+              [(np.float32, 11, 1)]),
+    "tol": {"attn_partial": (1e-5, 64), "attn_merge": (1e-6, 16), "attn_combine": (1e-5, 16)},
+    "why": "partial: hd-term dots, exp, sums of <= L terms with an online rescale; values O(1) "
+           "and L <= 128 keep the relative error below ~(hd + L + 8) eps: k = 64, atol 1e-5 "
+           "for cancelling o entries. merge: <= splits terms and a divide: k = 16. combine: the "
+           "merge and a D-term dot (kernels/matvec.py's CASES): atol 1e-5",
+}

@@ -1,51 +1,21 @@
 """Speculative decoding's two bookkeeping kernels: the drafter and the acceptance.
 
-Owns
-- `draft_lookup`: prompt-lookup drafting on the device. It fills the verify step's columns
-  cols [T] (T = k + 1 <= MAX_COLS): column 0 is the current token tokens[p], columns 1..T-1
-  are guesses for positions p+1 .. p+T-1, copied from an earlier occurrence of the text's
-  last tokens.
-- `accept`: after the verify step, keeps the longest prefix of the guesses that the model's own
-  greedy choices confirm, appends the model's next token (the "bonus"), and advances pos.
+Contents
+  latest_match, draft_lookup_twin  the drafting rule in NumPy
+  draft_lookup                     fills the verify step's columns: tokens[p], then drafts
+  accepted, accept_twin            the acceptance rule in NumPy
+  accept                           keeps the confirmed drafts and the bonus, advances pos
+  CASES                            kernels/check.py's cases
 
-Device state (never a host value, so a captured graph replays at any position): tokens
-[max_seq] int32 (prompt, then generated ids), pos [1] (p: the step's column 0 is position p),
+Device state only (never a host value, so a captured graph replays at any position): tokens
+[max_seq] int32 (prompt, then generated ids), pos [1] (the step's column 0 is position p),
 n_prompt [1], limit [1] (the last position a generation may reach, limit <= max_seq - 1).
-
-draft_lookup's rule, for column i = 1 .. T-1 at position q = p + i, first rule that applies:
-  1. q > limit: tokens[p] (a filler: accept never takes a position past limit - 1);
-  2. q < n_prompt: tokens[q] (a prompt token: known, forced, whatever the match says);
-  3. a match: for n = NGRAM (3), 2, 1, the LATEST j with n-1 <= j < p whose n-gram
-     tokens[j-n+1 .. j] equals the text's last one tokens[p-n+1 .. p]; the first n that has
-     one wins (a longer context beats a later occurrence of a shorter one). The text after
-     that occurrence is the guess: position p+i gets tokens[j+i] if j+i <= p (a known token),
-     else cols[j+i-p], a guess made just before (j < p, so j+i-p < i): the continuation runs
-     into the draft itself, which continues a periodic loop (period p - j);
-  4. the fallback, when no n matches (p = 0, or tokens[p] never seen before): tokens[p].
-Only tokens at positions <= p are read for the match (the rest are not known yet).
-
-draft_lookup's layout: grid (1,), block DRAFT_THREADS = 128. Thread x scans the candidate ends
-j = x, x + 128, ... < p; at each it extends the match backwards, n = 1, 2, 3 while the tokens
-agree, and keeps per n the latest j (its j only increase). A shared-memory max tree over the
-block (stride 64 .. 1, a barrier per stride, every thread takes part) gives each n's latest j
-(a max: exact, the order does not matter); then thread 0 writes the T columns in increasing i.
-
-accept's rule (grid (1,), block (1,); one thread, no atomics): p = pos[0]; if p >= limit the
-generation is done and the step changes nothing. Otherwise draft i = 1, 2, ... is accepted while
-  i <= T-1  and  p + i <= limit - 1 (room for the bonus)  and
-  (p + i < n_prompt  or  cols[i] == pred[i-1])     (pred[t]: the model's argmax after column t),
-a = the number accepted. Generated positions among p+1 .. p+a get tokens[p+i] = cols[i]; the
-bonus q = p+a+1 gets tokens[q] = pred[a] if q >= n_prompt (a prompt slot is never overwritten);
-pos[0] = p + a + 1. stats[1] += g, the positions of p+1 .. p+a+1 at or past n_prompt, and
-stats[0] += 1 if g > 0 (a step that generated). As pred[t] is the greedy choice given columns
-0..t, and every accepted column equals that choice, the sequence is exactly the one a step per
-token writes (a prompt column is the prompt token, which both paths feed).
 """
 import numba
 import numpy as np
 from numba import cuda
 
-from kernels._spec import kernel
+from kernels.registry import kernel
 from kernels.pdl import pdl_launch_dependents, pdl_wait
 
 NGRAM = 3             # longest n-gram the drafter matches (then 2, then 1)
@@ -90,8 +60,22 @@ def draft_lookup_twin(grid, block, tokens, pos, n_prompt, limit, cols):
 @kernel("void(int32[::1], int32[::1], int32[::1], int32[::1], int32[::1])",
         twin=draft_lookup_twin, reads=(0, 1, 2, 3), writes=(4,))
 def draft_lookup(tokens, pos, n_prompt, limit, cols):
-    """cols[0] = tokens[p]; cols[1..T-1] = prompt tokens or prompt-lookup drafts (see the module
-    docstring); tokens [max_seq], pos/n_prompt/limit [1], cols [T]; grid (1,), block (128,)."""
+    """cols[0] = tokens[p]; cols[1..T-1] = prompt tokens or prompt-lookup drafts; tokens
+    [max_seq], pos/n_prompt/limit [1], cols [T] (T = k + 1 <= MAX_COLS); grid (1,), block (128,).
+
+    Column i = 1 .. T-1 at position q = p + i, the first rule that applies:
+      1. q > limit: tokens[p] (a filler: accept never takes a position past limit - 1);
+      2. q < n_prompt: tokens[q] (a prompt token: known, forced);
+      3. a match: for n = NGRAM (3), 2, 1, the LATEST j with n-1 <= j < p whose n-gram
+         tokens[j-n+1 .. j] equals the text's last one tokens[p-n+1 .. p]; the first n that has
+         one wins (a longer context beats a later occurrence of a shorter one). Position p+i
+         gets tokens[j+i] if j+i <= p, else cols[j+i-p], a guess made just before: the
+         continuation runs into the draft itself (a periodic loop of period p - j);
+      4. the fallback, when no n matches: tokens[p].
+    Only tokens at positions <= p are read. Thread x scans the candidate ends j = x, x + 128,
+    ... < p, extends each match backwards while the tokens agree and keeps per n its latest j;
+    a shared-memory max tree (exact in any order) gives each n's latest j; then thread 0 writes
+    the columns in increasing i."""
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     best = cuda.shared.array((NGRAM, DRAFT_THREADS), numba.int32)  # [n-1, threads] latest end j
@@ -168,10 +152,19 @@ def accept_twin(grid, block, cols, pred, pos, n_prompt, limit, tokens, stats):
 @kernel("void(int32[::1], int32[::1], int32[::1], int32[::1], int32[::1], int32[::1], int32[::1])",
         twin=accept_twin, reads=(0, 1, 2, 3, 4, 5, 6), writes=(2, 5, 6))
 def accept(cols, pred, pos, n_prompt, limit, tokens, stats):
-    """Keep the confirmed drafts and the bonus token, advance pos (see the module docstring).
+    """Keep the confirmed drafts and the bonus token, advance pos.
 
     cols, pred [T], pos/n_prompt/limit [1], tokens [max_seq], stats [2] = (steps that generated,
-    tokens generated); grid (1,), block (1,) (thread 0 of block 0 does the work).
+    tokens generated); grid (1,), block (1,) (thread 0 of block 0 does all the work).
+
+    If p >= limit the generation is done and nothing changes. Otherwise draft i = 1, 2, ... is
+    accepted while i <= T-1 and p + i <= limit - 1 (room for the bonus) and (p + i < n_prompt
+    or cols[i] == pred[i-1]) (pred[t]: the model's argmax after column t); a = the number
+    accepted. Generated positions among p+1 .. p+a get cols[i]; the bonus q = p+a+1 gets
+    pred[a] if q >= n_prompt (a prompt slot is never overwritten); pos[0] = p + a + 1.
+    stats[1] += g, the positions of p+1 .. p+a+1 at or past n_prompt; stats[0] += 1 if g > 0.
+    As pred[t] is the greedy choice given columns 0..t and every accepted column equals it, the
+    sequence is exactly the one a step per token writes.
     """
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
@@ -197,3 +190,26 @@ def accept(cols, pred, pos, n_prompt, limit, tokens, stats):
     if g > 0:
         stats[0] += 1
         stats[1] += g
+
+
+# ---- the cases kernels/check.py runs
+CASES = {
+    # draft_lookup: (tokens, p, n_prompt, limit (None: max_seq - 1), what it holds)
+    "texts": (([5, 1, 2, 1, 2], 4, 1, None, "periodic"),              # (1, 2) at j = 2, period 2
+              ([5, 1, 2, 9, 5, 1, 2, 7, 5, 1, 2], 10, 1, None, "latest"),  # ends 2 and 6: 6 wins
+              ([1, 2, 3, 8, 4, 3, 6, 1, 2, 3], 9, 1, None, "longest"),  # 3-gram at 2, '3' at 5
+              (list(range(20, 32)), 11, 1, None, "fallback"),
+              ([4, 4], 0, 1, None, "p=0"),
+              ([1, 2, 3, 1, 2, 3, 50, 51], 5, 8, None, "prompt"),  # 6, 7 forced; the loop reads them
+              ([1, 2, 3, 1, 2, 3, 50, 51], 5, 8, 7, "limit")),     # 8.. past limit: tokens[p]
+    # accept: (cols, pred, p, n_prompt, limit (None: max_seq - 1), what it holds)
+    "verdicts": (([103, 7, 8, 9], [7, 8, 9, 4], 3, 2, None, "all"),
+                 ([103, 7, 8, 9], [7, 5, 9, 4], 3, 2, None, "mismatch"),
+                 ([103, 7, 8, 9], [6, 8, 9, 4], 3, 2, None, "bonus only"),
+                 ([102, 103, 104, 9], [0, 0, 9, 4], 2, 5, None, "prompt"),
+                 ([100, 101, 102, 103], [5, 5, 5, 5], 0, 10, None, "all prompt"),
+                 ([104, 7, 8, 9], [7, 8, 9, 4], 4, 2, 6, "limit"),
+                 ([106, 7, 8, 9], [7, 8, 9, 4], 6, 2, 6, "at limit")),   # a no-op
+    "tol": (0.0, 0),
+    "why": "token ids and counts: exact",
+}

@@ -6,7 +6,7 @@ replays correctly at every position.
 import numpy as np
 from numba import cuda
 
-from kernels._spec import kernel
+from kernels.registry import kernel
 from kernels.pdl import pdl_launch_dependents, pdl_wait
 
 EMBED_THREADS = 128
@@ -30,3 +30,11 @@ def embed(tokens, pos, wte, x):
     i = cuda.grid(1)
     if i < x.shape[0]:
         x[i] = wte[tokens[pos[0]], i]
+
+
+# ---- the cases kernels/check.py runs (c: the dims of one of its tiny models)
+CASES = {
+    "positions": lambda c: (0, 5, c["max_seq"] - 1),   # the first, a middle and the last slot
+    "tol": (0.0, 0),
+    "why": "a gather: exact",
+}

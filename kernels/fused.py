@@ -1,99 +1,23 @@
 """The fused decode step's kernels (LAB_FUSION=1): 18 launches per token instead of 37.
 
-Owns
-- `norm_qkv_rope`: RMSNorm of x folded into the qkv projection, RoPE and the KV append in its
-  epilogue. A warp owns one rotate-half pair of one head of q, k or v: rows j and j + hd/2,
-  which RoPE needs together, so the rotation happens in the warp's registers (no shared
-  memory, no barrier). QKV_THREADS = 128: 4 pairs per block, parts * D / 8 blocks (96 for
-  the tiny model). `part0` says which of q (0), k (1), v (2) its first rows are, so the q part
-  and the k/v part can be two launches on two streams (LAB_OVERLAP=1).
-- `attn_fused_grid` (LAB_ATTN_TAIL=grid, the default): the unfused attention's two kernels,
-  attn_partial and attn_combine, as two kinds of block of ONE launch; the tail blocks wait on a
-  device counter for the partial blocks (`count_arrival`, `wait_arrivals`). Its bits are the
-  unfused attention's. On the H200 it measured 7.93 us as a graph node at context 65 against
-  2.77 + 3.53 for the two kernels it merges (data/gpu/kernel_costs.json, the pass of 4cfbf7a):
-  the wait inside a kernel costs more than the node boundary under capture, so its split
-  (LAB_SPLIT_COMBINE=1: attn_partial + attn_combine) is the faster fused step.
-- `attn_fused` (LAB_ATTN_TAIL=heads): split-K attention partials, the merge, the output
-  projection Wo and the residual add in ONE launch, the tail parallel over heads (below):
-  lecture §6's combine on n_head blocks, which its split (three launches) beats under capture.
-- `norm_swiglu`: RMSNorm folded into the gate/up projections + SwiGLU, a warp per row.
-- `norm_lm_head_argmax`: the final RMSNorm folded into the LM head; the last block to finish
-  picks the next token (argmax_next's policy, through `pick_next`) and advances the position.
-- the split form of attn_fused (LAB_FUSION=1 with LAB_SPLIT_COMBINE=1): `attn_partial_wide`
-  (its partials), kernels/attention.py's `attn_merge`, `attn_project_heads` (its per-head
-  projections, summed in head order, + the residual). Three launches, the same bits as
-  attn_fused: the same partials (slice_partial, the same block size), o rounded to float32 at
-  the same point (attn_merge's o is merge_elem's, kernels/attention.py), each head's dot the
-  same arithmetic (heads_dots as head_dots), the heads summed in the same order
-  (tests/_cudasim_fused.py checks it bit for bit).
-The down projection + residual stays `kernels.matvec.matvec_residual`.
+Contents
+  geometry                qkv_grid, lm_head_grid, project_grid, attention_grid, grid_tail_grid
+  last block done         arrive_last (the one atomic in kernels/), head_tail, count_arrival,
+                          wait_arrivals
+  twins' helpers          _normed_rows, project_heads
+  norm_qkv_rope           RMSNorm folded into the qkv projection; RoPE and the KV append after
+  attn_fused              partials, merge, Wo and residual in one launch, the tail over heads
+                          (LAB_ATTN_TAIL=heads)
+  attn_fused_grid         attn_partial and attn_combine as two kinds of block of one launch
+                          (LAB_ATTN_TAIL=grid, the default)
+  norm_swiglu             RMSNorm folded into the gate/up projections + SwiGLU
+  norm_lm_head_argmax     the final RMSNorm folded into the LM head; the last block picks the
+                          token and advances the position
+  CASES                   kernels/check.py's cases
 
-The norm, folded (kernels/fused_device.py's `xw_dot2`, `xw_dot`, `inv_rms`). A row of a
-normalised projection is W[r] . ((x * inv) * w) = inv * (W[r] . (x * w)): the warp computing
-the row loads every x[k] for its dot anyway, so it sums x[k]^2 from the same registers (one
-more fma per element) and reduces it with its own warp tree, then scales the dot by inv. Nothing
-else is exchanged. The alternatives, by cost:
-  - every block normalising x first (this file's kernels before): a block reduction (a block
-    barrier), h staged in shared memory and a second barrier, all before any dot can start. On
-    the H200, norm_swiglu done that way took 2.71 us per node against swiglu_up's 1.82 on the
-    same rows (data/gpu/kernel_costs.json; the two also differed in block size): about 0.9 us
-    more per kernel, most of it the norm's place on the critical path;
-  - the producer of x writing h or inv: x is produced a few rows per block (embed,
-    matvec_residual, attn_fused's tail), so the norm needs every block done: a fence-and-count
-    step and a block reduction at the end of each producer, on the same critical path, for the
-    same latency it would save;
-  - the producer's blocks writing partial sums of squares: a consumer warp would load partials
-    instead of squaring the x it loads anyway (at D = 256: 8 fmas per lane saved), for another
-    buffer and three producers coupled to their consumers.
-  The price of the fold: every warp sums all D squares (at D = 256, 8 fmas per lane and one warp
-  tree more per warp), and the rounding moves: (W . (x w)) inv is not W . ((x inv) w) bit for
-  bit, so the fused step no longer writes the unfused step's bits (lab/reference.py's oracle is
-  the judge of both, within float32 tolerance). Every warp sums the squares in one order, so
-  every row of a launch is scaled by the same inv, and a launch is bit-reproducible.
-
-Last block done (`arrive_last`): a kernel whose follow-on work needs other blocks' outputs (the
-merge of a head needs every split of that head; the argmax needs every logit) does not end the
-launch there. Each block writes its part, fences (`threadfence`: its writes are visible
-device-wide before it counts itself), and one thread adds 1 to a counter slot in device memory
-(int32 slots the engine allocates once at start-up, zeroed; one set per launch site). The block
-that sees count == arrivals - 1 arrived last: every other arriving block's part is written, so it
-fences again (the acquire side) and does the follow-on work, and it resets its slot to 0 (no
-other block touches it any more in this launch), so the next launch -- the next replay of a
-graph -- starts clean. The counter only ELECTS the block that does the follow-on work; the
-follow-on reads every part in a fixed order, so the result never depends on which block finished
-last: the kernels stay bit-reproducible, replay after replay. No block ever waits for another (no
-spin), so nothing depends on how many blocks are resident. (The counter's atomic is the only one
-in kernels/; it lives in `arrive_last`, not in a kernel's own source.)
-
-attn_fused's tail, parallel over heads. Slots 0 .. n_head - 1 count the blocks of each head
-(splits arrivals each), slot n_head the heads (n_head arrivals):
-  1. every block (h, s) writes its slice's partials (part_o, part_ml);
-  2. the last block of head h merges that head (merge_elem: hd elements over the splits, o
-     rounded to float32) and projects it through its columns of Wo: head_out[h, r] =
-     Wo[r, h*hd : (h+1)*hd] . o_h for every r (`head_dots`: HEAD_ROWS rows per warp in flight,
-     ATTN_THREADS / 32 warps: 2 rounds at D = 256);
-  3. the last head's block adds the heads in head order and the residual:
-     x[r] = x[r] + (((head_out[0, r] + head_out[1, r]) + ...) + head_out[H-1, r]).
-The version before this one did the merge of every head and all of Wo (D x D) in the globally
-last block alone: one SM for the whole tail, measured at 17.3-23.6 us per node on the H200
-against 5.6-8.1 us for attn_partial + attn_combine at the same contexts. Here n_head blocks
-project a quarter of Wo each (at 4 heads), over rows half as many rounds as before, each round
-a dot of hd terms instead of D; the price is a second fence-and-count and a [n_head, D] scratch
-(head_out). Considered and not taken: every block (h, s) projecting its own unnormalised o_s
-through Wo_h and the merge weights applied afterwards -- splits times the projection work and
-Wo traffic, and a final combine of n_head * splits * D terms in one block, which is the serial
-tail again as splits grows. A following kernel for the sum is the split form itself.
-Whether the tail's latency beats the split form's two extra graph nodes is a measurement
-(scripts/record_gpu_costs.py records attn_fused and the split's kernels at every plan's
-contexts; notebook 06 and data/gpu/fission.json's fused arms compare them).
-
-The context length L = pos[0] + 1 is read from device memory; `splits` = gridDim.y is part of
-the launch (the plan). The partials are kernels/fused_device.py's `slice_partial` (the block's
-threads split each score and each slice's weighted sum of V into groups, summed in group
-order), not kernels/attention.py's `attn_partial` (whose 128-thread layout a 512-thread block
-cannot call): the same math, another summation order. ATTN_THREADS = 512 for head_dim 64: 16
-warps for the tail's rows; not 1024, whose registers a block cannot hold.
+The norm is folded into each row's dot (kernels/fused_device.py's `xw_dot2`: why and its
+price there). The down projection + residual stays kernels/matvec.py's `matvec_residual`;
+attn_fused's split form (LAB_SPLIT_COMBINE=1) is kernels/fused_split.py.
 """
 import math
 
@@ -101,7 +25,7 @@ import numba
 import numpy as np
 from numba import config, cuda
 
-from kernels._spec import kernel
+from kernels.registry import kernel
 from kernels.attention import (ATTN_STEPS, ATTN_WARPS, MAX_D, MERGE_MAX_PAIRS, attn_combine_twin,
                                attn_merge_twin, attn_partial_twin, merge_elem, merge_elem_sh,
                                merge_weights, partial_slice_at, udivmod)
@@ -113,7 +37,7 @@ from kernels.matvec import grid_for as rows_grid
 from kernels.pdl import pdl_launch_dependents, pdl_wait
 from kernels.position import advance_twin
 from kernels.reduce import BLOCK_THREADS, WARP
-from kernels.rope import _rope_rows
+from kernels.rope import rope_rows
 from kernels.sample import ARGMAX_THREADS, argmax_next_twin, pick_next
 
 __all__ = ["norm_qkv_rope", "attn_fused", "attn_fused_grid", "norm_swiglu", "norm_lm_head_argmax",
@@ -207,6 +131,14 @@ def arrive_last(counter, slot, arrivals, flag):
     when the launch starts, 0 again when it ends (the last arriver resets it). flag: shared [1]
     int32 scratch. The last block's later reads see every other arriver's part (fence, count,
     fence: release and acquire at device scope).
+
+    For a kernel whose follow-on work needs other blocks' outputs (a head's merge needs every
+    split of it; the argmax every logit): each block writes its part, fences, and one thread
+    adds 1 to the slot (int32 slots the engine allocates once, zeroed; one set per launch
+    site). The counter only ELECTS the block that does the follow-on work, which reads every
+    part in a fixed order: the result never depends on which block finished last, so the
+    kernels stay bit-reproducible, replay after replay. No block waits for another (no spin),
+    so nothing depends on how many blocks are resident.
     """
     cuda.threadfence()                  # this thread's writes are visible device-wide ...
     cuda.syncthreads()                  # ... and every thread of the block has fenced
@@ -228,7 +160,16 @@ def head_tail(part_o, part_ml, Wo, x, head_out, counter, h, o_sh, red, flag):
     calls): merge the head (attn_merge's bits), write head_out[h] = Wo[:, head h] @ o_h, and, in
     the last head's block to get here (counter[n_head]), add the heads in head order to x.
     attn_fused's tail and the persistent step's. o_sh: shared [hd]; red: shared [threads];
-    flag: shared [1] int32."""
+    flag: shared [1] int32.
+
+    Slots 0 .. n_head - 1 count the blocks of each head (splits arrivals each), slot n_head the
+    heads. The projection is `head_dots` (HEAD_ROWS rows per warp in flight, hd terms per dot);
+    the sum is x[r] + (((head_out[0, r] + head_out[1, r]) + ...) + head_out[H-1, r]). Why over
+    heads: the whole tail (every head's merge and all of Wo) in the one last block runs on one
+    SM, measured 17.3-23.6 us per node on the H200 against 5.6-8.1 us for attn_partial +
+    attn_combine; here n_head blocks project a quarter of Wo each (at 4 heads), for a second
+    fence-and-count and a [n_head, D] scratch. Projecting each slice's unnormalised o_s would
+    cost splits times the projection work and Wo traffic."""
     tid = cuda.threadIdx.x
     T = cuda.blockDim.x
     hd = part_o.shape[2]
@@ -296,7 +237,7 @@ def _normed_rows(W, x, w, eps):
     return (W @ (x * w)) * inv
 
 
-def _project_heads(Wo, o, hd, head_out):
+def project_heads(Wo, o, hd, head_out):
     """head_out[h] = Wo[:, h*hd:(h+1)*hd] @ o[h*hd:(h+1)*hd]; returns their sum in head order."""
     for h in range(head_out.shape[0]):
         head_out[h] = Wo[:, h * hd:(h + 1) * hd] @ o[h * hd:(h + 1) * hd]
@@ -319,7 +260,7 @@ def norm_qkv_rope_twin(grid, block, x, w_norm, eps, W, part0, pos, cos, sin, q, 
         if part == 2:
             v_cache[p] = rows                                       # casts to the cache dtype
             continue
-        rotated = _rope_rows(rows.reshape(n_head, hd), cos[p], sin[p]).reshape(D)
+        rotated = rope_rows(rows.reshape(n_head, hd), cos[p], sin[p]).reshape(D)
         if part == 0:
             q[:] = rotated
         else:
@@ -339,6 +280,10 @@ def norm_qkv_rope(x, w_norm, eps, W, part0, pos, cos, sin, q, k_cache, v_cache):
     cos/sin [max_seq, hd/2]; q [D]; k_cache/v_cache [max_seq, D]. Grid qkv_grid(D, parts),
     block (QKV_THREADS,): warp g owns pair g % (D/2) of part part0 + g // (D/2): in head
     (g % (D/2)) // (hd/2), rows j and j + hd/2, j = g % (hd/2).
+
+    A warp owns one rotate-half pair (rows j and j + hd/2, which RoPE needs together), so the
+    rotation happens in the warp's registers (no shared memory, no barrier). `part0` lets the
+    q part and the k/v part be two launches on two streams (LAB_OVERLAP=1).
     """
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
@@ -385,7 +330,7 @@ def attn_fused_twin(grid, block, q, k_cache, v_cache, pos, part_o, part_ml, scal
     attn_partial_twin(grid, block, q, k_cache, v_cache, pos, part_o, part_ml, scale)
     o = np.empty(n_head * hd, np.float32)                    # [D]
     attn_merge_twin((n_head,), (hd,), part_o, part_ml, o)
-    x[:] = x + _project_heads(Wo, o, hd, head_out)
+    x[:] = x + project_heads(Wo, o, hd, head_out)
 
 
 _ATTN_SIG = ("void(float32[::1], {kv}[:, ::1], {kv}[:, ::1], int32[::1], float32[:, :, ::1], "
@@ -403,7 +348,14 @@ def attn_fused(q, k_cache, v_cache, pos, part_o, part_ml, scale, Wo, x, head_out
     counter [n_head + 1] int32 (0 between launches). Grid (n_head, splits), block
     attention_threads(hd). Every block writes its slice's partials; the last block of each head
     merges the head and writes its projection head_out[h] = Wo[:, head h] @ o_h; the last of
-    those adds the heads in head order to x. Limit: hd <= MAX_HEAD_DIM.
+    those adds the heads in head order to x (`head_tail`). Limit: hd <= MAX_HEAD_DIM.
+
+    The partials are kernels/fused_device.py's `slice_partial` (kernels/attention.py's
+    attn_partial keeps a 128-thread layout a 512-thread block cannot call): the same math,
+    another summation order. ATTN_THREADS = 512 for head_dim 64: 16 warps for the tail's rows;
+    not 1024, whose registers a block cannot hold. Its split form (kernels/fused_split.py)
+    gives the same bits in three launches, which beat this one under capture (notebook 06,
+    data/gpu/fission.json's fused arms).
     """
     pdl_wait()
     q_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)   # [hd] this head's query
@@ -454,6 +406,11 @@ def attn_fused_grid(q, k_cache, v_cache, pos, part_o, part_ml, scale, Wo, x, cou
     once; for the model it is at most n_head * 32 + D / 4 = 192 blocks of 128 threads on the
     H200's 132 SMs. Under numba's simulator blocks run one after another in the grid's order:
     the count is complete when a tail block looks.
+
+    Its bits are the unfused attention's. On the H200 it measured 7.93 us as a graph node at
+    context 65 against 2.77 + 3.53 for the two kernels it merges (data/gpu/kernel_costs.json):
+    the wait inside a kernel costs more than the node boundary under capture, so its split
+    (LAB_SPLIT_COMBINE=1: attn_partial + attn_combine) is the faster fused step.
     """
     pdl_wait()
     red = cuda.shared.array((ATTN_STEPS, PARTIAL_THREADS), numba.float32)  # partial: the trees
@@ -562,3 +519,31 @@ def norm_lm_head_argmax(x, w_norm, eps, W, logits, pos, n_prompt, tokens, counte
             pick_next(logits, tokens, nxt, tid, red, best_i)   # argmax_next's policy
         if tid == 0:
             pos[0] = nxt
+
+
+# ---- the cases kernels/check.py runs
+CASES = {
+    # n_head 2 (head indexing), hd 8 (a 2-tile context at max_seq 16), F and V not multiples of
+    # the rows a block computes; attention blocks of 32 or 64 threads (4 or 8 groups of hd
+    # lanes, 1 or 2 warps for the tail's rows)
+    "configs": [dict(D=16, n_head=2, hd=8, F=24, V=11, max_seq=16, attn_threads=(32, 64))],
+    # on a GPU also the real model's dims, attn_fused at its own block size (max_seq cut to 128)
+    "gpu_config": dict(D=256, n_head=4, hd=64, F=512, V=71, max_seq=128, attn_threads=(None,)),
+    # attn_fused (cache dtype, pos, splits): 2 tiles; 3 slices; L = 1 with an empty slice; on a
+    # GPU also longer slices and 32 of them
+    "attn_fused": lambda c: [(np.float32, c["max_seq"] - 1, 1), (np.float32, 9, 3), (np.float16, 0, 2)],
+    "attn_fused_gpu": lambda c: [(np.float32, c["max_seq"] - 1, 4), (np.float16, c["max_seq"] - 1, 32)],
+    # attn_fused_grid: 2 slices of a 10-step context; L = 1 over 2 slices (an empty slice), the
+    # float16 signature
+    "attn_fused_grid": [(np.float32, 9, 2), (np.float16, 0, 2)],
+    "attn_fused_grid_gpu": lambda c: [(np.float32, c["max_seq"] - 1, 1), (np.float32, c["max_seq"] - 1, 4),
+                                      (np.float16, c["max_seq"] - 1, 32)],
+    "row_dot_loaded_k": (600, 1100),   # K past one group of loads (simulator, GPU)
+    "tol": {"norm_qkv_rope": (1e-5, 16), "attn_fused": (1e-5, 64), "attn_fused_grid": (1e-5, 64),
+            "attn_project_heads": (1e-5, 16), "norm_swiglu": (1e-5, 16),
+            "norm_lm_head_argmax": (1e-5, 16)},
+    "why": "the unfused kernels' tolerances for the same arithmetic: rmsnorm (~(log2 D + 4) "
+           "eps) then a D-term dot (error relative to sum |W h|: atol) is k = 16, plus RoPE's "
+           "two products, swiglu's exp and divide; attention (hd-term dots, exp, online "
+           "rescale, merge, hd-term projections summed over heads) is k = 64",
+}

@@ -1,27 +1,15 @@
-"""The fused kernels' device functions: kernels/fused.py builds its kernels from them.
+"""The fused kernels' device functions: kernels/fused.py and kernels/persistent.py build on them.
 
-Owns
-- `inv_rms`, `xw_dot`, `xw_dot2`: a normalised projection without a normalised vector. RMSNorm
-  then a row: W[r] . ((x * inv) * w) = inv * (W[r] . (x * w)), inv = 1 / sqrt(mean(x*x) + eps).
-  The warp that computes a row already loads every x[k] (lane l: k = l, l + 32, ...), so it sums
-  x[k]^2 from those same registers next to its dot and reduces both with `warp_sum`; the dot is
-  scaled by inv at the end. No block reduction, no barrier, no normalised copy in shared or
-  global memory. Each lane's chains run in increasing k with fma from +0.0, then the warp's tree:
-  the dot is `row_dot`'s order on the vector x * w (kernels/matvec.py), the sum of squares
-  `row_dot`'s order on x . x (tests/_cudasim_fused.py holds both bit for bit against
-  lab/precision.py's `row_dot_order`). Every warp computes the same sum in the same order, so
-  every row of a launch is scaled by the same bits of inv.
-- `head_dots`: HEAD_ROWS rows of one head's slice of a matrix (columns c0 .. c0 + n) against a
-  vector, the loads of all of them in flight together; attn_fused's per-head output projection.
-  `heads_dots`: one row against PROJ_HEADS heads' slices at once, each head's dot the same
-  arithmetic (attn_project_heads, the split form: the same bits).
-- `slice_partial` (`slice_partial_at` for an explicit item (h, s)): one block's split-K
-  partials on a block of any number of groups of head_dim lanes (kernels/attention.py's
-  `attn_partial` keeps a 128-thread layout that a 512-thread block cannot call); attn_fused's and
-  attn_partial_wide's first phase. The same math as attn_partial, another summation order.
-Device functions only: no kernel is registered here. They sit apart from kernels/fused.py so the
-kernels there read as the step they replace; the "last block done" counter (`arrive_last`) stays
-with them.
+Contents
+  inv_rms                 rmsnorm's scale from a sum of squares
+  _make_xw_chains         one lane's chains of a folded-norm row dot (the one body of both:)
+  xw_dot2, xw_dot         W[r] . (x * w) and x . x for two rows or one: RMSNorm without a
+                          normalised vector
+  head_dots, heads_dots   rows of one head's slice of a matrix; one row against several heads
+  slice_partial, slice_partial_at  one block's split-K partials on a block of any size
+
+Device functions only: no kernel is registered here, so kernels/fused.py reads as the step it
+replaces.
 """
 import math
 
@@ -43,40 +31,75 @@ def inv_rms(ss, n, eps):
     return numba.float32(1.0) / math.sqrt(ss / numba.float32(n) + eps)
 
 
+def _make_xw_chains(pair: bool):
+    """This lane's chains of a folded-norm row dot: the one body of `xw_dot` and `xw_dot2`;
+    pair: a second row (Wb[rb], bk) beside the first, its loads in flight with them.
+
+    The fold: a row of a normalised projection is W[r] . ((x * inv) * w) = inv * (W[r] . (x *
+    w)), inv = 1 / sqrt(mean(x*x) + eps). The warp computing the row loads every x[k] for its
+    dot anyway, so it sums x[k]^2 from the same registers (one more fma per element), reduces it
+    with its own warp tree and scales the dot by inv: no block reduction, no barrier, no
+    normalised copy in memory. The dot is `row_dot`'s order on x * w, the sum of squares
+    `row_dot`'s order on x . x (kernels/check.py holds both bit for bit against
+    kernels/matvec.py's `row_dot_order`). Why not normalise first: a block reduction and two
+    barriers before any dot can start (norm_swiglu done so took 2.71 us per node on the H200
+    against swiglu_up's 1.82 on the same rows, data/gpu/kernel_costs.json); the producer of x
+    writing inv needs every one of its blocks done. The price: every warp sums all D squares,
+    and (W . (x w)) inv is not W . ((x inv) w) bit for bit, so the fused step does not write
+    the unfused step's bits (lab/reference.py's oracle judges both). Every warp sums the
+    squares in one order, so every row of a launch is scaled by the same bits of inv."""
+
+    @cuda.jit(device=True)
+    def chains(Wa, ra, Wb, rb, x, w, tid, ak, bk, xk, wk):
+        """(acc_a, acc_b, ss): lane l's sums over k = l, l + 32, ... in increasing k with fma
+        from +0.0: acc += W[r, k] * xw[k] with xw[k] = x[k] * w[k] rounded once, ss += x[k] *
+        x[k]. A row >= its matrix's rows gives 0 (and loads nothing). ak, bk, xk, wk: local
+        [XW_UNROLL] for the loads in flight (the caller's, allocated in the order ptxas
+        assigns their registers in)."""
+        lane = tid % WARP
+        K = x.shape[0]
+        in_a = ra < Wa.shape[0]
+        in_b = rb < Wb.shape[0]
+        acc_a = numba.float32(0.0)
+        acc_b = numba.float32(0.0)
+        ss = numba.float32(0.0)
+        for k0 in range(lane, K, XW_UNROLL * WARP):
+            for j in range(XW_UNROLL):          # every load of the group first ...
+                k = k0 + j * WARP
+                if k < K:
+                    ku = numba.uint64(k)         # unsigned: no negative-index wraparound code
+                    xk[j] = x[ku]
+                    wk[j] = w[ku]
+                    ak[j] = Wa[ra, ku] if in_a else numba.float32(0.0)
+                    if pair:
+                        bk[j] = Wb[rb, ku] if in_b else numba.float32(0.0)
+            for j in range(XW_UNROLL):          # ... then the chains, in increasing k
+                if k0 + j * WARP < K:
+                    xw = xk[j] * wk[j]
+                    acc_a = cuda.fma(ak[j], xw, acc_a)
+                    if pair:
+                        acc_b = cuda.fma(bk[j], xw, acc_b)
+                    ss = cuda.fma(xk[j], xk[j], ss)
+        return acc_a, acc_b, ss
+
+    return chains
+
+
+_xw_chains = _make_xw_chains(pair=False)
+_xw_chains2 = _make_xw_chains(pair=True)
+
+
 @cuda.jit(device=True)
 def xw_dot2(Wa, ra, Wb, rb, x, w, tid, red):
     """(Wa[ra] . (x * w), Wb[rb] . (x * w), x . x) for the warp of thread `tid`, every lane
-    returning all three. Lane l sums k = l, l + 32, ... in increasing k with fma from +0.0:
-    acc += W[r, k] * xw[k] with xw[k] = x[k] * w[k] rounded once, ss += x[k] * x[k]; then each
-    by the warp's tree. A row >= its matrix's rows gives 0 (and loads nothing); the sum of
-    squares is computed either way. Every thread of the block must call it; red: shared
-    [blockDim.x] (the simulator's tree)."""
-    lane = tid % WARP
-    K = x.shape[0]
-    in_a = ra < Wa.shape[0]
-    in_b = rb < Wb.shape[0]
-    acc_a = numba.float32(0.0)
-    acc_b = numba.float32(0.0)
-    ss = numba.float32(0.0)
+    returning all three: the lane's chains (`_make_xw_chains`), then each by the warp's tree.
+    The sum of squares is computed whether or not the rows exist. Every thread of the block
+    must call it; red: shared [blockDim.x] (the simulator's tree)."""
     ak = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] Wa[ra, k]
     bk = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] Wb[rb, k]
     xk = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] x[k]
     wk = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] w[k]
-    for k0 in range(lane, K, XW_UNROLL * WARP):
-        for j in range(XW_UNROLL):          # every load of the group first ...
-            k = k0 + j * WARP
-            if k < K:
-                ku = numba.uint64(k)         # unsigned: no negative-index wraparound code
-                xk[j] = x[ku]
-                wk[j] = w[ku]
-                ak[j] = Wa[ra, ku] if in_a else numba.float32(0.0)
-                bk[j] = Wb[rb, ku] if in_b else numba.float32(0.0)
-        for j in range(XW_UNROLL):          # ... then the chains, in increasing k
-            if k0 + j * WARP < K:
-                xw = xk[j] * wk[j]
-                acc_a = cuda.fma(ak[j], xw, acc_a)
-                acc_b = cuda.fma(bk[j], xw, acc_b)
-                ss = cuda.fma(xk[j], xk[j], ss)
+    acc_a, acc_b, ss = _xw_chains2(Wa, ra, Wb, rb, x, w, tid, ak, bk, xk, wk)
     a = warp_sum(acc_a, tid, red)
     b = warp_sum(acc_b, tid, red)
     return a, b, warp_sum(ss, tid, red)
@@ -85,26 +108,10 @@ def xw_dot2(Wa, ra, Wb, rb, x, w, tid, red):
 @cuda.jit(device=True)
 def xw_dot(W, r, x, w, tid, red):
     """(W[r] . (x * w), x . x): `xw_dot2`'s arithmetic for one row (norm_lm_head_argmax)."""
-    lane = tid % WARP
-    K = x.shape[0]
-    in_w = r < W.shape[0]
-    acc = numba.float32(0.0)
-    ss = numba.float32(0.0)
     rk = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] W[r, k]
     xk = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] x[k]
     wk = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] w[k]
-    for k0 in range(lane, K, XW_UNROLL * WARP):
-        for j in range(XW_UNROLL):
-            k = k0 + j * WARP
-            if k < K:
-                ku = numba.uint64(k)
-                xk[j] = x[ku]
-                wk[j] = w[ku]
-                rk[j] = W[r, ku] if in_w else numba.float32(0.0)
-        for j in range(XW_UNROLL):
-            if k0 + j * WARP < K:
-                acc = cuda.fma(rk[j], xk[j] * wk[j], acc)
-                ss = cuda.fma(xk[j], xk[j], ss)
+    acc, _, ss = _xw_chains(W, r, W, r, x, w, tid, rk, rk, xk, wk)
     d = warp_sum(acc, tid, red)
     return d, warp_sum(ss, tid, red)
 

@@ -1,6 +1,6 @@
 """The fused step's attention split into launches of its own (LAB_FUSION=1 with
 LAB_SPLIT_COMBINE=1): attn_partial_wide, kernels/attention.py's attn_merge, attn_project_heads --
-attn_fused's three phases as three graph nodes, with attn_fused's bits (tests/_cudasim_fused.py
+attn_fused's three phases as three graph nodes, with attn_fused's bits (kernels/check.py
 checks it). Lecture §6's case: eagerly the two extra launches cost more host time than the
 serial tail they remove; under capture a node costs about half a microsecond and the split wins
 (data/gpu/fission.json's fused arms, notebook 06).
@@ -13,9 +13,9 @@ import numba
 import numpy as np
 from numba import cuda
 
-from kernels._spec import kernel
+from kernels.registry import kernel
 from kernels.attention import attn_partial_twin
-from kernels.fused import MAX_HEAD_DIM, MAX_THREADS, _project_heads
+from kernels.fused import MAX_HEAD_DIM, MAX_THREADS, project_heads
 from kernels.fused_device import PROJ_HEADS, heads_dots, slice_partial
 from kernels.matvec import MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS
 from kernels.pdl import pdl_launch_dependents, pdl_wait
@@ -44,7 +44,7 @@ def attn_partial_wide(q, k_cache, v_cache, pos, part_o, part_ml, scale):
 def attn_project_heads_twin(grid, block, Wo, o, x, head_dim):
     hd = int(head_dim)
     head_out = np.empty((o.shape[0] // hd, x.shape[0]), np.float32)   # [n_head, D]
-    x[:] = x + _project_heads(Wo, o, hd, head_out)
+    x[:] = x + project_heads(Wo, o, hd, head_out)
 
 
 @kernel("void(float32[:, ::1], float32[::1], float32[::1], int32)",

@@ -11,7 +11,7 @@ import numba
 import numpy as np
 from numba import cuda
 
-from kernels._spec import kernel
+from kernels.registry import kernel
 from kernels.matvec import MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS, WARP, grid_for, row_dot2
 from kernels.pdl import pdl_launch_dependents, pdl_wait
 
@@ -37,3 +37,10 @@ def swiglu_up(W_gate, W_up, h, act):
     g, u = row_dot2(W_gate, W_up, r, h, tid, red)
     if tid % WARP == 0 and r < act.shape[0]:
         act[r] = (g / (numba.float32(1.0) + math.exp(-g))) * u
+
+
+# ---- the cases kernels/check.py runs (c: the dims of one of its tiny models)
+CASES = {
+    "tol": (1e-5, 16),
+    "why": "two dots as matvec's (kernels/matvec.py's CASES), then exp and a divide: ~3 eps more",
+}

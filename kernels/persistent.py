@@ -1,80 +1,24 @@
 """The megakernel rung (LAB_PERSISTENT=1): the whole decode step of one token in ONE persistent,
-cooperative kernel, `step_persistent`. The lecture's "logical endpoint" of fusion: no launch
-and no graph node boundary inside a token, only grid-wide barriers.
+cooperative kernel. No launch and no graph node boundary inside a token, only grid barriers.
 
-Owns `step_persistent` and its launch geometry (`persistent_geometry`). Everything it computes
-comes from the fused step's device functions (kernels/fused.py, fused_device.py, matvec.py,
-attention.py, sample.py), in the fused step's arithmetic, so it writes the FUSED step's bits
-(LAB_FUSION=1 with LAB_ATTN_TAIL=heads: attn_fused, the tail on one block per head): the same
-tokens, logits, KV rows and residual, on the simulator and on a GPU.
-Its twin is the fused step's twins, composed.
+Contents
+  barriers_per_token, counter_slots  what one token costs in barriers and counter slots
+  persistent_geometry                the grid: one block per SM, at most the co-resident count
+  step_persistent_twin               the fused step's twins, composed
+  step_persistent                    the kernel: the fused step's kernels as phases
+  CASES                              kernels/check.py's cases
 
-The grid and the virtual-block loop. One block size for the whole kernel, T =
-`fused.attention_threads(head_dim)` (512 for the model: what `slice_partial` needs for a
-(head, split) item; ptxas is told so through `launch_bounds`, which caps a thread at 128
-registers, so a block fits one SM's register file). The grid is persistent: as many blocks as
-the device has SMs, capped by how many the device can hold at once for this kernel
-(`max_cooperative_grid_blocks`), because every block must be resident for a grid barrier to
-return. The simulator backend has no occupancy API; it uses SIM_GRID = 132 (the H200's SMs),
-which changes no bits (no result depends on which block does an item). Every phase walks its
-work items with a loop over virtual blocks -- `for base in range(blockIdx.x * warps, n, gridDim.x
-* warps)`, each thread's warp taking item base + warp -- so any grid, down to one block (numba's
-CUDA simulator runs cooperative grids of one block only), does all the work. The loop bounds
-are the same for every thread of a block (the reduction trees' block barriers under numba's
-simulator need that; on a GPU the warp shuffles need only whole warps).
-
-One token, phase by phase (n_layer layers; "| sync" is a grid barrier, cg.this_grid().sync()):
-  embed       x = wte[tokens[pos]]: written by the grid during layer 0's first phase, while
-              that phase reads the embedding row itself (no barrier of its own)
-  per layer
-    qkv       norm_qkv_rope's warps: a warp per rotate-half pair of q, k or v; the norm folded
-              (xw_dot2), RoPE, q and the KV row at pos                                  | sync
-    attention attn_fused's blocks: an item per (head, split), slice_partial; the last item of
-              each head to finish (arrive_last) merges that head and projects it through its
-              columns of Wo into head_out[h]; the last head adds the heads in head order and
-              the residual to x (attn_fused's tail, the same counters)                   | sync
-    mlp up    norm_swiglu's warps: a warp per row of gate/up, the norm folded           | sync
-    down      matvec_residual's warps: x[r] += W_down[r] . act                          | sync
-  lm head     norm_lm_head_argmax's warps; the last block to finish (arrive_last) picks the
-              next id (pick_next) and advances pos
-Barriers per token: 4 per layer, 16 for the model; the last one is the LM head's wait for x.
-The dependencies that are not all-to-all never wait at a barrier: a head's merge waits for its
-splits and the heads' sum for the heads through attn_fused's "last block done" counters
-(an election, never a spin), and the argmax for the logits likewise. The counters are reset by
-their last arriver, so a graph replay starts clean; the same slots serve every layer (a grid
-barrier separates two layers' uses). A grid-wide barrier (numba's grid sync) costs about 1.6 us
-at 132 blocks of 512 threads on the H200 (data/gpu/grid_barrier.json), more than a graph node
-boundary (kernel_costs.json: floors.empty, about 0.5 us; less under PDL); the
-fused graph has 18 nodes, this kernel 16 barriers, so what it can win is the launch of each
-node (the kernels' launch latency and tails), not the barriers themselves.
-
-Choices, and why:
-- Splits from the plan, not from the device: the kernel reads `splits` from the scratch's shape
-  (part_o [n_head, splits, head_dim], the plan's view, as the fused step passes it). The graph
-  cache then works as for the fused step (one graph per plan key), and every position uses the
-  fused step's split count, which the bits depend on (the partials' slicing). Reading the
-  context on the device and choosing splits there would give one graph for every context, but
-  the merge reads its slices from the scratch's shape: a runtime split count means a view of
-  another shape per position or a second copy of the merge.
-- arrive_last, not a per-dependency spin: an election needs no co-residency and never waits;
-  the block elected does the follow-on work while the others go on to the barrier. A counter
-  WAIT (qkv -> a head's attention, say) could remove the qkv barrier, at the price of a spin
-  whose safety rests on the cooperative launch; not built here.
-- The heads' sum stays in the elected last head (attn_fused's tail), so x is materialised before
-  the MLP's barrier: computing x + heads on the fly in every MLP warp would save nothing (the
-  MLP needs the barrier after the heads anyway) and load the heads' rows F times.
-- No double buffer of x: every phase that writes x (the heads' sum, down's rows) writes rows
-  that no other warp reads in that phase, exactly as the fused kernels do.
-
-Limits: T >= 256 (pick_next's block argmax reads 256 slots: `persistent_geometry` refuses
-less), head_dim <= MAX_HEAD_DIM, and the grid co-resident (a cooperative launch refuses more).
+Everything it computes comes from the fused step's device functions (kernels/fused.py,
+fused_device.py, matvec.py, attention.py, sample.py) in their arithmetic, so it writes the
+fused step's bits (LAB_FUSION=1, LAB_ATTN_TAIL=heads) on the simulator and on a GPU.
 """
 import math
 
 import numba
+import numpy as np
 from numba import cuda
 
-from kernels._spec import kernel
+from kernels.registry import kernel
 from kernels.embed import embed_twin
 from kernels.fused import (MAX_HEAD_DIM, MAX_THREADS, arrive_last, attention_threads,
                            attn_fused_twin, head_tail, norm_lm_head_argmax_twin,
@@ -156,6 +100,41 @@ def step_persistent(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, f
     x, q [D]; part_o [n_head, splits, hd], part_ml [n_head, splits, 2] (the plan's view);
     head_out [n_head, D]; act [F]; logits [V]; counter [n_head + 2] int32 (0 between launches).
     Grid persistent_geometry (any number of co-resident blocks), block T >= 256.
+
+    One block size for the whole kernel, T = `fused.attention_threads(head_dim)` (512 for the
+    model: what `slice_partial` needs; `launch_bounds` caps a thread at 128 registers so a block
+    fits one SM). Every block must be resident for a grid barrier to return, hence the
+    persistent grid; the simulator backend uses SIM_GRID = 132 (no bits depend on which block
+    does an item). Each phase walks its items over virtual blocks, `for base in
+    range(blockIdx.x * warps, n, gridDim.x * warps)`, so any grid down to one block (numba's
+    simulator runs cooperative grids of one block only) does all the work; the loop bounds are
+    the same in every thread of a block (the simulator's block barriers need that).
+
+    One token ("| sync": a grid barrier, cg.this_grid().sync()):
+      embed       x = wte[tokens[pos]], written during layer 0's first phase, which reads the
+                  embedding row itself
+      per layer
+        qkv       norm_qkv_rope's warps: the norm folded (xw_dot2), RoPE, q and the KV row | sync
+        attention attn_fused's blocks: an item per (head, split), slice_partial; the last item
+                  of each head merges and projects it, the last head adds the heads and the
+                  residual to x (`head_tail`, the same counters)                        | sync
+        mlp up    norm_swiglu's warps, the norm folded                                 | sync
+        down      matvec_residual's warps: x[r] += W_down[r] . act                     | sync
+      lm head     norm_lm_head_argmax's warps; the last block (arrive_last) picks the id and
+                  advances pos
+    4 barriers per layer. Dependencies that are not all-to-all never wait at a barrier: they go
+    through `arrive_last` elections (never a spin), reset by their last arriver, so a replay
+    starts clean; the same slots serve every layer. A grid barrier costs about 1.6 us at 132
+    blocks of 512 threads on the H200 (data/gpu/grid_barrier.json), more than a graph node
+    boundary (kernel_costs.json: floors.empty, about 0.5 us): what the kernel can win is each
+    node's launch and tail, not the barriers.
+
+    Choices: splits come from the plan (part_o's shape), so the graph cache works as for the
+    fused step and every position keeps the fused step's slicing, which its bits depend on. An
+    election, not a per-dependency spin: it needs no co-residency and never waits. The heads'
+    sum stays in the elected last head, so x exists before the MLP's barrier. No double buffer
+    of x: a phase that writes x writes rows no other warp reads in that phase. Limits: T >= 256
+    (pick_next's block argmax), head_dim <= MAX_HEAD_DIM, the grid co-resident.
     """
     pdl_wait()
     grid = cuda.cg.this_grid()
@@ -258,3 +237,23 @@ def step_persistent(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, f
                 pick_next(logits, tokens, nxt, tid, red, best_i)  # (threads >= 256 ignored)
             if tid == 0:
                 pos[0] = nxt
+
+
+# ---- the cases kernels/check.py runs
+CASES = {
+    # numba's simulator runs a cooperative grid of ONE block only (its grid sync is the block's
+    # barrier): the kernel runs at grid (1,) there, its virtual-block loops doing all the work.
+    # One layer under the simulator (every phase and barrier of a layer, the LM head; the
+    # layer loop's second pass costs another ~10 s of simulated threads there), two on a GPU
+    "tiny": dict(L=1, D=8, H=2, hd=4, F=8, V=11, S=16, T=256),
+    "gpu_layers": 2,
+    "gpu_grids": ((1,), (2,), (7,)),
+    # (KV dtype, position, splits, n_prompt): a generated slot; a prompt slot (no token
+    # written), an empty slice (L = 10 over 4 slices of 3) and a float16 cache. The simulator
+    # runs the first
+    "cases": [(np.float32, 5, 2, 3), (np.float16, 9, 4, 12)],
+    "eps": 1e-5,
+    "tol": (4e-5, 64),
+    "why": "the fused kernels' widest tolerance (attention: atol 1e-5, k = 64, per kernel); a "
+           "step chains 2 layers: atol 4x that",
+}

@@ -1,47 +1,17 @@
 """Reductions the kernels share, each in ONE fixed order whichever way it runs.
 
-Owns the device functions
-- `warp_sum(v, tid, red)`: the sum of v over the 32 lanes of thread tid's warp; every lane
-  returns it (matvec's `row_dot`, attention);
-- `warp_sums(vals, tid, red)`: the same for each of the WARP_SUMS values of a local array, in
-  place (attention: one score per timestep a warp holds);
-- `block_sum(v, tid, red)`: the sum over a block of BLOCK_THREADS = 256 threads (rmsnorm);
-- `block_argmax(v, i, tid, red_v, red_i)`: the index of the largest value over such a block,
-  ties to the lowest index (argmax_next);
-and NumPy twins of both dataflows (`*_tree_twin`, `*_shuffle_twin`), which tests/test_kernels.py
-holds bit for bit against each other and against lab/measure/precision.py's order mirrors.
+Contents
+  better                          the argmax's order on (value, index) pairs
+  warp_sum, warp_sums             the sum over a warp's 32 lanes (of each of WARP_SUMS values)
+  block_sum, block_argmax         the sum, the argmax over a block of BLOCK_THREADS = 256
+  *_tree_twin, *_shuffle_twin     NumPy twins of both dataflows
+  fma32, mul_add, strided_dot     the order twins' arithmetic: fma chains over lanes, then a tree
 
-The orders. A warp's sum is the tree "lane l += lane l + s for s = 16, 8, 4, 2, 1", read from
-lane 0. A block's sum is the same tree over 256 threads, s = 128, 64, ..., 1: the strides 128,
-64 and 32 cross warps, the last five are a warp's sum. argmax keeps (value, index) pairs:
-another pair wins if its value is larger, or equal with a lower index. That is a total order on
-the pairs (values are never NaN; -0.0 == +0.0 ties go to the lower index), so the winning index
-does not depend on the order the pairs meet in: the simulator keeps the 256-thread tree, the GPU
-path folds a lane's 8 values in turn, then a butterfly.
-
-Two implementations of each, chosen at import (`SHUFFLES`), with the same order and so the same
-bits:
-- shuffles (a GPU). `shfl_xor_sync` butterfly: at stride s lane l adds lane l ^ s's value, v + w
-  in that operand order. Lane 0 adds exactly the operands the tree's thread 0 adds; lane l ^ s
-  adds the same two values the other way round, and float addition is commutative bit for bit
-  (a + b == b + a in IEEE arithmetic), so after stride s lanes l and l ^ s hold the same bits,
-  and after s = 1 every lane holds lane 0's total: no broadcast, and no block barrier. A block's
-  sum: every thread stores its value, ONE barrier, then every warp reads the 8 values of its lane
-  (t, t + 32, ..., t + 224) and adds them in the tree's pairing, strides 128, 64, 32, before its
-  own butterfly: each warp computes the block's total (same bits everywhere), no second barrier
-  (the tree took 9). argmax likewise, on pairs.
-  Masks are 0xFFFFFFFF: every caller keeps whole warps converged at each call.
-- shared-memory trees with block barriers (numba's CUDA simulator, which has no shfl_*_sync):
-  the kernels' original trees. Their barriers are block-wide, so EVERY thread of the block must
-  make the same calls, the same number of times (all callers are written so, also on the GPU).
-A simulator given lane-exact warp shuffles (kernels/cudasim.py's install_warp_shuffles;
-tests/_cudasim_kernels.py --shuffles installs them)
-takes the shuffle path: that is how the GPU path's logic is run, and its bits checked against
-the tree's, on a machine without a GPU.
-
-`red` is a shared scratch array the tree needs ([blockDim.x] floats; [WARP_SUMS, blockDim.x] for
-`warp_sums`); the shuffle path does not touch it. Both paths leave it free for reuse on return
-except `block_sum` / `block_argmax` on the shuffle path: a second call needs a barrier first.
+Two implementations of each, chosen at import (`SHUFFLES`): warp shuffles on a GPU, shared-memory
+trees with block barriers under numba's CUDA simulator (which has no shfl_*_sync). They keep one
+order, so one set of bits; the comments above each branch say why. A simulator given lane-exact
+shuffles (kernels/cudasim.py; `python -m kernels.check --shuffles`) runs the GPU path on a
+machine without a GPU.
 """
 import numba
 import numpy as np
@@ -72,7 +42,25 @@ def better(ov, oi, v, i):
     return ov > v or (ov == v and oi < i)
 
 
+# The orders. A warp's sum is the tree "lane l += lane l + s for s = 16, 8, 4, 2, 1", read from
+# lane 0. A block's sum is the same tree over 256 threads, s = 128, 64, ..., 1: the strides 128,
+# 64 and 32 cross warps, the last five are a warp's sum. argmax keeps (value, index) pairs
+# (`better`): a total order (values are never NaN; -0.0 == +0.0 ties go to the lower index), so
+# the winning index does not depend on the order the pairs meet in.
+#
+# `red` is the shared scratch the trees need ([blockDim.x] floats; [WARP_SUMS, blockDim.x] for
+# warp_sums); the shuffle path does not touch it. Both paths leave it free on return, except
+# block_sum / block_argmax on the shuffle path: a second call needs a barrier first.
+
 if SHUFFLES:
+    # shfl_xor_sync butterfly: at stride s lane l adds lane l ^ s's value, v + w in that operand
+    # order. Lane 0 adds exactly the operands the tree's thread 0 adds; lane l ^ s adds the same
+    # two values the other way round, and a + b == b + a bit for bit in IEEE arithmetic, so after
+    # s = 1 every lane holds lane 0's total: no broadcast, no block barrier. A block's sum: every
+    # thread stores its value, ONE barrier, then every warp reads the 8 values of its lane (t,
+    # t + 32, ..., t + 224) and adds them in the tree's pairing (strides 128, 64, 32) before its
+    # own butterfly: each warp computes the block's total, no second barrier (the tree takes 9).
+    # argmax likewise, on pairs. Masks are FULL_MASK: every caller keeps whole warps converged.
     @cuda.jit(device=True)
     def warp_sum(v, tid, red):
         """Sum of v over tid's warp (tree order s = 16..1); every lane returns it."""
@@ -132,6 +120,9 @@ if SHUFFLES:
         return bi
 
 else:
+    # shared-memory trees with block barriers: the barriers are block-wide, so EVERY thread of the
+    # block must make the same calls, the same number of times (all callers are written so, also
+    # for the GPU)
     @cuda.jit(device=True)
     def warp_sum(v, tid, red):
         """Sum of v over tid's warp (tree order s = 16..1); every lane returns it.
@@ -201,7 +192,7 @@ else:
         return red_i[0]
 
 
-# ---- NumPy twins of both dataflows (tests/test_kernels.py holds them against each other) ------
+# ---- NumPy twins of both dataflows (tests/kernels/test_kernels.py holds them against each other) ------
 
 def _tree_twin(v, n: int) -> np.ndarray:
     """A shared-memory tree's dataflow on v [..., n] float32: element 0's total after the
@@ -278,3 +269,46 @@ def block_argmax_shuffle_twin(v, i) -> np.ndarray:
         bv, bi = np.where(take, ov, bv), np.where(take, oi, bi)
         s //= 2
     return np.concatenate([bi] * BLOCK_WARPS, axis=-1)
+
+
+# ---- the order twins' arithmetic: fma chains over strided lanes, then a tree -------------
+def fma32(a, b, c) -> np.ndarray:
+    """round_to_float32(a * b + c) with ONE rounding, elementwise, for finite float32 inputs.
+
+    a * b is exact in float64 (24 + 24 significant bits fit in 53). The float64 sum is rounded
+    to odd (TwoSum gives its exact error; an inexact even result steps one ulp towards the exact
+    value), and a round-to-odd result with more than 2 extra bits rounds correctly to float32
+    (Boldo & Melquiond, 2008). A plain float64 sum would round twice and can miss by one ulp."""
+    a, b, c = (np.asarray(v, dtype=np.float32).astype(np.float64) for v in (a, b, c))
+    p = a * b
+    s = p + c
+    bb = s - p
+    err = (p - (s - bb)) + (c - bb)                     # exact: s + err == p + c
+    even = (np.asarray(s).view(np.int64) & 1) == 0
+    toward = np.where(err > 0, np.inf, -np.inf)
+    s = np.where((err != 0) & even, np.nextafter(s, toward), s)
+    return s.astype(np.float32)
+
+
+def mul_add(a, b, c, fused: bool):
+    """a * b + c in float32: one rounding (fused, a GPU's fma) or two (numba's simulator)."""
+    return fma32(a, b, c) if fused else (a * b).astype(np.float32) + c
+
+
+def strided_dot(a, b, lanes: int, fused: bool = True) -> np.ndarray:
+    """a . b over the last axis in a kernel's order: lane l accumulates k = l, l + lanes, ...
+    by fma in increasing k (from +0.0), then the lanes are added by a tree, stride lanes/2 down
+    to 1, lane l taking lane l + stride. `lanes` must be a power of two. a [..., K], b [K]."""
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32)
+    K = a.shape[-1]
+    acc = np.zeros(a.shape[:-1] + (lanes,), np.float32)         # [..., lanes]
+    for start in range(0, K, lanes):
+        stop = min(start + lanes, K)
+        m = stop - start
+        acc[..., :m] = mul_add(a[..., start:stop], b[start:stop], acc[..., :m], fused)
+    stride = lanes // 2
+    while stride > 0:
+        acc[..., :stride] = acc[..., :stride] + acc[..., stride:2 * stride]
+        stride //= 2
+    return acc[..., 0]

@@ -10,7 +10,7 @@ Grid (n_head,), block (head_dim,): thread j of block h produces element h*hd + j
 import numpy as np
 from numba import cuda
 
-from kernels._spec import kernel
+from kernels.registry import kernel
 from kernels.pdl import pdl_launch_dependents, pdl_wait
 
 
@@ -19,7 +19,7 @@ def grid_for(n_head: int, head_dim: int) -> tuple[tuple[int], tuple[int]]:
     return (n_head,), (head_dim,)
 
 
-def _rope_rows(x, c, s):
+def rope_rows(x, c, s):
     """Rotate-half on x [n_head, hd] with c, s [hd/2], float32."""
     half = c.shape[0]
     lo, hi = x[:, :half], x[:, half:]
@@ -32,8 +32,8 @@ def rope_kv_append_twin(grid, block, qkv, pos, cos, sin, q, k_cache, v_cache):
     assert hd == 2 * cos.shape[1] and q.shape[0] == D, "block must be (head_dim,)"
     p = int(pos[0])
     c, s = cos[p], sin[p]  # [hd/2]
-    q[:] = _rope_rows(qkv[0:D].reshape(n_head, hd), c, s).reshape(D)
-    k_cache[p] = _rope_rows(qkv[D:2 * D].reshape(n_head, hd), c, s).reshape(D)  # casts to cache dtype
+    q[:] = rope_rows(qkv[0:D].reshape(n_head, hd), c, s).reshape(D)
+    k_cache[p] = rope_rows(qkv[D:2 * D].reshape(n_head, hd), c, s).reshape(D)  # casts to cache dtype
     v_cache[p] = qkv[2 * D:3 * D]
 
 
@@ -79,8 +79,8 @@ def rope_kv_append_row_twin(grid, block, qkv, pos, cos, sin, q, k_row, v_row):
     D = n_head * hd
     p = int(pos[0])
     c, s = cos[p], sin[p]
-    q[:] = _rope_rows(qkv[0:D].reshape(n_head, hd), c, s).reshape(D)
-    k_row[:] = _rope_rows(qkv[D:2 * D].reshape(n_head, hd), c, s).reshape(D)
+    q[:] = rope_rows(qkv[0:D].reshape(n_head, hd), c, s).reshape(D)
+    k_row[:] = rope_rows(qkv[D:2 * D].reshape(n_head, hd), c, s).reshape(D)
     v_row[:] = qkv[2 * D:3 * D]
 
 
@@ -104,3 +104,13 @@ def rope_kv_append_row(qkv, pos, cos, sin, q, k_row, v_row):
     q[i] = rope_elem(qkv, i, j, half, c, s)
     k_row[i] = rope_elem(qkv, D + i, j, half, c, s)
     v_row[i] = qkv[2 * D + i]
+
+
+# ---- the cases kernels/check.py runs (c: the dims of one of its tiny models)
+CASES = {
+    "positions": lambda c: (0, 3, c["max_seq"] - 1),
+    "caches": (np.float32, np.float16),
+    "tol": (1e-6, 4),
+    "why": "two products and a sum per element, ~2 eps; a float16 cache gets k eps(float16): at "
+           "most one float16 rounding flip from that float32 difference",
+}

@@ -16,7 +16,7 @@ import numba
 import numpy as np
 from numba import cuda
 
-from kernels._spec import kernel
+from kernels.registry import kernel
 from kernels.pdl import pdl_launch_dependents, pdl_wait
 from kernels.reduce import BLOCK_THREADS, block_argmax
 
@@ -94,3 +94,13 @@ def argmax_next_float(logits, pos, n_prompt, tokens):
     if nxt >= tokens.shape[0] or nxt < n_prompt[0]:
         return
     pick_next(logits, tokens, nxt, cuda.threadIdx.x, best_v, best_i)
+
+
+# ---- the cases kernels/check.py runs (c: the dims of one of its tiny models)
+CASES = {
+    # (pos, n_prompt): generate; nxt == n_prompt (the first generated); nxt < n_prompt (prompt,
+    # untouched); nxt == max_seq - 1 (the last slot); nxt == max_seq (past the end, untouched)
+    "rules": lambda c: ((3, 2), (3, 4), (3, 5), (c["max_seq"] - 2, 1), (c["max_seq"] - 1, 1)),
+    "tol": (0.0, 0),
+    "why": "an index: exact",
+}

@@ -1,31 +1,20 @@
 """The model over T columns at once: the kernels of a speculative-decoding VERIFY step.
 
-A verify step feeds T = k + 1 <= MAX_COLS columns (column t at position p + t, p = pos[0]: the
-current token, then k drafted ones, kernels/draft.py) through the model in one pass and takes
-the greedy argmax after each column. Each kernel here is a one-token kernel's work over the T
-columns, in that kernel's arithmetic order per column wherever the layout allows:
+Contents
+  embed_cols_grid, cols_grid, matmat_grid, rope_cols_grid  geometry
+  embed_cols              X[t] = wte[cols[t]] (embed's gather)
+  rmsnorm_cols            row t normalised by rmsnorm's device functions: rmsnorm(X[t])'s bits
+  stage_cols, _make_lane_dots (lane_dots, lane_dots2), matmat_rows  the matmat body
+  matmat, matmat_residual out[t] (+)= W @ Xc[t]: matvec(W, Xc[t])'s bits
+  swiglu_cols             swiglu_up's formula per column: swiglu_up(Xc[t])'s bits
+  rope_kv_append_cols     rope_kv_append at position p + t per column
+  argmax_cols             pred[t] = argmax(logits[t]) by sample.py's pick_next
+  CASES                   kernels/check.py's cases
 
-- `embed_cols`: X[t] = wte[cols[t]] (embed's gather);
-- `rmsnorm_cols`: row t of X normalised by rmsnorm's own device functions (sum_squares,
-  normalise): row t is bit for bit `rmsnorm(X[t])`;
-- `matmat`, `matmat_residual`: out[t] (+)= W @ Xc[t]. One warp per row of W as in matvec
-  (grid ceil(N/4), block 128): the warp loads each W[r, k] ONCE and uses it for all T columns
-  (the weights are the bytes of a decode step, so T columns cost about one). The block first
-  stages the T columns in shared memory (`stage_cols`; K <= MATMAT_MAX_K), so the column reads
-  of the inner loop wait on no global load. Lane l keeps one fma chain per column (a local
-  array of MAX_COLS), over k = l, l+32, ... in increasing k from +0.0, then `warp_sum` per
-  column: row_dot's order, so column t is bit for bit matvec(W, Xc[t]);
-- `swiglu_cols`: act[t] = swiglu_up's formula on the two column dots (row_dot's order): bit for
-  bit swiglu_up(Xc[t]);
-- `rope_kv_append_cols`: column t = rope_kv_append at position p + t (its `rope_elem`: the same
-  bits); a column at p + t >= max_seq writes no cache row and q[t] = 0;
-- `verify_partial`: split-K attention of the T queries (kernels/verify_attention.py);
-- `verify_merge`: merges each (head, column)'s S+1 slices with attention.py's `merge_weights`
-  and `merge_elem_sh`: o[t] is bit for bit attn_merge of those partials;
-- `argmax_cols`: pred[t] = argmax(logits[t]) by sample.py's `pick_next` (lowest index of the
-  largest non-NaN logit, 0 if all are NaN).
-
-The verify attention (verify_partial, verify_merge) is kernels/verify_attention.py.
+A verify step feeds T = k + 1 <= MAX_COLS columns (column t at position p + t: the current
+token, then k drafted ones, kernels/draft.py) through the model in one pass. Each kernel is a
+one-token kernel's work over the T columns, in that kernel's order per column. Its attention
+(verify_partial, verify_merge) is kernels/verify_attention.py.
 """
 import math
 
@@ -33,15 +22,15 @@ import numba
 import numpy as np
 from numba import cuda
 
-from kernels._spec import kernel
+from kernels.registry import kernel
 from kernels.attention import udivmod
 from kernels.draft import MAX_COLS
-from kernels.matvec import MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS, ROW_UNROLL, WARP
+from kernels.matvec import MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS, ROW_UNROLL, WARP, load_group
 from kernels.matvec import grid_for as rows_grid
 from kernels.pdl import pdl_launch_dependents, pdl_wait
 from kernels.reduce import warp_sum
 from kernels.rmsnorm import RMSNORM_THREADS, normalise, rmsnorm_twin, sum_squares
-from kernels.rope import _rope_rows, rope_elem
+from kernels.rope import rope_rows, rope_elem
 from kernels.sample import ARGMAX_THREADS, argmax_twin_index, pick_next
 from kernels.verify_attention import check_cols, step_elem
 
@@ -137,66 +126,53 @@ def stage_cols(Xc, x_sh):
     cuda.syncthreads()
 
 
-@cuda.jit(device=True)
-def load_group(W, r, k0, wk):
-    """wk[j] = W[r, k0 + 32j] for j < ROW_UNROLL (those k < K; nothing when r >= N): a lane's
-    group of row_dot's loads, all in flight together."""
-    if r < W.shape[0]:
-        K = W.shape[1]
-        Wr = W[r]                                         # [K] the row
-        for j in range(ROW_UNROLL):
-            k = k0 + j * WARP
-            if k < K:
-                wk[j] = Wr[numba.uint64(k)]  # unsigned: no negative-index wraparound code
+def _make_lane_dots(pair: bool):
+    """The one body of `lane_dots` and `lane_dots2`; pair: a second matrix's chains beside the
+    first's, its loads in flight with them."""
+
+    @cuda.jit(device=True)
+    def lane_dots2(Wa, Wb, r, x_sh, T, acc_a, acc_b, ak, bk):
+        """acc_a[t] = this lane's part of Wa[r] . x[t] for t < T (and acc_b[t] of Wb[r] . x[t]);
+        x_sh: shared [MAX_COLS, K], the columns `stage_cols` staged. Fma chains over k = lane,
+        lane + 32, ... in increasing k from +0.0 (row_dot's), each W[r, k] loaded once for all
+        T columns. acc_*: local [MAX_COLS]; entries past T (and every entry when r >= N) are 0.
+        ak, bk: local [ROW_UNROLL] holding the lane's first group of each row (`load_group(W,
+        r, lane, wk)`, issued before the staging, so the two overlap)."""
+        lane = cuda.threadIdx.x % WARP
+        for t in range(MAX_COLS):
+            acc_a[t] = numba.float32(0.0)
+            if pair:
+                acc_b[t] = numba.float32(0.0)
+        if r < Wa.shape[0]:
+            K = Wa.shape[1]
+            for k0 in range(lane, K, ROW_UNROLL * WARP):
+                if k0 != lane:               # every load of a later group first ...
+                    load_group(Wa, r, k0, ak)
+                    if pair:
+                        load_group(Wb, r, k0, bk)
+                for j in range(ROW_UNROLL):  # ... then the fmas, in increasing k, each column's own
+                    k = k0 + j * WARP
+                    if k < K:
+                        ku = numba.uint64(k)
+                        for t in range(MAX_COLS):
+                            if t < T:
+                                x = x_sh[t, ku]
+                                acc_a[t] = cuda.fma(ak[j], x, acc_a[t])
+                                if pair:
+                                    acc_b[t] = cuda.fma(bk[j], x, acc_b[t])
+
+    return lane_dots2
+
+
+_lane_dots1 = _make_lane_dots(pair=False)
+lane_dots2 = _make_lane_dots(pair=True)
 
 
 @cuda.jit(device=True)
 def lane_dots(W, r, x_sh, T, acc, wk):
-    """acc[t] = this lane's part of W[r] . x[t] for t < T (x_sh: shared [MAX_COLS, K], the
-    columns `stage_cols` staged): fma chains over k = lane, lane + 32, ... in increasing k from
-    +0.0 (row_dot's), W[r, k] loaded once for all T columns. acc: local [MAX_COLS]; entries past
-    T (and every entry when r >= N) are 0. wk: local [ROW_UNROLL] holding the lane's first group
-    (`load_group(W, r, lane, wk)`, issued before the staging, so the two overlap)."""
-    lane = cuda.threadIdx.x % WARP
-    for t in range(MAX_COLS):
-        acc[t] = numba.float32(0.0)
-    if r < W.shape[0]:
-        K = W.shape[1]
-        for k0 in range(lane, K, ROW_UNROLL * WARP):
-            if k0 != lane:               # every load of a later group first ...
-                load_group(W, r, k0, wk)
-            for j in range(ROW_UNROLL):  # ... then the fmas, in increasing k, each column's own
-                k = k0 + j * WARP
-                if k < K:
-                    ku = numba.uint64(k)
-                    for t in range(MAX_COLS):
-                        if t < T:
-                            acc[t] = cuda.fma(wk[j], x_sh[t, ku], acc[t])
-
-
-@cuda.jit(device=True)
-def lane_dots2(Wa, Wb, r, x_sh, T, acc_a, acc_b, ak, bk):
-    """`lane_dots` for two matrices of one shape at once (the loads of both rows in flight);
-    ak, bk: the first groups of Wa[r] and Wb[r] (`load_group`)."""
-    lane = cuda.threadIdx.x % WARP
-    for t in range(MAX_COLS):
-        acc_a[t] = numba.float32(0.0)
-        acc_b[t] = numba.float32(0.0)
-    if r < Wa.shape[0]:
-        K = Wa.shape[1]
-        for k0 in range(lane, K, ROW_UNROLL * WARP):
-            if k0 != lane:
-                load_group(Wa, r, k0, ak)
-                load_group(Wb, r, k0, bk)
-            for j in range(ROW_UNROLL):
-                k = k0 + j * WARP
-                if k < K:
-                    ku = numba.uint64(k)
-                    for t in range(MAX_COLS):
-                        if t < T:
-                            x = x_sh[t, ku]
-                            acc_a[t] = cuda.fma(ak[j], x, acc_a[t])
-                            acc_b[t] = cuda.fma(bk[j], x, acc_b[t])
+    """`lane_dots2` for one matrix: acc[t] = this lane's part of W[r] . x[t]; wk: its first
+    group (`load_group`)."""
+    _lane_dots1(W, W, r, x_sh, T, acc, acc, wk, wk)
 
 
 def matmat_twin(grid, block, W, Xc, out):
@@ -236,7 +212,13 @@ def matmat_rows(W, Xc, out, add, red, x_sh, acc, wk):
 
 @kernel(_MATMAT_SIG, twin=matmat_twin, reads=(0, 1), writes=(2,))
 def matmat(W, Xc, out):
-    """out[t, r] = W[r] . Xc[t]; W [N, K], Xc [T, K], out [T, N]; grid ceil(N/4), block 128."""
+    """out[t, r] = W[r] . Xc[t]; W [N, K], Xc [T, K], out [T, N]; grid ceil(N/4), block 128.
+
+    One warp per row of W as in matvec: the warp loads each W[r, k] once and uses it for all T
+    columns (the weights are the bytes of a decode step, so T columns cost about one). The
+    block first stages the T columns in shared memory (`stage_cols`; K <= MATMAT_MAX_K), so
+    the inner loop's column reads wait on no global load; lane l keeps one fma chain per
+    column (`lane_dots`), then `warp_sum` per column: row_dot's order."""
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
     red = cuda.shared.array(MATVEC_THREADS, numba.float32)           # [threads] (simulator's tree)
@@ -310,8 +292,8 @@ def rope_kv_append_cols_twin(grid, block, qkv, pos, cos, sin, q, k_cache, v_cach
             q[t] = 0.0
             continue
         c, s = cos[pt], sin[pt]                     # [hd/2]
-        q[t] = _rope_rows(qkv[t, 0:D].reshape(n_head, hd), c, s).reshape(D)
-        k_cache[pt] = _rope_rows(qkv[t, D:2 * D].reshape(n_head, hd), c, s).reshape(D)
+        q[t] = rope_rows(qkv[t, 0:D].reshape(n_head, hd), c, s).reshape(D)
+        k_cache[pt] = rope_rows(qkv[t, D:2 * D].reshape(n_head, hd), c, s).reshape(D)
         v_cache[pt] = qkv[t, 2 * D:3 * D]
 
 
@@ -365,3 +347,19 @@ def argmax_cols(logits, pred):
     best_i = cuda.shared.array(ARGMAX_THREADS, numba.int32)    # [threads]
     t = cuda.blockIdx.x
     pick_next(logits[t], pred, t, cuda.threadIdx.x, best_v, best_i)
+
+
+# ---- the cases kernels/check.py runs (c: the dims of one of its tiny models)
+CASES = {
+    "cols": 3,   # T = k + 1 with k = 2 drafted tokens
+    "rope_positions": lambda c: (0, 5, c["max_seq"] - 2),   # max_seq - 2: column 2 is past max_seq
+    "rmsnorm_sizes": lambda c: (c["D"], 300),               # 300 > 256 threads
+    # (N, K): V rows end in a part block of the 4 rows per block; 40 > 32 lanes
+    "matmat_shapes": lambda c: ((c["V"], c["D"]), (5, 40)),
+    "argmax_wide": 300,   # logits past the 256 threads' first stride
+    "tol": {"embed_cols": (0.0, 0), "rope_kv_append_cols": (1e-6, 4), "rmsnorm_cols": (1e-6, 16),
+            "matmat": (1e-5, 8), "matmat_residual": (1e-5, 8), "swiglu_cols": (1e-5, 16),
+            "argmax_cols": (0.0, 0)},
+    "why": "each column is its one-token kernel's arithmetic: that kernel's tolerance "
+           "(the CASES of kernels/embed.py, rope.py, rmsnorm.py, matvec.py, mlp.py, sample.py)",
+}

@@ -1,33 +1,17 @@
 """The verify step's attention: split-K over the cache plus the causal block, then the merge.
 
-Owns `verify_partial` (the T queries of a verify step against the KV cache, in S + 1 slices) and
-`verify_merge` (each (head, column)'s S + 1 slices merged into o [T, D], attention.py's merge),
-their grids and the partials' workspace. The rest of the verify step is kernels/verify.py.
+Contents
+  check_cols, verify_grid, merge_cols_grid, workspace_bytes  geometry and the partials' workspace
+  step_elem, verify_rows        a thread's next staged element; the rows block s covers
+  verify_partial                the T queries of a verify step against the cache, in S + 1 slices
+  verify_merge                  each (head, column)'s slices merged into o [T, D] (attention.py's
+                                merge: attn_merge's bits per column)
+  causal_attention64            the float64 oracle of both, together
+  CASES                         kernels/check.py's cases
 
-verify_partial's layout: grid (n_head, S+1), block VERIFY_THREADS = 128. Column t's keys are the
-rows 0 .. p+t (causal). Blocks (h, s < S) cover the cache written BEFORE this step, rows [0, p):
-slice s = [s*chunk, min((s+1)*chunk, p)), chunk = ceil(p / S) read at run time (p = 0: every
-slice empty); block (h, S) is the causal block over the rows this step writes: column t attends
-rows p .. min(p+t, max_seq-1). So for every block column t's rows are [r0, min(r1, p+t+1)).
-A block walks its rows in tiles of VERIFY_TILE = 32, five phases a tile, a barrier after each:
-  1. stage the tile's K and V rows of head h in shared memory: each row read from global memory
-     once for all T queries, coalesced, every load of a thread issued before its stores
-     (STAGE_SLOTS = 16 loads of each per thread: a tile is min(32, 2048 // head_dim) rows);
-  2. scores: thread x takes row x % 32 against columns x // 32 + 4j (independent chains, the
-     row's k[d] read once for them): score = scale * (fma chain of q[d] * k[d], increasing d,
-     from +0.0);
-  3. thread t < T: column t's m_new = max(m, the tile's scores), alpha = exp(m - m_new) (0 at
-     the first rows);
-  4. every (column, row): p = exp(score - m_new), in place of the score;
-  5. thread t < T: l = l * alpha, then l += p per row in increasing order; every (column, d)
-     element of o (a thread's O_SLOTS elements: e = tid + 128k of [T, hd]): o = o * alpha, then
-     o = fma(p, v[d], o) per row in increasing order (attention.py's walk, one state per column
-     instead of one per warp).
 No warp shuffle and no atomics: the bits never depend on timing (nor on kernels/reduce.py's
-path). A block (or column) with no row writes m = -inf, l = 0, o = 0
-exactly, which the merge weighs by exp(-inf - M) = 0; the causal slice always holds row p (p <=
-limit <= max_seq - 1), so M is finite. The order is not attn_partial's (its slices differ), so
-a verify column matches the one-token step to rounding, not bit for bit.
+path). The order is not attn_partial's (its slices differ), so a verify column matches the
+one-token step to rounding, not bit for bit. The rest of the verify step is kernels/verify.py.
 """
 import math
 
@@ -35,7 +19,7 @@ import numba
 import numpy as np
 from numba import cuda
 
-from kernels._spec import kernel
+from kernels.registry import kernel
 from kernels.attention import MAX_HEAD_DIM, MERGE_MAX_PAIRS, merge_elem_sh, merge_weights, udivmod
 from kernels.draft import MAX_COLS
 from kernels.pdl import pdl_launch_dependents, pdl_wait
@@ -126,11 +110,29 @@ _VERIFY_SIG = ("void(float32[:, ::1], {kv}[:, ::1], {kv}[:, ::1], int32[::1], "
 @kernel(_VERIFY_SIG.format(kv="float32"), _VERIFY_SIG.format(kv="float16"),
         twin=verify_partial_twin, reads=(0, 1, 2, 3), writes=(4, 5))
 def verify_partial(q, k_cache, v_cache, pos, part_o, part_ml, scale):
-    """Online softmax of the T queries of head h over block s's rows (the module docstring);
-    grid (n_head, S+1), block (128,).
+    """Online softmax of the T queries of head h over block s's rows; grid (n_head, S+1),
+    block (VERIFY_THREADS,) = (128,).
 
     q [T, D], k_cache/v_cache [max_seq, D], pos [1], part_o [n_head, T, S+1, hd],
     part_ml [n_head, T, S+1, 2] = (running max m, sum l of exp(score - m)) per column.
+
+    Column t's keys are rows 0 .. p+t (causal). Blocks (h, s < S) cover the cache written
+    before this step, rows [0, p): slice s = [s*chunk, min((s+1)*chunk, p)), chunk = ceil(p /
+    S) read at run time (p = 0: every slice empty); block (h, S) is the causal block over the
+    rows this step writes: column t attends rows p .. min(p+t, max_seq-1). A block walks its
+    rows in tiles of VERIFY_TILE = 32, five phases a tile, a barrier after each:
+      1. stage the tile's K and V rows of head h in shared memory, each row read once for all
+         T queries, coalesced, a thread's loads issued before its stores (STAGE_SLOTS = 16 of
+         each per thread: a tile is min(32, 2048 // head_dim) rows);
+      2. scores: thread x takes row x % 32 against columns x // 32 + 4j: score = scale * (fma
+         chain of q[d] * k[d], increasing d, from +0.0);
+      3. thread t < T: column t's m_new = max(m, the tile's scores), alpha = exp(m - m_new);
+      4. every (column, row): p = exp(score - m_new), in place of the score;
+      5. thread t < T: l = l * alpha, then l += p per row in increasing order; each (column, d)
+         element of o (a thread's O_SLOTS elements e = tid + 128k of [T, hd]): o = o * alpha,
+         then o = fma(p, v[d], o) per row in increasing order.
+    A block (or column) with no row writes m = -inf, l = 0, o = 0 exactly, which the merge
+    weighs by exp(-inf - M) = 0; the causal slice always holds row p, so M is finite.
     """
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
@@ -296,3 +298,34 @@ def verify_merge(part_o, part_ml, o):
     while d < hd:
         o[t, h * hd + d] = merge_elem_sh(part_o[h], ml_sh, w_sh, 0, t, d)
         d += cuda.blockDim.x
+
+
+def causal_attention64(q, kc, vc, p, H, hd, scale):
+    """float64 softmax attention of a verify step's T queries q [T, H * hd] over a cache
+    kc, vc [max_seq, H * hd]: column t over rows 0 .. min(p + t, max_seq - 1)."""
+    T, S = q.shape[0], kc.shape[0]
+    o = np.empty((T, H * hd))
+    for t in range(T):
+        L = min(p + t, S - 1) + 1
+        for h in range(H):
+            sl = slice(h * hd, (h + 1) * hd)
+            s = scale * (kc[:L, sl].astype(np.float64) @ q[t, sl].astype(np.float64))
+            e = np.exp(s - s.max())
+            o[t, sl] = (e / e.sum()) @ vc[:L, sl].astype(np.float64)
+    return o
+
+
+# ---- the cases kernels/check.py runs (c: the dims of one of its tiny models)
+CASES = {
+    # (cache dtype, pos, splits): p = 0 (every cache slice empty), p on a slice boundary (6 =
+    # 2 x 3) and inside one (7), a float16 cache, more slices than rows (p = 3, S = 4), a column
+    # past max_seq
+    "cases": lambda c: [(np.float32, 0, 2), (np.float32, 6, 2), (np.float32, 7, 2),
+                        (np.float16, 9, 2), (np.float32, 3, 4), (np.float16, c["max_seq"] - 2, 1)],
+    # (n_head, head_dim, max_seq, cases): slices of more than one tile of rows (the rescale
+    # across tiles); head_dim 96 (tiles of 21 rows; T * hd > 256: three o slots per thread)
+    "wide": (1, 96, 40, [(np.float32, 37, 1)]),
+    "tol": {"verify_partial": (1e-5, 64), "verify_merge": (1e-6, 16), "causal64": (1e-5, 64)},
+    "why": "attn_partial's and attn_merge's (kernels/attention.py's CASES): the same sums per "
+           "column; against float64 causal attention the partial's",
+}

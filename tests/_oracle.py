@@ -1,5 +1,5 @@
 """Holding an engine's logits against the float64 oracle (lab/reference.py): the tolerance and
-the stepping, shared by tests/test_engine.py and tests/test_fusion.py; and causal attention of
+the stepping, shared by tests/engine/test_engine.py and tests/engine/test_fusion.py; and causal attention of
 a verify step's queries."""
 import numpy as np
 
@@ -26,19 +26,3 @@ def stepped_logits(eng, ref_tokens, n_prompt: int, n_tokens: int) -> np.ndarray:
         if pos + 1 >= n_prompt:
             got.append(eng.logits())
     return np.array(got, dtype=np.float64)
-
-
-def causal64(q, kc, vc, p, H, hd, scale):
-    """float64 softmax attention of a verify step's T queries q [T, H * hd] over a cache
-    kc, vc [max_seq, H * hd]: column t over rows 0 .. min(p + t, max_seq - 1) (shared by
-    tests/test_spec_kernels.py and the CUDA-simulator harness)."""
-    T, S = q.shape[0], kc.shape[0]
-    o = np.empty((T, H * hd))
-    for t in range(T):
-        L = min(p + t, S - 1) + 1
-        for h in range(H):
-            sl = slice(h * hd, (h + 1) * hd)
-            s = scale * (kc[:L, sl].astype(np.float64) @ q[t, sl].astype(np.float64))
-            e = np.exp(s - s.max())
-            o[t, sl] = (e / e.sum()) @ vc[:L, sl].astype(np.float64)
-    return o

@@ -15,7 +15,7 @@ Greedy sampling's policy: `argmax_index` is kernels/sample.py's rule (ties to th
 NaN never wins, all-NaN gives 0); `scan_argmax` scans in any order with an explicit tie rule.
 Distances between two sides' logits (lecture §9): `log_softmax`, `kld` (KL(P||Q), per step),
 `margin` (top-1 minus top-2 logit), `step_metrics` (everything compare reports per step).
-Measurements (notebook 09, the tests, scripts/record_gpu_precision.py): `order_errors` (error
+Measurements (notebook 09, the tests, `decode-lab record precision`): `order_errors` (error
 against the exact sum per order and length), `reorder_table` (which reorderings change bits),
 `ARGMAX_CASES` (crafted logits), `kernel_order_check` (matvec, rmsnorm and argmax_next run by
 themselves through lab/measure/kernel_run.py, on numba's CUDA simulator or a GPU, against the
@@ -31,8 +31,9 @@ import math
 
 import numpy as np
 
-from kernels.matvec import WARP
-from kernels.rmsnorm import RMSNORM_THREADS
+from kernels.matvec import WARP, row_dot_order
+from kernels.reduce import fma32, mul_add as _mul_add, strided_dot
+from kernels.rmsnorm import RMSNORM_THREADS, rmsnorm_order
 from kernels.sample import argmax_twin_index
 
 F32 = np.float32
@@ -64,61 +65,6 @@ def tree_reduce(x, op=np.add, identity=0) -> np.ndarray:
 def tree_sum(x) -> np.ndarray:
     """Sum over the last axis by the kernels' balanced tree (see tree_reduce)."""
     return tree_reduce(np.asarray(x, dtype=F32), np.add, 0.0)
-
-
-def fma32(a, b, c) -> np.ndarray:
-    """round_to_float32(a * b + c) with ONE rounding, elementwise, for finite float32 inputs.
-
-    a * b is exact in float64 (24 + 24 significant bits fit in 53). The float64 sum is rounded
-    to odd (TwoSum gives its exact error; an inexact even result steps one ulp towards the exact
-    value), and a round-to-odd result with more than 2 extra bits rounds correctly to float32
-    (Boldo & Melquiond, 2008). A plain float64 sum would round twice and can miss by one ulp."""
-    a, b, c = (np.asarray(v, dtype=F32).astype(np.float64) for v in (a, b, c))
-    p = a * b
-    s = p + c
-    bb = s - p
-    err = (p - (s - bb)) + (c - bb)                     # exact: s + err == p + c
-    even = (np.asarray(s).view(np.int64) & 1) == 0
-    toward = np.where(err > 0, np.inf, -np.inf)
-    s = np.where((err != 0) & even, np.nextafter(s, toward), s)
-    return s.astype(F32)
-
-
-def _mul_add(a, b, c, fused: bool):
-    return fma32(a, b, c) if fused else (a * b).astype(F32) + c
-
-
-def strided_dot(a, b, lanes: int, fused: bool = True) -> np.ndarray:
-    """a . b over the last axis in a kernel's order: lane l accumulates k = l, l + lanes, ...
-    by fma in increasing k (from +0.0), then the lanes are added by a tree, stride lanes/2 down
-    to 1, lane l taking lane l + stride. `lanes` must be a power of two. a [..., K], b [K]."""
-    a = np.asarray(a, dtype=F32)
-    b = np.asarray(b, dtype=F32)
-    K = a.shape[-1]
-    acc = np.zeros(a.shape[:-1] + (lanes,), F32)         # [..., lanes]
-    for start in range(0, K, lanes):
-        stop = min(start + lanes, K)
-        m = stop - start
-        acc[..., :m] = _mul_add(a[..., start:stop], b[start:stop], acc[..., :m], fused)
-    stride = lanes // 2
-    while stride > 0:
-        acc[..., :stride] = acc[..., :stride] + acc[..., stride:2 * stride]
-        stride //= 2
-    return acc[..., 0]
-
-
-def row_dot_order(W, x, fused: bool = True) -> np.ndarray:
-    """W @ x in the order of kernels/matvec.py's `row_dot`: one warp (32 lanes) per row."""
-    return strided_dot(W, x, WARP, fused)
-
-
-def rmsnorm_order(x, w, eps, fused: bool = True) -> np.ndarray:
-    """kernels/rmsnorm.py's `rmsnorm` in its own order: 256 strided sums of squares (fma), a
-    tree over the threads, then x * (1 / sqrt(sum / n + eps)) * w, every step in float32."""
-    x = np.asarray(x, dtype=F32)
-    ss = strided_dot(x, x, RMSNORM_THREADS, fused)
-    inv = F32(1.0) / np.sqrt(ss / F32(x.shape[-1]) + F32(eps), dtype=F32)
-    return (x * inv) * np.asarray(w, dtype=F32)
 
 
 def ulps_apart(a, b) -> np.ndarray:
@@ -195,7 +141,7 @@ def step_metrics(a_logits, b_logits) -> dict[str, np.ndarray]:
             "margin_a": margin(a), "margin_b": margin(b)}
 
 
-# ---- measurements (notebook 09, tests, scripts/record_gpu_precision.py) --------------------------
+# ---- measurements (notebook 09, tests, `decode-lab record precision`) --------------------------
 def order_errors(sizes=(64, 256, 1024, 4096, 16384), vectors: int = 200, seed: int = 0) -> dict:
     """|computed - exact| / sum|x| of float32 sums of `vectors` uniform [0, 1) vectors per size,
     in three orders: chain, tree, and the kernels' 32-lane order. `exact` is math.fsum (the

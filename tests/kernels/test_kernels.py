@@ -4,10 +4,9 @@
     twins (bitwise), the house rules every registered kernel must follow, and kernels/reduce.py's
     two dataflows (GPU shuffles, simulator trees) giving the same bits as each other and as
     lab/measure/precision.py's order mirrors.
-(b) The kernels themselves under numba's CUDA simulator, in subprocesses (the simulator flag must
-    be set before numba is imported): tests/_cudasim_kernels.py twice, once on the simulator's
-    shared-memory trees and once with emulated warp shuffles (the GPU path), and the two runs'
-    outputs held against each other bit for bit.
+(b) The kernels themselves under numba's CUDA simulator through kernels.check (one child process
+    per reduction path): on the simulator's shared-memory trees and with emulated warp shuffles
+    (the GPU path), the two runs' outputs held against each other bit for bit.
 """
 import ast
 import inspect
@@ -16,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -23,12 +23,12 @@ import numpy as np
 import kernels
 import pytest
 
-from kernels import REGISTRY
+from kernels import REGISTRY, check
 from kernels import reduce as R
 from kernels.attention import (ATTN_THREADS, MAX_HEAD_DIM, attn_combine_twin, attn_merge_twin,
                                attn_partial_twin, partial_grid, slice_bounds)
 from kernels.embed import embed_twin
-from kernels.matvec import matvec_residual_twin, matvec_twin
+from kernels.matvec import matvec_residual_twin, matvec_twin, row_dot_order
 from kernels.mlp import swiglu_up_twin
 from kernels.position import advance_twin
 from kernels.rmsnorm import rmsnorm_twin
@@ -36,7 +36,7 @@ from kernels.rope import rope_kv_append_twin
 from kernels.sample import argmax_next_twin
 from lab.measure import precision as P
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EPS32 = float(np.finfo(np.float32).eps)
 EPS16 = float(np.finfo(np.float16).eps)
 
@@ -91,7 +91,7 @@ def test_kernel_rules(name):
     first = body[0]
     waits_first = (isinstance(first, ast.Expr) and isinstance(first.value, ast.Call)
                    and getattr(first.value.func, "id", None) == "pdl_wait")
-    # the one deliberate exception is the LAB_BUG_LATE_WAIT kernel (see tests/test_pdl.py)
+    # the one deliberate exception is the LAB_BUG_LATE_WAIT kernel (see tests/backend/test_pdl.py)
     assert waits_first == (name != "rmsnorm_late_wait"), f"{name}: first statement must be pdl_wait()"
     assert "atomic" not in src, f"{name}: no atomics (results must be bit-reproducible)"
     n_args = len(fn.args.args)
@@ -284,15 +284,15 @@ def test_row_dot_and_rmsnorm_mirrors_are_lane_chains_then_the_shuffle_order(fuse
     W, x = f32(r, 6, 600), f32(r, 600)
     lane = np.zeros((6, R.WARP), np.float32)
     for k in range(600):  # lane k % 32 takes k, in increasing k
-        lane[:, k % 32] = P._mul_add(W[:, k], x[k], lane[:, k % 32], fused)
+        lane[:, k % 32] = R.mul_add(W[:, k], x[k], lane[:, k % 32], fused)
     for got in (R.warp_sum_tree_twin(lane), R.warp_sum_shuffle_twin(lane)[:, 5]):
-        assert np.array_equal(got.view(np.uint32), P.row_dot_order(W, x, fused).view(np.uint32))
+        assert np.array_equal(got.view(np.uint32), row_dot_order(W, x, fused).view(np.uint32))
     xs = f32(r, 300)
     part = np.zeros(R.BLOCK_THREADS, np.float32)
     for i in range(300):
-        part[i % 256] = P._mul_add(xs[i], xs[i], part[i % 256], fused)
+        part[i % 256] = R.mul_add(xs[i], xs[i], part[i % 256], fused)
     total = R.block_sum_shuffle_twin(part)[77]
-    assert total == P.strided_dot(xs, xs, R.BLOCK_THREADS, fused)
+    assert total == R.strided_dot(xs, xs, R.BLOCK_THREADS, fused)
 
 
 def test_block_argmax_both_orders_pick_the_lowest_index_of_the_max():
@@ -334,25 +334,14 @@ def _cudasim_env(*paths):
         [str(ROOT), *map(str, paths), os.environ.get("PYTHONPATH", "")]))
 
 
-def _cudasim(*flags, timeout=600):
-    return subprocess.Popen([sys.executable, str(ROOT / "tests" / "_cudasim_kernels.py"), *flags],
-                            cwd=ROOT, env=_cudasim_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def _families():
-    """FAMILIES of tests/_cudasim_kernels.py, read without importing it (it needs the
-    simulator flag set before numba is imported)."""
-    tree = ast.parse((ROOT / "tests" / "_cudasim_kernels.py").read_text())
-    node = next(n for n in tree.body if isinstance(n, ast.Assign)
-                and getattr(n.targets[0], "id", None) == "FAMILIES")
-    return {k.value: {e.value for e in v.elts} for k, v in zip(node.value.keys, node.value.values)}
-
-
-FAMILIES = _families()
+FAMILIES = check.FAMILIES
 QUICK = {"attention", "spec_cols"}   # the shuffle path runs these on one case per code path (--quick)
 TREES_ONLY = {"spec"}   # no kernel of these reaches kernels/reduce.py: the shuffle path is theirs
 REDUCTIONS = {"warp_sum", "warp_sums", "block_sum", "block_argmax"}
+# one simulator child per path for each group: attention (the slowest) apart, so the two groups
+# spread over pytest-xdist's workers; the persistent step is tests/engine/test_persistent.py's
+GROUPS = {"attention": ["attention"],
+          "others": [f for f in FAMILIES if f != "attention"] + ["fused"]}
 
 
 def _reachable(fn, seen=None) -> set[str]:
@@ -378,57 +367,70 @@ def test_the_trees_only_families_reach_no_reduction():
     assert _reachable(kernels.REGISTRY["matmat"].py_func) & REDUCTIONS
 
 
-def test_every_kernel_of_this_harness_is_in_one_family():
-    """The per-family runs below cover every registered kernel but the fused ones and the
-    persistent step (their own harnesses), each exactly once."""
-    mine = {n for n, spec in REGISTRY.items()
-            if spec.py_func.__module__ not in ("kernels.fused", "kernels.fused_split",
-                                               "kernels.persistent")}
-    listed = [k for ks in FAMILIES.values() for k in ks]
-    assert sorted(listed) == sorted(mine)
+def test_every_kernel_is_in_one_op_whose_cases_sit_beside_it():
+    """kernels.check's ops cover every registered kernel: each family's kernels, the fused
+    step's, the persistent step; each exactly once. Each op's cases are the CASES of the kernel
+    files it checks (the files of its kernels), each tolerance given with why."""
+    listed = [k for ks in FAMILIES.values() for k in ks] + list(check.FUSED_KERNELS) + ["step_persistent"]
+    assert sorted(listed) == sorted(REGISTRY)
+    assert set(check.CASES_IN) == set(check.OPS)
+    kernels_of = {**FAMILIES, "fused": set(check.FUSED_KERNELS), "persistent": {"step_persistent"}}
+    for op, modules in check.CASES_IN.items():
+        homes = {REGISTRY[k].py_func.__module__ for k in kernels_of[op]} - {"kernels.fused_split"}
+        assert {m.__name__ for m in modules} <= homes, op
+        for m in modules:
+            tols = {k: v for k, v in m.CASES.items() if k.endswith("tol")}
+            assert tols and all(f"{k[:-3]}why" in m.CASES for k in tols), (op, m.__name__)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", list(FAMILIES))
-def test_kernels_under_cudasim(family, tmp_path):
-    """One kernel family on the simulator's trees AND on emulated warp shuffles (the GPU path),
-    the two at once (one process each): each against its twin and its contracts, then the two
-    runs' outputs against each other, bit for bit. The shuffle path runs attention on one case
-    per code path (the emulated warps make it the slowest check here); each case's inputs come
-    from its own label, so the quick run's cases are held against the same cases of the full
-    tree run."""
+@pytest.mark.parametrize("group", list(GROUPS))
+def test_kernels_under_cudasim(group, tmp_path):
+    """A group of ops on the simulator's trees AND on emulated warp shuffles (the GPU path), the
+    two at once (one child process each): each kernel against its twin and its contracts, then
+    the two runs' outputs against each other, bit for bit. The shuffle path runs attention and
+    spec_cols on one case per code path (--quick; the emulated warps make attention the slowest
+    check here); each case's inputs come from its own label, so the quick run's cases are held
+    against the same cases of the full tree run."""
+    ops = GROUPS[group]
+    dumps = {mode: str(tmp_path / f"{mode}.npz") for mode in ("trees", "shuffles")}
     t = time.perf_counter()
-    modes = [("trees", ())] + ([] if family in TREES_ONLY else [
-        ("shuffles", ("--shuffles", *(("--quick",) if family in QUICK else ())))])
-    runs = {mode: (_cudasim("--family", family, "--dump", str(tmp_path / f"{mode}.npz"), *flags),
-                   tmp_path / f"{mode}.npz") for mode, flags in modes}
-    for mode, (proc, _) in runs.items():
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, f"cudasim {family} ({mode}) failed (rc {proc.returncode}):\n{out}\n{err}"
-        print(out.strip())
+    with ThreadPoolExecutor(2) as pool:
+        trees = pool.submit(check.run, ops, "cudasim", dump=dumps["trees"])
+        shuffles = pool.submit(check.run, [op for op in ops if op not in TREES_ONLY], "shuffles",
+                               quick=True, dump=dumps["shuffles"])
+        results = {"trees": trees.result(), "shuffles": shuffles.result()}
+    for mode, res in results.items():
+        bad = {op: row["error"] for op, row in res["ops"].items() if not row["ok"]}
+        assert res["ok"] and not bad, f"cudasim {group} ({mode}): {bad}"
     print(f"(subprocesses {time.perf_counter() - t:.1f}s)")
-    if family in TREES_ONLY:
-        return
-    with np.load(runs["trees"][1]) as a, np.load(runs["shuffles"][1]) as b:
+    with np.load(dumps["trees"]) as a, np.load(dumps["shuffles"]) as b:
         tree_labels, labels = [str(x) for x in a["labels"]], [str(x) for x in b["labels"]]
-        assert labels, f"{family}: the shuffle run launched nothing"
-        if family in QUICK:   # a subset of the cases, each found by its label (unique here)
-            assert len(set(tree_labels)) == len(tree_labels), f"{family}: labels not unique"
-            only_here = sorted(set(labels) - set(tree_labels))
-            assert not only_here, f"run on the shuffle path only: {only_here}"
-            pairs = [(tree_labels.index(label), i) for i, label in enumerate(labels)]
-        else:                 # every case, in the same order
-            assert labels == tree_labels
-            pairs = [(i, i) for i in range(len(labels))]
-        for j, i in pairs:
-            x, y = a[f"a{j}"], b[f"a{i}"]
-            assert x.dtype == y.dtype and np.array_equal(x.view(np.uint8), y.view(np.uint8)), \
-                f"{labels[i]}: the shuffle path's bits differ from the tree path's"
+        for op in ops:
+            if op in TREES_ONLY:
+                continue
+            mine = [i for i, label in enumerate(labels) if label.startswith(f"{op}: ")]
+            theirs = [j for j, label in enumerate(tree_labels) if label.startswith(f"{op}: ")]
+            assert mine, f"{op}: the shuffle run launched nothing"
+            if op in QUICK:   # a subset of the cases, each found by its label (unique here)
+                names = [tree_labels[j] for j in theirs]
+                assert len(set(names)) == len(names), f"{op}: labels not unique"
+                only_here = sorted({labels[i] for i in mine} - set(names))
+                assert not only_here, f"run on the shuffle path only: {only_here}"
+                pairs = [(tree_labels.index(labels[i]), i) for i in mine]
+            else:             # every case, in the same order
+                assert [labels[i] for i in mine] == [tree_labels[j] for j in theirs], op
+                pairs = list(zip(theirs, mine))
+            for j, i in pairs:
+                x, y = a[f"a{j}"], b[f"a{i}"]
+                assert x.dtype == y.dtype and np.array_equal(x.view(np.uint8), y.view(np.uint8)), \
+                    f"{labels[i]}: the shuffle path's bits differ from the tree path's"
 
 
 _POOL_CHECK = r'''
 import numpy as np
-import _cudasim_kernels  # noqa: F401 -- installs the harness's block pool (pooled_blocks)
+from kernels import cudasim
+cudasim.install()    # the block pool (pooled_blocks) kernels.check runs the simulator with
 from numba import cuda
 from numba.cuda.simulator import kernel as simkernel
 assert simkernel.BlockManager.run.__name__ == "run_block", "the block pool is not installed"
@@ -478,13 +480,13 @@ print("pool ok")
 
 
 def test_the_harness_block_pool_keeps_the_simulators_semantics():
-    """tests/_cudasim_kernels.py runs the simulator's blocks on a pool of reused threads
+    """kernels.check runs the simulator's blocks on a pool of reused threads
     (`pooled_blocks`, instead of a new thread per CUDA thread and a polling manager). It must
     keep numba's semantics: shared memory and syncthreads(_count) within each block, one block
     after another; threadIdx and the lane (x fastest, in a 2-D block too); a thread's exception
     raised for the launch, named by its thread, without its blockmates hanging at the next
     syncthreads; and the pool usable for the next launch."""
     res = subprocess.run([sys.executable, "-c", _POOL_CHECK], cwd=ROOT,
-                         env=_cudasim_env(ROOT / "tests"), text=True, capture_output=True,
+                         env=_cudasim_env(), text=True, capture_output=True,
                          timeout=120)
     assert res.returncode == 0 and "pool ok" in res.stdout, res.stderr[-3000:]

@@ -2,7 +2,7 @@
 cases, NumPy only (no simulator, no GPU): the drafter's and the acceptance's rules, greedy decoding
 with drafts equal to one token per step, and the verify step's column kernels against the
 one-token twins and against float64 causal attention. The kernels themselves run against these
-twins under numba's CUDA simulator in tests/_cudasim_kernels.py (family "spec")."""
+twins under numba's CUDA simulator in kernels/check.py (op "spec")."""
 import numpy as np
 import pytest
 
@@ -14,7 +14,7 @@ from kernels.rmsnorm import rmsnorm_twin
 from kernels.rope import rope_kv_append_twin
 from kernels import verify as V
 from kernels import verify_attention as VA
-from _oracle import causal64
+from kernels.verify_attention import causal_attention64 as causal64
 
 EPS32 = float(np.finfo(np.float32).eps)
 I32 = np.int32
