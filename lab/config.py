@@ -73,7 +73,7 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
     ("LAB_DRAFT", "draft", ("0", "2", "4", "8"), "0",
      "speculative decoding: tokens drafted per step by prompt lookup on the device, verified "
      "by one step of the model over draft + 1 positions, accepted on the device (0: one token "
-     "per step; lab/engine/spec.py). Runs the unfused step on one device, with graphs or "
+     "per step; lab/engine/draft.py). Runs the unfused step on one device, with graphs or "
      "eagerly, PDL allowed; the other launch toggles are refused"),
     ("LAB_DRAFT_SPLITS", "draft_splits", ("1", "2", "4", "8", "16", "32", "64"), "16",
      "the verify attention's split count over the cache (NSPLIT): fixed for the whole "
@@ -102,7 +102,7 @@ class LabConfig:
     plan_switch: str = "recapture"  # LAB_PLAN_SWITCH: a new graph per plan, or one graph updated
     loop: str = "host"              # LAB_LOOP: who runs generate's loop of steps
     ranks: int = 1                  # LAB_RANKS: tensor-parallel ranks (lab/engine/ranks.py)
-    draft: int = 0                  # LAB_DRAFT: tokens drafted per step (lab/engine/spec.py)
+    draft: int = 0                  # LAB_DRAFT: tokens drafted per step (lab/engine/draft.py)
     draft_splits: int = 16          # LAB_DRAFT_SPLITS: the verify attention's NSPLIT
     bugs: frozenset = frozenset()   # deliberate bugs switched on (names from lab/bugspec.py)
 
@@ -204,6 +204,11 @@ def child_env(**overrides: str) -> dict[str, str]:
     return {**os.environ, **overrides}
 
 
+def python_path(first: str) -> str:
+    """PYTHONPATH for a child process: `first`, then this process's PYTHONPATH (if any)."""
+    return os.pathsep.join(p for p in (first, os.environ.get("PYTHONPATH")) if p)
+
+
 FIXTURE_ENV = "DECODE_LAB_FIXTURE"   # "large": the hands-on checks' larger random fixture
 
 
@@ -212,3 +217,24 @@ def fixture_size() -> str:
     random fixture when asked (scripts/mutation_score.py asks it so when it re-runs a mutant
     listed as equivalent, lab/teach/mutate.py)."""
     return "large" if os.environ.get(FIXTURE_ENV) == "large" else "small"
+
+
+CONFORMANCE_CACHE_ENV = "DECODE_LAB_CONFORMANCE_CACHE"   # a folder for simulated results
+
+
+def conformance_cache() -> str | None:
+    """The folder where `decode-lab conformance` keeps simulated results for other processes
+    (DECODE_LAB_CONFORMANCE_CACHE; the test suite sets it), or None when unset or empty."""
+    return os.environ.get(CONFORMANCE_CACHE_ENV) or None
+
+
+def lab_environment() -> list[tuple[str, str]]:
+    """This process's LAB_* variables as sorted (name, value) pairs (part of a kept result's key)."""
+    return sorted((k, v) for k, v in os.environ.items() if k.startswith("LAB_"))
+
+
+def nccl_env() -> None:
+    """Set NCCL's environment before it starts, where the user has not: every rank is a GPU of
+    this host (NVLink or PCIe between them), so NCCL's probe for InfiniBand adapters
+    (NCCL_IB_DISABLE=1 skips it) would only cost start-up time."""
+    os.environ.setdefault("NCCL_IB_DISABLE", "1")

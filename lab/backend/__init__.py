@@ -3,10 +3,8 @@
 `make_devices(cfg)` what an engine drives: either, as a group.
 
   base.py         the interface: Buffer, Launch, Collective, StreamWait, Graph, Backend, OneDevice
-  sim.py          the CPU simulator: memory, capture, issue (sim_queue.py: its queues and
-                  scheduler; sim_ranks.py: simulated ranks, NCCL's semantics)
-  cuda.py         numba.cuda + CuPy (cuda_launch.py: the launch rungs; cuda_graph.py: graphs and
-                  the device loop; cuda_ranks.py: one GPU per rank, NCCL)
+  sim/            the CPU simulator (ranks -> device -> graph, queue, memory)
+  cuda/           numba.cuda + CuPy (ranks -> device -> graph, launch, capture)
   costmodel.py    the simulator's measured costs
   instrument.py   the launch log every backend writes, and the launch bill read from it
 """
@@ -58,21 +56,21 @@ def make_ranks(cfg, ranks: int):
     simulated devices on sim, GPUs 0..ranks-1 with NCCL on cuda. Fewer devices than ranks is a
     LabError naming both numbers."""
     if cfg.backend == "sim":
-        from .sim_ranks import SimRanks
+        from .sim import SimRanks
         return SimRanks(ranks)
     usable, reason = gpu_status()
     if cfg.backend == "cuda" and not usable:
         raise LabError(f"LAB_BACKEND=cuda (or --backend cuda) needs a GPU, but {reason}; "
                        f"use --backend sim to run on the CPU simulator")
     if not usable:
-        from .sim_ranks import SimRanks
+        from .sim import SimRanks
         return SimRanks(ranks)
     import cupy
     n = cupy.cuda.runtime.getDeviceCount()
     if n < ranks:
         raise LabError(f"LAB_RANKS={ranks} needs {ranks} GPUs, this machine has {n}; use "
                        f"LAB_RANKS=1, or --backend sim (one simulated device per rank)")
-    from .cuda_ranks import CudaRanks
+    from .cuda import CudaRanks
     return CudaRanks(ranks)
 
 

@@ -287,6 +287,18 @@ class Backend(ABC):
     @abstractmethod
     def launch(self, launch: Launch) -> None: ...
 
+    def issue(self, item) -> None:
+        """Issue one item of a step: a Launch is launched, a StreamWait recorded, a Collective
+        issued, anything else with `.run()` (the engine's HostWork) runs on the host here."""
+        if isinstance(item, Launch):
+            self.launch(item)
+        elif isinstance(item, StreamWait):
+            self.record_wait(item.src, item.dst)
+        elif isinstance(item, Collective):
+            self.collective(item)
+        else:
+            item.run()
+
     @abstractmethod
     def record_wait(self, src: str, dst: str) -> None:
         """Record an event on stream `src` and make stream `dst` wait for it: a fork when dst

@@ -1,60 +1,13 @@
-"""The simulator's cost model, built ONLY from measured component costs.
+"""The simulator's cost model, built ONLY from measured component costs (data/gpu/
+kernel_costs.json, recorded on a GPU by `decode-lab record costs`). No whole-step recording
+feeds it: those are what `decode-lab conformance` checks its predictions against.
 
-Every number comes from `data/gpu/kernel_costs.json`, written on a GPU by
-`scripts/record_gpu_costs.py` (`CostModel.sources` says which key each figure comes from). No
-whole-step recording (eager vs graph, PDL, fission, overlap, sweeps) feeds it: those are what
-`decode-lab conformance` checks the model's predictions against.
-
-The functional form, and why:
-- A kernel as a graph NODE costs `a + b * context` microseconds, per distinct launch (kernel,
-  grid, block, argument shapes: `cost_key`). The recorder measures each launch in chains of n
-  copies, so the per-node time includes the gap to the next node; a step's nodes run back to
-  back, so their times add. Attention's work per block grows with the slice each block walks,
-  context / splits, and `splits` is part of the key (the partial buffers' shape): within one key
-  the time is linear in context. Kernels measured at one context get b = 0. A key measured at
-  more than two contexts (the verify step's attention: one split count for every context, so
-  flat while its launch overheads dominate, then linear) is interpolated piecewise between them.
-- A supplement beside the cost file (`spec_costs.json`, written by scripts/costs_from_log.py
-  from a recorder's log) adds measured launches, switches and the capture floor the file lacks.
-- A capture costs the host the measured per-graph + per-node time (`floors.capture`), and so
-  does an instantiation.
-- With PDL a node has its own measured time (`node_pdl_us`): the launch of a dependent overlaps
-  its predecessor's tail.
-- A chain of one launch keeps that kernel's code and constants cached; in a step every node
-  follows ANOTHER kernel. Each such switch costs what chains of the adjacent pair measured beyond
-  the two kernels alone (`switches`, per pair; their mean for a pair never measured).
-- A replay pays a per-replay device overhead (the intercept of the empty-kernel chains) before
-  its first node; a node that joins another stream's branch pays the measured fork/join cost.
-- Eagerly a kernel costs its node time minus the graph floor plus the eager floor (empty kernels
-  queued behind a spinning one, timed by CUDA events); the HOST pays, per launch, the measured
-  cost of the launch mechanism for that kernel (numba's dispatcher or the pre-bound path), and
-  per step the engine's own measured host work. The per-kernel host costs were measured in
-  loops of one launch; they are scaled to what a whole step's sequence of launches cost per
-  launch (issued straight to the backend, host time only). Device and host run as a pipeline.
-- Noise from the recorded SPREADS only (never their means), as mean-1 lognormal factors:
-  per-launch host jitter from the
-  per-token spread, a slow host drift from the spread of whole reps beyond what per-token
-  jitter explains (redrawn every rep's duration); per-node graph jitter from the spread of whole
-  graph reps (a per-token clock on a GPU mostly measures its own synchronisation).
-- The persistent step (LAB_PERSISTENT=1: step_persistent, the whole step in one kernel) is a
-  kernel like the others: rows recorded at every position of the recorder's POSITIONS (its
-  chains run [step_persistent, pos_set] units, the probe putting the position back, so each
-  row is at one context; record_gpu_costs.py's measure_persistent), one key per plan (part_o's
-  shape is in the key), fitted like attention's. It has no PDL figure of its own (LAB_PDL=1 is
-  refused with it: its rows repeat the plain figure) and, one node per graph, no switch.
-- A launch never measured takes, in turn: the same kernel's recorded launch on the same
-  argument shapes under another grid/block (a kernel whose launch geometry changed since the
-  recording: its old time, until recorded again); its clean twin's nearest measured launch (a
-  deliberate bug's variant kernel, a float16 cache, another model); else the empty-node floor
-  plus its bytes over the bandwidth fitted to the measured kernels. `CostModel.misses` lists
-  every such launch. These are STAND-INS, not predictions: nothing measured says what such a
-  launch costs. The last one in particular is a guess of the right order at best: the fitted
-  bandwidth is an average over small kernels whose data sit in L2, and the bytes are every
-  buffer the launch is handed (of a KV cache, the rows it touches). A cost file without
-  step_persistent rows (any recorded before measure_persistent existed) prices
-  LAB_PERSISTENT=1 this way: the empty-node floor plus the step's weights and KV rows over that
-  bandwidth, about 0.15 ms/token at short context, which says nothing about the megakernel's
-  real time (its grid barriers, its phases' parallelism; the H200 recorded 0.121).
+  cost_key, launch_bytes,   what identifies a launch's cost, the bytes it is handed, the
+  launch_context            context it runs at
+  KernelFit                 one launch's fitted node time, a + b * context (piecewise)
+  CollectiveCosts           a collective's device and host us (data/gpu/ranks.json)
+  CostModel                 every figure of the model and the functional form that uses them
+  with_supplement           a cost file with spec_costs.json's measured rows merged in
 """
 from __future__ import annotations
 
@@ -84,7 +37,7 @@ CONTEXT_KERNELS = ("attn_partial", "attn_partial_len", "attn_fused", "attn_fused
 WHOLE_STEP_KERNELS = ("step_persistent",)
 
 
-SUPPLEMENT = "spec_costs.json"   # measured costs a cost file lacks, beside it (costs_from_log.py)
+SUPPLEMENT = "spec_costs.json"   # measured costs a cost file lacks, beside it (decode-lab record spec_costs)
 
 
 def with_supplement(data: dict, extra: dict) -> dict:
@@ -109,7 +62,7 @@ def _per_graph(fit: tuple | None, nodes: int) -> float:
 
 def _fit_or_none(data: dict, what: str, path) -> tuple | None:
     """(intercept, per node) of floors.capture.<what>, or None when the file has no such
-    recording (recorded before scripts/record_gpu_costs.py measured captures)."""
+    recording (a cost file recorded without the capture floor)."""
     if what not in data.get("floors", {}).get("capture", {}):
         return None
     return (_num(data, f"floors.capture.{what}.intercept_us", path, positive=False),
@@ -213,7 +166,7 @@ def _get(data: dict, path: str, source: Path):
     for part in path.split("."):
         if not isinstance(cur, dict) or part not in cur:
             raise LabError(f"{source}: missing key {path!r} (re-record it with "
-                           f"scripts/record_gpu_costs.py on a GPU)")
+                           f"decode-lab record costs on a GPU)")
         cur = cur[part]
     return cur
 
@@ -232,7 +185,7 @@ RANKS_FILE = COSTS_FILE.parent / "ranks.json"
 class CollectiveCosts:
     """What a collective costs the simulator (LAB_RANKS=2): device us per collective as a graph
     node and eagerly, and host us per eager collective call, per op. Read from the
-    `collectives` section of data/gpu/ranks.json (scripts/record_gpu_ranks.py, recorded on a GPU
+    `collectives` section of data/gpu/ranks.json (decode-lab record ranks, recorded on a GPU
     pair); until that is recorded, the figures of one probe of the project's H200 pair stand in
     (`source` says which)."""
     source: str
@@ -244,7 +197,7 @@ class CollectiveCosts:
     # 256 floats replayed in 17.5 us; eagerly, kernel + all-reduce took 103-131 us per step.
     PROBE = {"source": "upper bounds from one probe of the project's H200 pair, 2026-11-30 (a graph "
                        "of one kernel + one all-reduce of 256 floats: 17.5 us per replay; eagerly "
-                       "103-131 us per step); not yet recorded by scripts/record_gpu_ranks.py",
+                       "103-131 us per step); not yet recorded by decode-lab record ranks",
              "graph_us": {"all_reduce": 17.5}, "eager_us": {"all_reduce": 17.5},
              "host_call_us": {"all_reduce": 50.0}}   # 103-131 us per step of two ranks
 
@@ -283,6 +236,24 @@ class CollectiveCosts:
 
 @dataclass(frozen=True)
 class CostModel:
+    """Each figure below comes from one key of the cost file (`sources`). The form:
+    - a graph NODE costs `a + b * context` us per distinct launch (`cost_key`; chains of n
+      copies measured it, gap to the next node included, so a step's nodes add); within one
+      key, time is linear in context (attention walks context / splits per block), a key seen
+      at one context has b = 0, one seen at more than two is interpolated piecewise;
+    - with PDL a node has its own measured time; a node after ANOTHER kernel pays that pair's
+      measured switch (their mean for a pair never measured); a replay pays a per-replay
+      overhead before its first node, a join of another stream's branch the fork/join cost;
+    - eagerly a kernel costs its node time minus the graph floor plus the eager floor; the HOST
+      pays per launch its mechanism's measured cost (scaled to a whole step's sequence), per
+      step the engine's measured host work, per capture and instantiation the per-graph +
+      per-node floor; device and host run as a pipeline;
+    - noise comes from the recorded SPREADS only, as mean-1 lognormal factors: per-launch host
+      jitter, a slow host drift (redrawn every rep's duration), per-node graph jitter;
+    - a launch never measured (`misses`) takes a STAND-IN, not a prediction: its kernel's
+      launch on the same shapes under another geometry, else its clean twin's nearest launch,
+      else the empty-node floor plus its bytes over the bandwidth fitted to the measured
+      kernels (a guess of the right order at best: those kernels' data sit in L2)."""
     source: str                       # the GPU and versions the components were measured on
     path: str                         # the file they were read from
     date: str
@@ -328,7 +299,7 @@ class CostModel:
                 "loop_overhead_us": "floors.loop.overhead_us (only LAB_LOOP=device needs it)",
                 "capture_us": "floors.capture.capture (0 when not recorded)",
                 "instantiate_us": "floors.capture.instantiate (0 when not recorded)",
-                "supplement": f"{SUPPLEMENT} beside the cost file, if any (scripts/costs_from_log.py)"}
+                "supplement": f"{SUPPLEMENT} beside the cost file, if any (decode-lab record spec_costs)"}
 
     # ---- loading ---------------------------------------------------------------------------
     @classmethod
@@ -339,7 +310,7 @@ class CostModel:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             raise LabError(f"the simulator's cost file {path} is missing; it is recorded on a GPU "
-                           f"by scripts/record_gpu_costs.py (part of scripts/gpu_run.sh)") from None
+                           f"by decode-lab record costs") from None
         except (OSError, ValueError) as exc:
             raise LabError(f"the simulator's cost file {path} is unreadable: {exc}") from None
         extra = path.with_name(SUPPLEMENT)
@@ -352,64 +323,7 @@ class CostModel:
 
     @classmethod
     def from_dict(cls, data: dict, path: Path = Path("<dict>")) -> "CostModel":
-        if not isinstance(data, dict):
-            raise LabError(f"{path}: expected a JSON object")
-        rows = _get(data, "kernels", path)
-        if not isinstance(rows, list) or not rows:
-            raise LabError(f"{path}: 'kernels' must be a non-empty list of measured launches")
-        by_key: dict[str, list] = {}
-        for i, r in enumerate(rows):
-            for k in ("key", "context", "node_us", "node_pdl_us", "bytes"):
-                if k not in r:
-                    raise LabError(f"{path}: kernels[{i}] has no {k!r}")
-            by_key.setdefault(r["key"], []).append(r)
-        kernels = {k: _fit(v) for k, v in by_key.items()}
-        empty = _num(data, "floors.empty.per_node_us", path)
-        host = {}
-        for m in MECHANISMS:   # per kernel, scaled to the cost per launch in a step's sequence
-            scale = (_num(data, f"host.{m}_step_sequence_us", path)
-                     / _num(data, f"host.{m}_alone_over_step_us", path))
-            host[m] = {k: float(v) * scale for k, v in _get(data, f"host.{m}", path).items()}
-        switches = {}
-        for i, r in enumerate(_get(data, "switches", path)):
-            if not all(k in r for k in ("prev", "key", "extra_us", "extra_pdl_us")):
-                raise LabError(f"{path}: switches[{i}] needs prev, key, extra_us, extra_pdl_us")
-            switches[(r["prev"], r["key"])] = (float(r["extra_us"]), float(r["extra_pdl_us"]))
-        if not switches:
-            raise LabError(f"{path}: 'switches' is empty")
-        lpt = _num(data, "launches_per_token", path)
-        pre, graph = (_get(data, f"noise.{k}", path) for k in ("prebound", "graph"))
-        tok_cv = _num(data, "noise.prebound.token_cv_robust", path, positive=False)
-        rep_cv = _num(data, "noise.prebound.rep_cv", path, positive=False)
-        drift = math.sqrt(max(rep_cv ** 2 - tok_cv ** 2 / pre.get("tokens_per_rep", 1), 0.0))
-        # effective bandwidth over the measured kernels (node time above the empty floor), a
-        # whole step's kernel left out (WHOLE_STEP_KERNELS): only a stand-in's figure uses it
-        per_op = [f for k, f in kernels.items() if k.split(" ", 1)[0] not in WHOLE_STEP_KERNELS]
-        b = np.array([f.bytes for f in per_op], float)
-        t = np.array([max(f.node(f.contexts[0], False) - empty, 1e-3) for f in per_op])
-        bw = float(b.sum() / t.sum() / 1e3)
-        return cls(
-            source=str(_get(data, "source", path)), path=str(path), date=str(data.get("date", "?")),
-            kernels=kernels,
-            graph_launch_us=_num(data, "floors.empty.intercept_us", path, positive=False),
-            empty_node_us=empty,
-            empty_node_pdl_us=_num(data, "floors.empty_pdl.per_node_us", path),
-            join_us=_num(data, "floors.fork_join.extra_us_per_pair", path, positive=False),
-            eager_floor_us=_num(data, "floors.eager_device.per_launch_us", path),
-            graph_submit_us=_num(data, "floors.graph_submit_us", path),
-            switch_us=switches, host_launch_us=host,
-            engine_host_us={m: _num(data, f"engine_host_us.{m}", path) for m in ("eager", "graph")},
-            bandwidth_gbs=bw,
-            launch_jitter=tok_cv * math.sqrt(lpt),
-            drift=drift, drift_us=1e6 * _num(data, "noise.prebound.rep_seconds", path),
-            node_jitter=_num(data, "noise.graph.rep_cv", path, positive=False) * math.sqrt(
-                lpt * _num(data, "noise.graph.tokens_per_rep", path)),
-            loop_overhead_us=(_num(data, "floors.loop.overhead_us", path, positive=False)
-                              if "overhead_us" in data.get("floors", {}).get("loop", {}) else None),
-            capture_us=_fit_or_none(data, "capture", path),
-            supplement=str(data.get("supplement", "")),
-            instantiate_us=_fit_or_none(data, "instantiate", path),
-        )
+        return cls(**_fields(data, path))
 
     def capture_host_us(self, nodes: int) -> float:
         """Host us to capture a graph of `nodes` launches, as measured (floors.capture); 0 for
@@ -425,7 +339,7 @@ class CostModel:
         measured; a cost file recorded without it cannot simulate LAB_LOOP=device."""
         if self.loop_overhead_us is None:
             raise LabError(f"{self.path} has no floors.loop.overhead_us: the device loop's cost "
-                           f"was not recorded (scripts/record_gpu_costs.py records it on a GPU "
+                           f"was not recorded (decode-lab record costs records it on a GPU "
                            f"with conditional nodes)")
         return self.loop_overhead_us
 
@@ -517,12 +431,12 @@ class CostModel:
         """Per mechanism, the mean host cost of each kernel over its measured keys: what a launch
         of a measured kernel with an unmeasured geometry costs. The host cost of a launch is its
         argument list's, not its grid's: the recorder measures each launch of the step at one
-        position (record_gpu_costs.BASE_POSITION), and the attention kernels change grid and
+        position (BASE_POSITION in lab/measure/costfile.py), and the attention kernels change grid and
         partials shape with the context's plan; the keys of one kernel at other geometries cost
-        about the same on the H200 (pre-bound, the pass of 400fcee: matvec's four keys 10.67 to
-        10.79 us, norm_qkv_rope's three 16.30 to 16.35; all kernels 9.6 to 16.4). Falling back to
-        the mean of all kernels instead priced every attention launch before position 64 at the
-        all-kernel mean, and the heads tail's split 30% above that pass's eager A/B."""
+        about the same on the H200 (pre-bound: matvec's four keys 10.67 to 10.79 us,
+        norm_qkv_rope's three 16.30 to 16.35; all kernels 9.6 to 16.4). The mean of all kernels
+        would price every attention launch before position 64 at the all-kernel mean, and the
+        heads tail's split 30% above its eager A/B."""
         out: dict[str, dict[str, float]] = {}
         for m, per in self.host_launch_us.items():
             by: dict[str, list] = {}
@@ -547,6 +461,68 @@ class CostModel:
 
     def node_noise(self, rng: np.random.Generator) -> float:
         return _unit_lognormal(rng, self.node_jitter)
+
+
+def _fields(data: dict, path: Path) -> dict:
+    """CostModel's fields from a cost file's content; a LabError names what is missing."""
+    if not isinstance(data, dict):
+        raise LabError(f"{path}: expected a JSON object")
+    rows = _get(data, "kernels", path)
+    if not isinstance(rows, list) or not rows:
+        raise LabError(f"{path}: 'kernels' must be a non-empty list of measured launches")
+    by_key: dict[str, list] = {}
+    for i, r in enumerate(rows):
+        for k in ("key", "context", "node_us", "node_pdl_us", "bytes"):
+            if k not in r:
+                raise LabError(f"{path}: kernels[{i}] has no {k!r}")
+        by_key.setdefault(r["key"], []).append(r)
+    kernels = {k: _fit(v) for k, v in by_key.items()}
+    empty = _num(data, "floors.empty.per_node_us", path)
+    host = {}
+    for m in MECHANISMS:   # per kernel, scaled to the cost per launch in a step's sequence
+        scale = (_num(data, f"host.{m}_step_sequence_us", path)
+                 / _num(data, f"host.{m}_alone_over_step_us", path))
+        host[m] = {k: float(v) * scale for k, v in _get(data, f"host.{m}", path).items()}
+    switches = {}
+    for i, r in enumerate(_get(data, "switches", path)):
+        if not all(k in r for k in ("prev", "key", "extra_us", "extra_pdl_us")):
+            raise LabError(f"{path}: switches[{i}] needs prev, key, extra_us, extra_pdl_us")
+        switches[(r["prev"], r["key"])] = (float(r["extra_us"]), float(r["extra_pdl_us"]))
+    if not switches:
+        raise LabError(f"{path}: 'switches' is empty")
+    lpt = _num(data, "launches_per_token", path)
+    pre, graph = (_get(data, f"noise.{k}", path) for k in ("prebound", "graph"))
+    tok_cv = _num(data, "noise.prebound.token_cv_robust", path, positive=False)
+    rep_cv = _num(data, "noise.prebound.rep_cv", path, positive=False)
+    drift = math.sqrt(max(rep_cv ** 2 - tok_cv ** 2 / pre.get("tokens_per_rep", 1), 0.0))
+    # effective bandwidth over the measured kernels (node time above the empty floor), a
+    # whole step's kernel left out (WHOLE_STEP_KERNELS): only a stand-in's figure uses it
+    per_op = [f for k, f in kernels.items() if k.split(" ", 1)[0] not in WHOLE_STEP_KERNELS]
+    b = np.array([f.bytes for f in per_op], float)
+    t = np.array([max(f.node(f.contexts[0], False) - empty, 1e-3) for f in per_op])
+    bw = float(b.sum() / t.sum() / 1e3)
+    return dict(
+        source=str(_get(data, "source", path)), path=str(path), date=str(data.get("date", "?")),
+        kernels=kernels,
+        graph_launch_us=_num(data, "floors.empty.intercept_us", path, positive=False),
+        empty_node_us=empty,
+        empty_node_pdl_us=_num(data, "floors.empty_pdl.per_node_us", path),
+        join_us=_num(data, "floors.fork_join.extra_us_per_pair", path, positive=False),
+        eager_floor_us=_num(data, "floors.eager_device.per_launch_us", path),
+        graph_submit_us=_num(data, "floors.graph_submit_us", path),
+        switch_us=switches, host_launch_us=host,
+        engine_host_us={m: _num(data, f"engine_host_us.{m}", path) for m in ("eager", "graph")},
+        bandwidth_gbs=bw,
+        launch_jitter=tok_cv * math.sqrt(lpt),
+        drift=drift, drift_us=1e6 * _num(data, "noise.prebound.rep_seconds", path),
+        node_jitter=_num(data, "noise.graph.rep_cv", path, positive=False) * math.sqrt(
+            lpt * _num(data, "noise.graph.tokens_per_rep", path)),
+        loop_overhead_us=(_num(data, "floors.loop.overhead_us", path, positive=False)
+                          if "overhead_us" in data.get("floors", {}).get("loop", {}) else None),
+        capture_us=_fit_or_none(data, "capture", path),
+        supplement=str(data.get("supplement", "")),
+        instantiate_us=_fit_or_none(data, "instantiate", path),
+    )
 
 
 def _unit_lognormal(rng: np.random.Generator, sigma: float) -> float:

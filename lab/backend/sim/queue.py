@@ -1,31 +1,23 @@
-"""The simulated device's queues: issued work waits here, with its dependencies, until something
-needs its results, and then runs in an order the dependencies allow (`order`: adversarial,
-random or issue; lab/backend/sim.py says why). Timing comes from the cost model and does not
-depend on the order.
+"""The simulated device's queues and scheduler: issued work waits with its dependencies until
+something needs its results, then runs in an order the dependencies allow (`order`).
 
-`DeviceQueues` is the scheduler half of `SimBackend` (which owns memory, captures and issue):
-enqueue eager work and graph replays, run what is queued (`_run_queued`), keep the timeline and
-the PDL races. It expects from its subclass: `cost`, `order`, `pdl`, `_rng`, `_order_rng`,
-`_shared` (the host clock and work ids, shared by the ranks of a group), `_resolve` and, for a
-rank, `group` (whose `run_queued` runs every rank's work together).
+  TimelineEvent      one kernel that ran: host submit window, device start and end (model us)
+  Clock              what the ranks of one process share: the host thread's clock, work ids
+  Work               one item on the queues, issued but not yet run
+  Scheduler          enqueue eager work and graph replays; run what is queued; timeline, races
+  dependents, pick   the queued work's graph and the order rule (SimRanks runs them too)
 """
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kernels.loop import loop_continue_twin, loop_plan_twin
-
-from lab.errors import DeviceFault, LabError
+from lab.errors import DeviceFault
 from lab.pdl_check import pre_wait_reads
-from .base import Buffer, Collective, Launch, RawArray
-from .costmodel import launch_context
-
-if TYPE_CHECKING:
-    from .sim import SimGraph, SimLoopGraph
+from ..base import Buffer, Collective, Launch, RawArray
+from ..costmodel import launch_context
 
 
 @dataclass
@@ -41,7 +33,7 @@ class TimelineEvent:
 
 
 @dataclass
-class _Shared:
+class Clock:
     """What the ranks of one process share: the host thread's clock, and work ids (unique
     across ranks, so one run can order every rank's queued work)."""
     host_us: float = 0.0
@@ -49,7 +41,7 @@ class _Shared:
 
 
 @dataclass
-class _Work:
+class Work:
     """One kernel on the device's queues, issued but not yet run."""
     id: int
     launch: Launch
@@ -60,20 +52,26 @@ class _Work:
     lead: float            # device delay after its dependencies (a graph's per-replay overhead)
     noise: float           # a factor on the device time (which comes from the context)
     pdl: bool              # launched programmatically: timed with the PDL node cost
-    prev: "Launch | None" = None    # the kernel before it on its stream (a switch costs)
-    early: "Launch | None" = None   # its programmatic predecessor (PDL), for the pre-wait rule
+    prev: Launch | None = None    # the kernel before it on its stream (a switch costs)
+    early: Launch | None = None   # its programmatic predecessor (PDL), for the pre-wait rule
     early_id: int | None = None
     join: bool = False     # waits on another stream's work: pays the fork/join cost
     seq: int | None = None  # a collective: its rank's collective count before it (NCCL's match)
 
 
+class Scheduler:
+    """One simulated device's queues and the scheduler that runs them. Built from what it reads:
+    the cost model, the order rule and its generator, the generator of the per-node noise,
+    the host clock shared by a group's ranks, and the device memory (`resolve(buf)`)."""
 
-class DeviceQueues:
-    """The device's queues and the scheduler that runs them (a mixin of SimBackend)."""
-
-    def _init_queues(self) -> None:
-        # the device's queues: issued work not yet run, and what later work waits for
-        self._work: dict[int, _Work] = {}
+    def __init__(self, cost, order: str, clock: Clock, memory, rng: np.random.Generator,
+                 order_rng: np.random.Generator):
+        self.cost, self.order, self.clock, self.memory = cost, order, clock, memory
+        self.rng, self.order_rng = rng, order_rng
+        self.timeline: list[TimelineEvent] = []      # every kernel that ran
+        self.races: list[str] = []                   # PDL races seen (pre-wait reads)
+        self.coll_seq = 0                            # collectives this device has enqueued
+        self._work: dict[int, Work] = {}              # issued work not yet run
         self._end: dict[int, float] = {}              # device end time of work that has run
         self._stream_of: dict[int, str] = {}
         self._tail: dict[str, tuple] = {}             # stream -> ids its next work waits for
@@ -81,55 +79,44 @@ class DeviceQueues:
         self._last: dict[str, tuple] = {}             # stream -> (id, launch) of its newest kernel
         self._fault: DeviceFault | None = None        # set by a kernel's illegal address: sticky
 
-    @property
-    def timeline(self) -> list[TimelineEvent]:
-        """Every kernel that ran, with host and device times (runs what is still queued)."""
-        self._run_queued()
-        return self._timeline
-
-    @property
-    def races(self) -> list[str]:
-        """PDL races seen so far (runs what is still queued)."""
-        self._run_queued()
-        return self._races
-
-    # ---- execution: enqueue ----------------------------------------------------------------
-    def _eager_deps(self, stream: str) -> tuple:
+    # ---- enqueue -----------------------------------------------------------------------------
+    def eager_deps(self, stream: str) -> tuple:
         """What eager work issued on `stream` now waits for: the stream's tail and its events."""
         return tuple(sorted(set(self._tail.get(stream, ())) | self._waits.pop(stream, set())))
 
-    def _enqueue(self, launch, deps, kind, host0, host1, lead, noise, pdl, prev, early,
-                 origin: str = "main") -> int:
-        self._raise_fault()                 # a launch after a fault fails too, as on a GPU
-        i = self._shared.ids
-        self._shared.ids += 1
+    def newest(self, stream: str) -> tuple | None:
+        """(id, item) of the newest work enqueued on `stream`, or None."""
+        return self._last.get(stream)
+
+    def wait(self, src: str, dst: str) -> None:
+        """Stream `dst`'s next work waits for the work issued on `src` so far (an event)."""
+        self._waits.setdefault(dst, set()).update(self._tail.get(src, ()))
+
+    def enqueue(self, launch, deps, kind, host0, host1, lead, noise, pdl, prev, early,
+                origin: str = "main") -> int:
+        """Queue one launch or collective after the work ids `deps`; its id."""
+        self.raise_fault()                  # a launch after a fault fails too, as on a GPU
+        i = self.clock.ids
+        self.clock.ids += 1
         st = launch.stream
         seq = None
         if isinstance(launch, Collective):
-            seq, self._coll_seq = self._coll_seq, self._coll_seq + 1
+            seq, self.coll_seq = self.coll_seq, self.coll_seq + 1
         if isinstance(prev, Collective):
             prev = None                     # a kernel after a collective: no switch cost known
         # a join: work on the origin stream waits for another stream's (the pair's one cost)
         join = st == origin and any(self._stream_of.get(d, st) != st for d in deps)
-        self._work[i] = _Work(i, launch, deps, kind, host0, host1, lead, noise, pdl, prev,
-                              early[1] if early else None, early[0] if early else None, join, seq)
+        self._work[i] = Work(i, launch, deps, kind, host0, host1, lead, noise, pdl, prev,
+                             early[1] if early else None, early[0] if early else None, join, seq)
         self._stream_of[i] = st
         self._tail[st] = (i,)
         self._last[st] = (i, launch)
         return i
 
-    def _replay(self, graph: SimGraph, stream: str) -> None:
-        if self._captures:
-            self._offend("graph launch during capture")
-        host0 = self.host_us
-        self.host_us += self.cost.graph_submit(self._rng) * self._host_speed()
-        self._enqueue_graph(graph, stream, host0, self.cost.graph_launch_us)
-        self._wait_if_blocking("a graph")
-
-    def _enqueue_graph(self, graph: SimGraph, stream: str, host0: float, lead0: float) -> None:
-        """Queue a graph's nodes with its edges, submitted by the host in [host0, host_us];
-        `lead0`: the device's delay before the graph's first nodes."""
-        before = tuple(sorted(set(self._tail.get(stream, ())) | self._waits.pop(stream, set())))
+    def enqueue_graph(self, graph, stream: str, host0: float, host1: float, lead0: float) -> None:
+        """Queue a graph's nodes (`nodes`, `deps`, `pdl`, `node_pdl`) with its edges, submitted
+        by the host in [host0, host1]; `lead0`: the device's delay before its first nodes."""
+        before = self.eager_deps(stream)
         ids: list[int] = []
         last_on: dict[str, tuple] = {}
         sinks = set()
@@ -142,9 +129,8 @@ class DeviceQueues:
             lead = 0.0 if deps else lead0
             last = self._last.get(node.stream)
             prev = graph.nodes[same[-1]] if same else (last[1] if last else None)
-            ids.append(self._enqueue(node, mapped if deps else before, "graph", host0,
-                                     self.host_us, lead, self.cost.node_noise(self._rng), pdl,
-                                     prev, early, stream))
+            ids.append(self.enqueue(node, mapped if deps else before, "graph", host0, host1, lead,
+                                    self.cost.node_noise(self.rng), pdl, prev, early, stream))
             sinks.add(ids[-1])
             sinks.difference_update(mapped)
             last_on[node.stream] = ids[-1]
@@ -152,65 +138,59 @@ class DeviceQueues:
             self._tail.pop(st, None)
         self._tail[stream] = tuple(sorted(sinks))
 
-    def _run_loop(self, loop: "SimLoopGraph", stream: str) -> None:
-        """One host submit; then the device alone decides: each iteration runs the body that
-        plan_of[pos] names, then continues while pos < limit. Each iteration pays the measured
-        cost of the loop's machinery (floors.loop.overhead_us: conditional nodes and their two
-        condition kernels) before its body."""
-        if self._captures:
-            self._offend("graph launch during capture")
-        host0 = self.host_us
-        self.host_us += self.cost.graph_submit(self._rng) * self._host_speed()
-        lead = self.cost.graph_launch_us
-        while True:
-            self._run_queued()       # the device's memory as the condition kernel reads it
-            k = loop_plan_twin(self._resolve(loop.pos), self._resolve(loop.plan_of))
-            if not 0 <= k < len(loop.bodies):
-                raise LabError(f"device loop: plan_of[pos] = {k} names no body (SWITCH runs none)")
-            self._enqueue_graph(loop.bodies[k], stream, host0, lead + self.cost.loop_iteration_us())
-            lead = 0.0
-            loop.runs[k] += 1
-            self._run_queued()
-            if not loop_continue_twin(self._resolve(loop.pos), self._resolve(loop.limit)):
-                break
-
-    # ---- execution: run, in an order the dependencies allow ----------------------------------
-    def _run_queued(self) -> None:
-        """Run every queued kernel: a topological order of their dependencies, chosen by
-        `self.order`; under PDL, snapshot what a dependent reads before its wait. A rank of a
-        group runs every rank's queued work together (collectives need all of them)."""
-        if self.group is not None:
-            self.group.run_queued()
-            return
-        self._raise_fault()
-        if not self._work:
-            return
+    # ---- run, in an order the dependencies allow -----------------------------------------------
+    def take(self) -> dict[int, Work]:
+        """The queued work, removed from the queues (to be run by the caller)."""
         work, self._work = self._work, {}
-        children, indeg, ready = _dependents({i: w.deps for i, w in work.items()})
-        watch: dict[int, list[_Work]] = {}      # predecessor id -> PDL dependents reading early
+        return work
+
+    def run(self) -> None:
+        """Run every queued kernel: a topological order of their dependencies, chosen by
+        `order`; under PDL, snapshot what a dependent reads before its wait."""
+        self.raise_fault()
+        work = self.take()
+        if not work:
+            return
+        children, indeg, ready = dependents({i: w.deps for i, w in work.items()})
+        watch: dict[int, list[Work]] = {}       # predecessor id -> PDL dependents reading early
         for w in work.values():
             if w.early_id in work and pre_wait_reads(w.launch.kernel):
                 watch.setdefault(w.early_id, []).append(w)
         early_views: dict[int, dict] = {}
         while ready:
-            i = _pick(ready, self.order, self._order_rng)
+            i = pick(ready, self.order, self.order_rng)
             for dep in watch.get(i, ()):        # it started as i started: i's inputs, not outputs
                 if self.order == "adversarial" or (
-                        self.order == "random" and self._order_rng.random() < 0.5):
+                        self.order == "random" and self.order_rng.random() < 0.5):
                     early_views[dep.id] = self._snapshot(dep.launch)
-            self._execute(work[i], early_views.pop(i, None))
+            self.execute(work[i], early_views.pop(i, None))
             for c in children.get(i, ()):
                 indeg[c] -= 1
                 if indeg[c] == 0:
                     heapq.heappush(ready, c)
-        self._forget_finished()
+        self.forget_finished()
 
-    def _forget_finished(self) -> None:
+    def forget_finished(self) -> None:
         """Drop the end times no later work can wait for."""
         keep = {d for t in self._tail.values() for d in t} | {
             d for ws in self._waits.values() for d in ws}
         self._end = {k: v for k, v in self._end.items() if k in keep}
         self._stream_of = {k: v for k, v in self._stream_of.items() if k in keep}
+
+    def ready_at(self, w: Work) -> float:
+        """When `w`'s dependencies that ran on this device ended (0: none)."""
+        return max((self._end[d] for d in w.deps if d in self._end), default=0.0)
+
+    def last_end(self, default: float) -> float:
+        """The latest device end time of the work kept, or `default` when there is none."""
+        return max(self._end.values(), default=default)
+
+    def finish(self, w: Work, name: str, dev0: float, dev1: float) -> None:
+        """Record that `w` ran on the device over [dev0, dev1]."""
+        item = w.launch
+        self._end[w.id] = dev1
+        self.timeline.append(TimelineEvent(name, item.layer, item.stream, w.kind, w.host0,
+                                           w.host1, dev0, dev1))
 
     def _snapshot(self, launch: Launch) -> dict:
         """Copies of what `launch` reads before its pdl_wait (arguments it does not write)."""
@@ -219,10 +199,11 @@ class DeviceQueues:
             a = launch.args[idx]
             a = a.buf if isinstance(a, RawArray) else a
             if isinstance(a, Buffer) and idx not in launch.kernel.writes:
-                out[idx] = self._resolve(a).copy()
+                out[idx] = self.memory.resolve(a).copy()
         return out
 
-    def _execute(self, w: _Work, early_view: dict | None) -> None:
+    def execute(self, w: Work, early_view: dict | None) -> None:
+        """Run one kernel's twin on the device memory and time it from the cost model."""
         launch = w.launch
         if w.early is not None:
             self._check_pdl(launch, w.early)
@@ -233,7 +214,7 @@ class DeviceQueues:
             if early_view and idx in early_view:
                 arrays.append(early_view[idx])
             elif isinstance(a, Buffer):
-                arrays.append(self._resolve(a))
+                arrays.append(self.memory.resolve(a))
             elif isinstance(a, np.ndarray):
                 raise TypeError(f"{launch.name}: host array passed as a kernel argument")
             else:
@@ -244,7 +225,7 @@ class DeviceQueues:
         except IndexError:   # an index outside its array: an illegal address on a GPU
             self._fault = DeviceFault(DeviceFault.ILLEGAL_ADDRESS)
             raise self._fault from None
-        ready = max((self._end[d] for d in w.deps if d in self._end), default=0.0)
+        ready = self.ready_at(w)
         if w.join:
             ready += self.cost.join_us
         if w.kind == "graph":
@@ -253,9 +234,7 @@ class DeviceQueues:
         else:
             dev0 = max(ready, w.host1)
             dev1 = dev0 + self.cost.eager_us(launch, context, w.prev)
-        self._end[w.id] = dev1
-        self._timeline.append(TimelineEvent(launch.name, launch.layer, launch.stream, w.kind,
-                                            w.host0, w.host1, dev0, dev1))
+        self.finish(w, launch.name, dev0, dev1)
 
     def _check_pdl(self, launch: Launch, prev: Launch) -> None:
         """Under PDL, a kernel's pre-wait part overlaps its predecessor: report a race if it
@@ -267,34 +246,17 @@ class DeviceQueues:
         for i in sorted(early):
             a = launch.args[i]
             if isinstance(a, Buffer) and any(_overlap(a, w) for w in written):
-                self._races.append(f"PDL race: {launch.name} reads {a.label} before its pdl_wait, "
-                                   f"while {prev.name} (its predecessor) writes it")
+                self.races.append(f"PDL race: {launch.name} reads {a.label} before its pdl_wait, "
+                                  f"while {prev.name} (its predecessor) writes it")
 
-    def _host_speed(self) -> float:
-        """The host-speed factor now: redrawn every cost.drift_us of model time."""
-        if self.host_us >= self._speed_until:
-            self._speed = self.cost.host_speed(self._rng)
-            self._speed_until = self.host_us + self.cost.drift_us
-        return self._speed
-
-    def _raise_fault(self) -> None:
+    def raise_fault(self) -> None:
+        """After a kernel's illegal address every call on this device fails (a sticky error)."""
         if self._fault is not None:
             raise DeviceFault(f"{self._fault} (a sticky error: every call on this device fails "
                               f"since; build a new backend)")
 
-    def synchronize(self) -> None:
-        if self._captures:
-            self._op("synchronize", "device")
-        self._offend("device synchronize during capture")
-        self._run_queued()
-        self.host_us = max([self.host_us, *self._end.values()])
 
-    def clock(self) -> float:
-        self.synchronize()
-        return self.host_us * 1e-6
-
-
-def _dependents(deps: dict[int, tuple]) -> tuple[dict, dict, list]:
+def dependents(deps: dict[int, tuple]) -> tuple[dict, dict, list]:
     """The queued work's graph, from {id: ids it waits for}: (children of each id, how many
     queued ids each waits for, a heap of the ids that wait for none). Dependencies on work that
     already ran are met."""
@@ -312,7 +274,7 @@ def _dependents(deps: dict[int, tuple]) -> tuple[dict, dict, list]:
     return children, indeg, ready
 
 
-def _pick(ready: list[int], order: str, rng: np.random.Generator) -> int:
+def pick(ready: list[int], order: str, rng: np.random.Generator) -> int:
     """Take the next work to run from the heap of ready ids, as `order` says: "issue" the
     oldest, "adversarial" the newest (consumers run first), "random" any."""
     if order == "issue":

@@ -1,11 +1,7 @@
-"""Simulated ranks (LAB_RANKS=2 on the simulator): one SimBackend per rank, each with its own
-memory, streams and queues, driven by ONE host thread (one host clock). A collective
-(`Collective`: all-reduce, all-gather, reduce-scatter) is a node of its rank's queue, or of its
-rank's graph; it runs when every rank's collective of the same sequence number is ready -- NCCL
-matches them by order alone -- and then on all ranks at once. Collectives that do not match
-across ranks, or a rank left waiting for a collective another rank never issues, raise
-`CollectiveError` naming each rank's position, where NCCL would hang or corrupt memory. Each
-collective costs its recorded time (`CollectiveCosts`, data/gpu/ranks.json).
+"""Simulated ranks (LAB_RANKS=2 on the simulator).
+
+  SimRanks   one SimBackend per rank (own memory, streams, queues), one host thread and clock;
+             collectives matched by order as NCCL does, timed from data/gpu/ranks.json
 """
 from __future__ import annotations
 
@@ -15,17 +11,19 @@ from contextlib import contextmanager
 import numpy as np
 
 from lab.errors import CollectiveError, LabError
-from .base import Collective
-from .costmodel import CollectiveCosts, CostModel
-from .sim import SimBackend
-from .sim_queue import TimelineEvent, _dependents, _pick, _Shared
+from ..base import Collective
+from ..costmodel import CollectiveCosts, CostModel
+from .device import SimBackend
+from .queue import Clock, dependents, pick
 
 
 class SimRanks:
     """`ranks` simulated devices driven by one host thread, with NCCL's collectives among them
     (LAB_RANKS=2 on the simulator). `backends[r]` is rank r's device: its own memory, streams,
     queues and graphs; the host clock and work ids are shared. Collectives run in
-    `run_queued`, which runs every rank's queued work together."""
+    `run_queued`, which runs every rank's queued work together: a collective runs when every
+    rank's collective of the same sequence number is ready, and a mismatch, or a rank left
+    waiting, raises CollectiveError naming each rank's position (where NCCL would hang)."""
 
     simulated = True
     name = "sim"
@@ -35,7 +33,7 @@ class SimRanks:
         if ranks < 1:
             raise LabError(f"ranks must be at least 1, not {ranks}")
         self.ranks = ranks
-        self._shared = _Shared()
+        self.host = Clock()              # the host thread's clock and work ids, shared
         self.cost = cost or CostModel.load()
         self.coll_cost = coll_cost or CollectiveCosts.load()
         self.order = order
@@ -63,9 +61,8 @@ class SimRanks:
         """Seconds of model time once every rank's issued work is done."""
         self.run_queued()
         for b in self.backends:
-            if b._end:
-                self._shared.host_us = max(self._shared.host_us, *b._end.values())
-        return self._shared.host_us * 1e-6
+            self.host.host_us = max(self.host.host_us, b.queue.last_end(self.host.host_us))
+        return self.host.host_us * 1e-6
 
     def close(self) -> None:
         """Nothing to free on the simulator (a GPU pair destroys graphs and communicators)."""
@@ -78,12 +75,11 @@ class SimRanks:
         the collectives do not match or some rank would wait for ever."""
         work: dict[int, tuple] = {}
         for b in self.backends:
-            for i, w in b._work.items():
+            for i, w in b.queue.take().items():
                 work[i] = (b, w)
-            b._work = {}
         if not work:
             return
-        children, indeg, ready = _dependents({i: w.deps for i, (_, w) in work.items()})
+        children, indeg, ready = dependents({i: w.deps for i, (_, w) in work.items()})
         parked: dict[int, dict[int, int]] = {}     # sequence number -> {rank: work id}
         done: set[int] = set()
 
@@ -95,7 +91,7 @@ class SimRanks:
                     heapq.heappush(ready, c)
 
         while ready:
-            i = _pick(ready, self.order, self._order_rng)
+            i = pick(ready, self.order, self._order_rng)
             b, w = work[i]
             if isinstance(w.launch, Collective):
                 arrived = parked.setdefault(w.seq, {})
@@ -107,12 +103,12 @@ class SimRanks:
                     for j in ids:
                         release(j)
             else:
-                b._execute(w, None)
+                b.queue.execute(w, None)
                 release(i)
         if parked or len(done) < len(work):
             raise CollectiveError(self._deadlock(parked, work, done))
         for b in self.backends:
-            b._forget_finished()
+            b.queue.forget_finished()
 
     def _run_collective(self, seq: int, parts: list) -> None:
         """Collective number `seq` of every rank, all ready: check that they match, then run it
@@ -124,7 +120,7 @@ class SimRanks:
                 f"collective #{seq} does not match across ranks ({what}): NCCL matches "
                 f"collectives by order alone, so on a GPU pair this hangs or corrupts memory. "
                 f"Every rank must issue the same collectives in the same order")
-        sends = [b._resolve(c.send).copy() for (b, _), c in zip(parts, colls)]
+        sends = [b.memory.resolve(c.send).copy() for (b, _), c in zip(parts, colls)]
         op, n = colls[0].op, colls[0].count
         if op == "all_gather":
             out = [np.concatenate(sends)] * len(parts)
@@ -135,17 +131,15 @@ class SimRanks:
             out = ([total] * len(parts) if op == "all_reduce" else
                    [total[r * (n // self.ranks):(r + 1) * (n // self.ranks)] for r in range(len(parts))])
         for (b, _), c, o in zip(parts, colls, out):
-            b._resolve(c.recv)[...] = o.reshape(c.recv.shape)
+            b.memory.resolve(c.recv)[...] = o.reshape(c.recv.shape)
         start = 0.0
         for b, w in parts:
-            ready = max((b._end[d] for d in w.deps if d in b._end), default=0.0)
+            ready = b.queue.ready_at(w)
             start = max(start, ready, w.host1)
         start += max(w.lead for _, w in parts)
         us = self.coll_cost.device_us(colls[0], graph=parts[0][1].kind == "graph")
         for (b, w), c in zip(parts, colls):
-            b._end[w.id] = start + us
-            b._timeline.append(TimelineEvent(c.op, c.layer, c.stream, w.kind, w.host0, w.host1,
-                                             start, start + us))
+            b.queue.finish(w, c.op, start, start + us)
 
     def _deadlock(self, parked: dict, work: dict, done: set) -> str:
         """Where each rank stands when its queued work cannot go on."""
@@ -158,7 +152,7 @@ class SimRanks:
                              f"({w.launch.describe()})")
             else:
                 left = sum(1 for i, (bb, _) in work.items() if bb is b and i not in done)
-                lines.append(f"rank {b.rank} issued {b._coll_seq} collectives in all and never "
+                lines.append(f"rank {b.rank} issued {b.queue.coll_seq} collectives in all and never "
                              f"reaches collective #{min(parked) if parked else '?'}"
                              + (f" ({left} of its queued items cannot run)" if left else
                                 " (its queued work ran to the end)"))

@@ -1,20 +1,23 @@
-"""How the cuda backend launches a kernel (LAB_LAUNCH): the `dispatcher` rung (numba's dispatcher
-types and flattens the arguments at every launch), the `prebound` rung (done once per Launch,
-launched through cuda.core) and PDL launches (always through cuda.core). `CudaLaunches` is the
-backend's mixin for it, with the per-process kernel compilation it needs.
+"""How the cuda backend launches a kernel (LAB_LAUNCH).
 
-Cooperative kernels (numba makes a kernel cooperative when it calls cg.this_grid().sync(): its
-overload's `.cooperative`; LAB_PERSISTENT=1's step_persistent) launch with
-`LaunchConfig(is_cooperative=True)` on the pre-bound rung, and numba's dispatcher sets it by
-itself; on both rungs a grid the device cannot co-schedule (more blocks than
-`max_cooperative_grid_blocks`) or a device without cooperative launch is refused with a
-LabError naming why (`cooperative_refusal`), never launched to hang at its first grid barrier."""
+  Launcher             compile (once per process), check a cooperative grid, launch on a rung:
+                       `dispatcher` (numba types and flattens the arguments at every launch),
+                       `prebound` (done once per Launch, launched through cuda.core), and PDL
+                       launches (always through cuda.core)
+  cooperative_refusal  why a cooperative grid cannot run (None: it can)
+  cooperative_limit    the fewest co-resident blocks any cooperative overload may have
+
+Cooperative kernels (numba makes a kernel cooperative when it calls cg.this_grid().sync())
+launch with `LaunchConfig(is_cooperative=True)` on the pre-bound rung, numba's dispatcher sets
+it by itself; a grid the device cannot co-schedule is refused with a LabError naming why,
+never launched to hang at its first grid barrier.
+"""
 from __future__ import annotations
 
 from typing import NamedTuple
 
 from lab.errors import LabError
-from .base import Buffer, Launch, RawArray
+from ..base import Buffer, Launch, RawArray
 
 
 class _Bound(NamedTuple):
@@ -52,10 +55,27 @@ _PROCESS_KERNELS: dict[str, object] = {}
 _COOPERATIVE: set[str] = set()      # the compiled kernels numba made cooperative (a grid sync)
 
 
-class CudaLaunches:
-    """Compile, prepare and launch kernels (a mixin of CudaBackend)."""
+class Launcher:
+    """Compile, prepare and launch kernels on one device's streams. Built from the device's
+    numba and CuPy modules, its CuPy streams and its capture state (`guard`)."""
 
-    def _compile(self, spec):
+    def __init__(self, nbcuda, cp, streams: dict, capture):
+        from cuda.core import LaunchConfig, launch as core_launch   # numba-cuda's own launcher
+        self.nbcuda, self.cp, self.capture = nbcuda, cp, capture
+        self._LaunchConfig, self._core_launch = LaunchConfig, core_launch
+        self.streams = streams
+        self._nbstreams = {k: nbcuda.external_stream(v.ptr) for k, v in streams.items()}
+        self._core_streams = {k: self._core_stream(k) for k in streams}
+        self._compiled: dict[str, object] = {}       # what THIS device has warmed up
+        self._overloads: dict = {}
+        self._coop: dict[tuple, tuple] = {}          # (kernel, threads) -> cooperative_limits
+
+    def compiled(self, name: str):
+        """The dispatcher of kernel `name` if this device compiled it, else None."""
+        return self._compiled.get(name)
+
+    def compile(self, spec):
+        """Kernel `spec` compiled from its signatures and its modules loaded (once per process)."""
         disp = _PROCESS_KERNELS.get(spec.name)
         if disp is None:
             disp = self.nbcuda.jit(list(spec.signatures), **dict(spec.jit_options))(spec.py_func)
@@ -67,18 +87,13 @@ class CudaLaunches:
         self._compiled[spec.name] = disp
         return disp
 
-    def warm_up(self, kernels) -> None:
-        for spec in kernels:
-            if spec.name not in self._compiled:
-                self._compile(spec)
-
     def cooperative_limits(self, kernel, threads: int):
         """(SMs, co-resident blocks of `threads` for `kernel`, why refused or ""), from the
         device and numba's occupancy query (compiles the kernel if need be; not in a capture).
         Kept per (kernel, threads): the launch-time check reads it from here."""
         key = (kernel.name, threads)
         if key not in self._coop:
-            disp = self._compiled.get(kernel.name) or self._compile(kernel)
+            disp = self._compiled.get(kernel.name) or self.compile(kernel)
             dev = self.nbcuda.get_current_device()
             supported = bool(getattr(dev, "COOPERATIVE_LAUNCH", 1))
             blocks = cooperative_limit(disp, threads) or 0
@@ -86,7 +101,7 @@ class CudaLaunches:
             self._coop[key] = (int(dev.MULTIPROCESSOR_COUNT), blocks, why)
         return self._coop[key]
 
-    def _check_cooperative(self, launch: Launch, disp) -> None:
+    def check_cooperative(self, launch: Launch) -> None:
         """Refuse a cooperative launch the device cannot co-schedule (once per Launch)."""
         if launch.name not in _COOPERATIVE or "cooperative" in launch.prepared:
             return
@@ -100,68 +115,58 @@ class CudaLaunches:
             raise LabError(f"refused: {why}")
         launch.prepared["cooperative"] = True     # checked: the grid fits
 
-    def _arg(self, a):
+    def launch(self, launch: Launch, disp, mechanism: str, pdl: bool) -> None:
+        """Launch on the rung `mechanism` names (a raw argument always takes the dispatcher)."""
+        bound = self._prebound(launch, disp, pdl) if mechanism == "prebound" else None
+        if bound is not None:
+            self.capture.guard(lambda: f"launch of {launch.name}", self._core_launch,
+                               bound.stream, bound.config, bound.kernel, *bound.args)
+        else:
+            self._launch_dispatcher(launch, disp, pdl)
+
+    @staticmethod
+    def _arg(a):
         if isinstance(a, Buffer):
             return a.handle[1]
         if isinstance(a, RawArray):  # the CuPy array itself: numba syncs through its interface
-            self._op("array-interface sync", a.label)
             return a.buf.handle[0]
         return a
 
-    def launch(self, launch: Launch) -> None:
-        disp = self._compiled.get(launch.name)
-        if disp is None:  # lazy compile + module load: slow anywhere; in a capture allowed by
-            # newer drivers only (the H200's 13.0 allowed it; older ones may refuse)
-            self._op("compilation", launch.name)
-            disp = self._compile(launch.kernel)
-        self._check_cooperative(launch, disp)
-        if self.log is not None:
-            self.log.record(launch, "capture" if self._capturing else "eager")
-        bound = self._prebound(launch, disp) if self.mechanism == "prebound" else None
-        if bound is not None:
-            self._capture_guard(lambda: f"launch of {launch.name}", self._core_launch,
-                                bound.stream, bound.config, bound.kernel, *bound.args)
-        else:
-            self._launch_dispatcher(launch, disp)
-        self._issued += 1
-        if not self._capturing:
-            self._wait_if_blocking(launch.name)
-
-    def _launch_dispatcher(self, launch: Launch, disp) -> None:
+    def _launch_dispatcher(self, launch: Launch, disp, pdl: bool) -> None:
         """The dispatcher rung: numba types and flattens the arguments at every launch."""
         args = [self._arg(a) for a in launch.args]
         raw = [a.label for a in launch.args if isinstance(a, RawArray)]
         what = f"launch of {launch.name}" + (
             f" with raw argument {raw[0]}: array-interface synchronisation" if raw else "")
-        if self.pdl:
-            self._capture_guard(what, self._launch_pdl, launch, disp, args)
+        if pdl:
+            self.capture.guard(what, self._launch_pdl, launch, disp, args)
         else:
             nbstream = self._nbstreams[launch.stream]
-            self._capture_guard(what, disp[launch.grid, launch.block, nbstream], *args)
+            self.capture.guard(what, disp[launch.grid, launch.block, nbstream], *args)
 
     def _launch_pdl(self, launch: Launch, disp, args) -> None:
         """Launch through cuda.core with programmatic stream serialisation: the kernel may
         start before its predecessor on the stream finishes; it waits in its pdl_wait()."""
         # a raw CuPy array gets what numba's dispatcher gives it: a synchronising wrap
         args = [self.nbcuda.as_cuda_array(a) if isinstance(a, self.cp.ndarray) else a for a in args]
-        bound = self._bind(launch, disp, args)
+        bound = self._bind(launch, disp, args, True)
         self._core_launch(bound.stream, bound.config, bound.kernel, *bound.args)
 
-    def _prebound(self, launch: Launch, disp) -> _Bound | None:
+    def _prebound(self, launch: Launch, disp, pdl: bool) -> _Bound | None:
         """The launch prepared once for this PDL setting and stream, kept in `launch.prepared`;
         None for a launch with a raw argument (it takes the dispatcher rung)."""
-        key = (self.pdl, launch.stream)
+        key = (pdl, launch.stream)
         bound = launch.prepared.get(key)
         if bound is None:
             if any(isinstance(a, RawArray) for a in launch.args):
                 return None
             # guarded: a failure while preparing inside a capture must end it as a CaptureError
-            bound = launch.prepared[key] = self._capture_guard(
+            bound = launch.prepared[key] = self.capture.guard(
                 lambda: f"preparing the launch of {launch.name}", self._bind, launch, disp,
-                [self._arg(a) for a in launch.args])
+                [self._arg(a) for a in launch.args], pdl)
         return bound
 
-    def _bind(self, launch: Launch, disp, args) -> _Bound:
+    def _bind(self, launch: Launch, disp, args, pdl: bool) -> _Bound:
         """What a cuda.core launch of `launch` with these (numba-ready) arguments needs: the
         overload numba's dispatcher would pick, the arguments flattened by numba's own code, the
         launch config and the loaded kernel. No CUDA call: legal inside a capture."""
@@ -179,7 +184,7 @@ class CudaLaunches:
         # a cooperative overload (a grid barrier) launches as numba's own launch would
         coop = {"is_cooperative": True} if getattr(overload, "cooperative", False) else {}
         config = self._LaunchConfig(grid=launch.grid, block=launch.block,
-                                    programmatic_stream_serialization=self.pdl, **coop)
+                                    programmatic_stream_serialization=pdl, **coop)
         return _Bound(self._core_streams[launch.stream], config,
                       overload._codelibrary.get_cufunc().kernel, tuple(kernelargs))
 

@@ -1,37 +1,30 @@
-"""The `cuda` backend: numba.cuda kernels launched on a CuPy stream, captured into CUDA graphs.
+"""The `cuda` backend: numba.cuda kernels launched on CuPy streams, captured into CUDA graphs.
+
+  CudaBackend   memory (CuPy arrays), streams and events, capture, issue; composes a Launcher
+                (launch.py), the capture state (capture.py) and the device loop (graph.py)
 
 - Buffers are CuPy arrays, each wrapped ONCE with `cuda.as_cuda_array(x, sync=False)`: a raw
   CuPy array passed to a numba launch synchronises through the array interface, which is
   illegal during capture (cudaErrorStreamCaptureIsolation) and costs time everywhere.
-- Kernels are compiled eagerly from their explicit signatures in `warm_up()`, and their modules
-  loaded, so that no compilation or module load happens in a timed region or a capture.
+- Kernels are compiled from their explicit signatures in `warm_up()`, modules loaded, so no
+  compilation or module load happens in a timed region or a capture.
 - Capture uses GLOBAL mode: CuPy's default (relaxed) lets unsafe calls run once at capture time
   and silently drop out of the graph.
-- Two launch mechanisms (LAB_LAUNCH): `dispatcher` calls numba's dispatcher, which types and
-  flattens the arguments on every launch (~34 us on the H200); `prebound` does that once per
-  Launch object (a clean engine reuses them), keeps the result in `launch.prepared` and launches
-  through `cuda.core.launch` (~5 us). PDL launches always go through cuda.core, since numba's
-  dispatcher cannot set programmatic stream serialisation. A launch with a raw CuPy argument
-  (LAB_BUG_RAW_ARRAY) always takes the dispatcher rung: the bug IS numba's synchronising wrap.
-- Node counts and node types come from cuda-bindings on the CuPy graph's handle.
-
-The launch rungs are lab/backend/cuda_launch.py (`CudaLaunches`), the graphs and the device loop
-lab/backend/cuda_graph.py, the ranks (one GPU each, NCCL) lab/backend/cuda_ranks.py.
 """
 from __future__ import annotations
 
-import gc
 import time
 
 import numpy as np
 
-from lab.errors import CaptureError, DeviceFault
-from .base import Backend, Buffer
-from .cuda_graph import CudaDeviceLoop, CudaGraph, CudaGraphDef, _check, _cudart, _RawExec
-from .cuda_launch import CudaLaunches
+from lab.errors import CaptureError
+from ..base import Backend, Buffer, Launch, RawArray
+from .capture import CaptureState, check, cudart
+from .graph import CudaGraph, CudaGraphDef, DeviceLoop, RawExec
+from .launch import Launcher
 
 
-class CudaBackend(CudaLaunches, CudaDeviceLoop, Backend):
+class CudaBackend(Backend):
     name = "cuda"
     simulated = False
 
@@ -42,25 +35,15 @@ class CudaBackend(CudaLaunches, CudaDeviceLoop, Backend):
         # decode grids are small on purpose (a few blocks per kernel): numba's low-occupancy
         # warning would fire on nearly every launch and say nothing new
         nb_config.CUDA_LOW_OCCUPANCY_WARNINGS = False
-        from cuda.core import LaunchConfig, launch as core_launch   # numba-cuda's own launcher
         self.cp, self.nbcuda = cp, cuda
-        self._LaunchConfig, self._core_launch = LaunchConfig, core_launch
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.streams = {"main": self.stream, "side": cp.cuda.Stream(non_blocking=True)}
-        self._nbstreams = {k: cuda.external_stream(v.ptr) for k, v in self.streams.items()}
         # events for fork/join, created up front (no creation inside a capture), used round-robin
         self._events = [cp.cuda.Event(disable_timing=True) for _ in range(64)]
         self._next_event = 0
-        self._overloads: dict = {}
-        self._core_streams = {k: self._core_stream(k) for k in self.streams}
-        self._compiled: dict[str, object] = {}       # what THIS backend has warmed up
-        self._coop: dict[tuple, tuple] = {}          # (kernel, threads) -> cooperative_limits
-        self._offence: str | None = None
-        # whether begin_capture opened a capture: asked on every launch, and a Python flag
-        # costs nothing where a runtime query per launch does (is_capturing() still asks)
-        self._capturing = False
-        self._loop_kernels = None   # LAB_LOOP=device: the condition kernels, compiled on first use
-        self._gc_was_on = True      # the collector's state when the open capture began
+        self.capture = CaptureState()
+        self.launcher = Launcher(cuda, cp, self.streams, self.capture)
+        self.loop = DeviceLoop(self)
 
     def describe(self) -> str:
         import cupy as cp
@@ -81,25 +64,6 @@ class CudaBackend(CudaLaunches, CudaDeviceLoop, Backend):
     def compute_capability(self) -> tuple[int, int]:
         return self.nbcuda.get_current_device().compute_capability
 
-    # ---- capture errors ------------------------------------------------------------------------
-    def _capture_guard(self, what, fn, *args, **kwargs):
-        """Run fn; during a capture, turn a CUDA error into CaptureError naming the offence.
-        `what` is the offence's description, or a function making it (only on a failure)."""
-        if not self._capturing:
-            try:
-                return fn(*args, **kwargs)
-            except Exception as exc:   # a kernel's illegal address, reported by a later call
-                if _is_fault(exc):
-                    raise DeviceFault(f"{DeviceFault.ILLEGAL_ADDRESS} ({exc})") from exc
-                raise
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:
-            what = what() if callable(what) else what
-            if self._offence is None:
-                self._offence = f"{what}: {exc.__class__.__name__}: {exc}"
-            raise CaptureError(f"{what} failed during capture: {exc}", self._offence) from exc
-
     # ---- memory ------------------------------------------------------------------------------
     def _wrap(self, arr, name, offset=0) -> Buffer:
         dev = self.nbcuda.as_cuda_array(arr, sync=False)
@@ -115,7 +79,7 @@ class CudaBackend(CudaLaunches, CudaDeviceLoop, Backend):
         if init not in ("zeros", "empty"):
             raise ValueError(f"init must be 'zeros' or 'empty', not {init!r}")
         self._op("allocation", name)
-        arr = self._capture_guard(f"allocation of {name!r}", make)
+        arr = self.capture.guard(f"allocation of {name!r}", make)
         return self._wrap(arr, name)
 
     def upload(self, buf, host) -> None:
@@ -128,7 +92,7 @@ class CudaBackend(CudaLaunches, CudaDeviceLoop, Backend):
         def copy():
             arr.set(host, stream=self.stream)
             self.stream.synchronize()
-        self._capture_guard(f"synchronous host-to-device copy into {buf.label}", copy)
+        self.capture.guard(f"synchronous host-to-device copy into {buf.label}", copy)
 
     def download(self, buf) -> np.ndarray:
         arr = buf.handle[0]
@@ -138,7 +102,7 @@ class CudaBackend(CudaLaunches, CudaDeviceLoop, Backend):
             out = arr.get(stream=self.stream)
             self.stream.synchronize()
             return out
-        return self._capture_guard(f"synchronous device-to-host copy from {buf.label}", copy)
+        return self.capture.guard(f"synchronous device-to-host copy from {buf.label}", copy)
 
     def row(self, buf, index) -> Buffer:
         arr = buf.handle[0][int(index)]
@@ -162,6 +126,36 @@ class CudaBackend(CudaLaunches, CudaDeviceLoop, Backend):
         return int(self.cp.get_default_memory_pool().used_bytes())
 
     # ---- execution ---------------------------------------------------------------------------
+    def warm_up(self, kernels) -> None:
+        for spec in kernels:
+            if self.launcher.compiled(spec.name) is None:
+                self.launcher.compile(spec)
+
+    def cooperative_limits(self, kernel, threads: int):
+        return self.launcher.cooperative_limits(kernel, threads)
+
+    def launch(self, launch: Launch) -> None:
+        disp = self.launcher.compiled(launch.name)
+        if disp is None:  # lazy compile + module load: slow anywhere; in a capture allowed by
+            # newer drivers only (the H200's 13.0 allowed it; older ones may refuse)
+            self._op("compilation", launch.name)
+            disp = self.launcher.compile(launch.kernel)
+        self.launcher.check_cooperative(launch)
+        if self.log is not None:
+            self.log.record(launch, "capture" if self.capture.active else "eager")
+        for a in launch.args:
+            if isinstance(a, RawArray):   # numba synchronises through the array's interface
+                self._op("array-interface sync", a.label)
+        self.launcher.launch(launch, disp, self.mechanism, self.pdl)
+        self._issued += 1
+        if not self.capture.active:
+            self._wait_if_blocking(launch.name)
+
+    def launch_graph(self, graph, stream: str) -> None:
+        """Launch an executable graph (CuPy's, or a RawExec) of this device on `stream`."""
+        self.capture.guard("graph launch", graph.launch, self.streams[stream])
+        self._wait_if_blocking("a graph")
+
     def record_wait(self, src: str, dst: str) -> None:
         ev = self._events[self._next_event]
         self._next_event = (self._next_event + 1) % len(self._events)
@@ -169,14 +163,14 @@ class CudaBackend(CudaLaunches, CudaDeviceLoop, Backend):
         def fork_join():
             ev.record(self.streams[src])
             self.streams[dst].wait_event(ev)
-        self._capture_guard(f"event {src} -> {dst}", fork_join)
+        self.capture.guard(f"event {src} -> {dst}", fork_join)
 
     def synchronize(self) -> None:
         """Wait for every stream the engine uses (main and side), as the simulator does."""
         if self.is_capturing():
             self._op("synchronize", "stream")
         for st in self.streams.values():
-            self._capture_guard("stream synchronize", st.synchronize)
+            self.capture.guard("stream synchronize", st.synchronize)
 
     def clock(self) -> float:
         self.synchronize()
@@ -186,73 +180,54 @@ class CudaBackend(CudaLaunches, CudaDeviceLoop, Backend):
     def is_capturing(self, stream: str = "main") -> bool:
         """The runtime's capture status of the stream: ACTIVE, or INVALIDATED by an earlier
         error (still capturing: the capture must be ended before the stream is usable again)."""
-        cudart = _cudart()
-        status = _check(cudart.cudaStreamIsCapturing(self.streams[stream].ptr))
-        return int(status) != int(cudart.cudaStreamCaptureStatus.cudaStreamCaptureStatusNone)
+        api = cudart()
+        status = check(api.cudaStreamIsCapturing(self.streams[stream].ptr))
+        return int(status) != int(api.cudaStreamCaptureStatus.cudaStreamCaptureStatusNone)
 
     def begin_capture(self, stream: str = "main") -> None:
         if self.is_capturing():
             raise CaptureError("a capture is already open")
-        self._open_capture(lambda: self.stream.begin_capture(
+        self.open_capture(lambda: self.stream.begin_capture(
             mode=self.cp.cuda.runtime.streamCaptureModeGlobal))
 
-    def _open_capture(self, begin) -> None:
-        """Open a global-mode capture with `begin()`, with what every capture here shares: no
-        offence yet, launches counted from 0, and the collector held off. (Global mode forbids
-        unsafe CUDA calls from ANY thread while the capture is open, and Python's garbage
-        collector may free an old graph exec or unload a module -- both unsafe -- at any moment.
-        No gc.collect() first: on the H200 a full collection made each capture cost 166 ms
-        instead of ~0.4 ms.)"""
-        self._offence, self._issued = None, 0
-        self._gc_was_on = gc.isenabled()
-        gc.disable()
-        try:
-            begin()
-        except Exception:
-            self._restore_gc()
-            raise
-        self._capturing = True
-
-    def _restore_gc(self) -> None:
-        """The collector as it was when the capture began (a timed region may hold it off)."""
-        if self._gc_was_on:
-            gc.enable()
+    def open_capture(self, begin) -> None:
+        """Open a global-mode capture with `begin()`: launches counted from 0 (`Op.issued`),
+        no offence yet, the collector held off (CaptureState.open)."""
+        self._issued = 0
+        self.capture.open(begin)
 
     def abort_capture(self) -> None:
         """End the capture with the runtime call itself (not through a failing wrapper), then
         restore what begin_capture changed: the collector on, no capture open."""
         try:
-            if self._capturing or self.is_capturing():
-                cudart = _cudart()
-                err, graph = cudart.cudaStreamEndCapture(self.stream.ptr)
+            if self.capture.active or self.is_capturing():
+                api = cudart()
+                err, graph = api.cudaStreamEndCapture(self.stream.ptr)
                 if int(err) == 0 and graph is not None and int(graph):
-                    cudart.cudaGraphDestroy(graph)             # the half-captured graph
+                    api.cudaGraphDestroy(graph)             # the half-captured graph
         except Exception:   # noqa: BLE001  (the error that led here is the one to report)
             pass
         finally:
-            self._restore_gc()
-            self._capturing = False
-            self._offence = None
+            self.capture.close()
+            self.capture.take_offence()
 
-    # ---- the whole generation in one launch (LAB_LOOP=device) -------------------------------
     def instantiate(self, source: CudaGraphDef) -> CudaGraph:
-        raw = _RawExec(source)
+        raw = RawExec(source)
         raw.upload(self.stream)
         return CudaGraph(self, raw)
 
     def end_capture(self, stream: str = "main", instantiate: bool = True):
-        offence, self._offence = self._offence, None
+        offence = self.capture.take_offence()
         try:
             if not instantiate:   # the cudaGraph_t alone, through the runtime (CuPy instantiates)
-                graph = CudaGraphDef(_check(_cudart().cudaStreamEndCapture(self.stream.ptr)))
+                graph = CudaGraphDef(check(cudart().cudaStreamEndCapture(self.stream.ptr)))
             else:
                 graph = self.stream.end_capture()
         except Exception as exc:
             reason = offence or f"{exc.__class__.__name__}: {exc}"
             raise CaptureError(f"capture invalidated: {exc}; first offence: {reason}", reason) from exc
         finally:
-            self._restore_gc()
-            self._capturing = False   # ended, even when invalidated
+            self.capture.close()     # ended, even when invalidated
         if offence is not None:  # an offence the driver let through still invalidates the capture
             raise CaptureError(f"capture had a failed operation: {offence}", offence)
         if not instantiate:
@@ -260,17 +235,9 @@ class CudaBackend(CudaLaunches, CudaDeviceLoop, Backend):
         graph.upload(self.stream)
         return CudaGraph(self, graph)
 
+    # ---- the whole generation in one launch (LAB_LOOP=device) -------------------------------
+    def loop_support(self) -> str | None:
+        return self.loop.support()
 
-def __getattr__(name):
-    # the ranks live in lab/backend/cuda_ranks.py (it imports this module); still importable here
-    if name in ("CudaRanks", "CudaRankBackend"):
-        from . import cuda_ranks
-        return getattr(cuda_ranks, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _is_fault(exc: Exception) -> bool:
-    """A CUDA error for a kernel's illegal address, as CuPy, numba or cuda.core words it."""
-    text = str(exc)
-    return ("ILLEGAL_ADDRESS" in text or "IllegalAddress" in text
-            or "illegal memory access" in text.lower())
+    def build_loop(self, bodies: int, issue_body, pos, plan_of, limit):
+        return self.loop.build(bodies, issue_body, pos, plan_of, limit)

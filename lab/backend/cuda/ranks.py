@@ -1,6 +1,9 @@
-"""The cuda backend's ranks (LAB_RANKS=2): one GPU each, NCCL among them. `CudaRanks` drives one
-`CudaRankBackend` per GPU of this host from one thread; every call of a rank's backend runs
-with its device current."""
+"""The cuda backend's ranks (LAB_RANKS=2): one GPU each, NCCL among them.
+
+  CudaRanks        one CudaRankBackend per GPU of this host, NCCL communicators, one thread
+  CudaRankBackend  a CudaBackend whose every call runs with its device current
+  RankGraph        a rank's graph, released before its communicator goes
+"""
 from __future__ import annotations
 
 import gc
@@ -8,26 +11,25 @@ import time
 
 import numpy as np
 
+from lab.config import nccl_env
 from lab.errors import CaptureError
-from .cuda import CudaBackend, CudaGraph, _RawExec
+from .device import CudaBackend
+from .graph import CudaGraph, RawExec
 
 
-class _RankGraph(CudaGraph):
-    """A rank's executable graph: launched with its device current."""
+class RankGraph(CudaGraph):
+    """A rank's executable graph (launched by its device, with the device current)."""
 
     def launch(self, stream: str = "main") -> None:
         if self.graph is None:
             raise RuntimeError("this rank graph was released")
-        with self._backend._on_device():
-            self.graph.launch(self._backend.streams[stream])
+        super().launch(stream)
 
     def release(self) -> None:
         """Destroy the graph now (before its communicator is destroyed: NCCL waits for the
         graphs that captured its collectives, and a communicator destroyed first can hang)."""
         if self.graph is not None:
-            with self._backend._on_device():
-                self._backend.synchronize()
-                self.graph.destroy()
+            self.device.release_graph(self.graph)
             self.graph = None
 
 
@@ -41,10 +43,11 @@ class CudaRankBackend(CudaBackend):
         import cupy as cp
         from numba import cuda
         self._cp_device, self._nb_gpu = cp.cuda.Device(rank), cuda.gpus[rank]
-        with self._on_device():
+        with self.on_device():
             super().__init__()
 
-    def _on_device(self):
+    def on_device(self):
+        """A context with this rank's device current (CuPy's device and numba's context)."""
         from contextlib import ExitStack
         stack = ExitStack()
         stack.enter_context(self._cp_device)
@@ -54,9 +57,9 @@ class CudaRankBackend(CudaBackend):
     def warm_up(self, kernels) -> None:
         """Compile once per process (the dispatchers are shared), and load every overload's
         module into THIS device's context now, not at a first launch inside a capture."""
-        with self._on_device():
+        with self.on_device():
             for spec in kernels:
-                disp = self._compiled.get(spec.name) or self._compile(spec)
+                disp = self.launcher.compiled(spec.name) or self.launcher.compile(spec)
                 for overload in disp.overloads.values():
                     overload._codelibrary.get_cufunc()
 
@@ -74,28 +77,34 @@ class CudaRankBackend(CudaBackend):
         else:
             call = lambda: comm.reduceScatter(coll.send.ptr, coll.recv.ptr, n // self.group.ranks,
                                               dt, nccl.NCCL_SUM, st)
-        with self._on_device():
-            self._capture_guard(f"{coll.op} ({coll.what})", call)
+        with self.on_device():
+            self.capture.guard(f"{coll.op} ({coll.what})", call)
 
     def instantiate(self, source) -> CudaGraph:
-        with self._on_device():
-            raw = _RawExec(source)
+        with self.on_device():
+            raw = RawExec(source)
             raw.upload(self.stream)
-            return _RankGraph(self, raw)
+            return RankGraph(self, raw)
+
+    def release_graph(self, graph) -> None:
+        """Destroy executable graph `graph` once this rank's work is done."""
+        with self.on_device():
+            self.synchronize()
+            graph.destroy()
 
 
 def _on_device_method(name):
     base = getattr(CudaBackend, name)
 
     def method(self, *args, **kwargs):
-        with self._on_device():
+        with self.on_device():
             return base(self, *args, **kwargs)
     method.__name__, method.__doc__ = name, base.__doc__
     return method
 
 
 for _name in ("describe", "compute_capability", "alloc", "upload", "download", "row", "rows",
-              "reshape", "launch", "record_wait", "synchronize", "clock", "is_capturing",
+              "reshape", "launch", "launch_graph", "record_wait", "synchronize", "clock", "is_capturing",
               "begin_capture", "end_capture", "abort_capture"):
     setattr(CudaRankBackend, _name, _on_device_method(_name))
 
@@ -114,11 +123,8 @@ class CudaRanks:
 
     def __init__(self, ranks: int):
         import atexit
-        import os
 
-        # every rank is a GPU of this host (NVLink or PCIe between them): NCCL's probe for
-        # InfiniBand adapters would only cost start-up time
-        os.environ.setdefault("NCCL_IB_DISABLE", "1")
+        nccl_env()                       # set before NCCL starts (lab/config.py says which)
         from cupy.cuda import nccl
         self.ranks = ranks
         self.backends = [CudaRankBackend(self, r) for r in range(ranks)]
@@ -151,12 +157,12 @@ class CudaRanks:
                 try:
                     nccl.groupEnd()           # where NCCL launches (or captures) the group
                 except Exception as exc:
-                    capturing = [b for b in self.backends if b._capturing]
+                    capturing = [b for b in self.backends if b.capture.active]
                     if not capturing:
                         raise
                     why = f"NCCL group during capture: {exc.__class__.__name__}: {exc}"
                     for b in capturing:
-                        b._offence = b._offence or why
+                        b.capture.offend(why)
                     raise CaptureError(why, why) from exc
         return group()
 
