@@ -15,19 +15,21 @@ ground: what everything reads
   ledger      one entry per step: capture, replay, eager, fallback, and why
 
 the devices: backend/ (one interface)
-  base        Backend, Buffer, Launch, Graph; sim (+ sim_queue, sim_ranks): the CPU simulator;
-  costmodel   cuda (+ cuda_launch, cuda_graph, cuda_ranks): numba.cuda + CuPy; costmodel: the
+  base        Backend, Buffer, Launch, Graph; sim/: the CPU simulator (device, queue, ranks);
+  costmodel   cuda/: numba.cuda + CuPy (device, launch, graph, ranks); costmodel: the
   instrument  simulator's costs from recorded GPU components; instrument: the launch log and bill
 
 the engine: engine/ -- one DecodeEngine for any LAB_RANKS, read top to bottom as a model runner
-  runner (DecodeEngine, make_engine), step (Step, FusedStep), ranks, bugs, buffers, graphs,
-  device_loop, requests
+  runner (DecodeEngine, make_engine) owning devices, graph_cache, issuer; compose (the step from
+  the config); step (Step, FusedStep), persistent, draft, ranks, bugs; drivers: requests,
+  device_loop, draft's rounds, ranks' bill
 
-measurement: measure/ -- what a run costs, and whether a prediction holds
-  stats, bench, report, plots, conformance, precision, kernel_run, compare (+ sides, evidence)
+measurement: measure/ -- what a run costs, what a capture froze, whether a prediction holds
+  audit, replay_check, stats, bench, arms, report, plots, conformance, precision, compare,
+  kernel_run, costfile; the recordings: experiment, registry, experiments/ (decode-lab record)
 
-teaching: teach/ -- finding a bug, and the student's own code checked against the engine
-  verify, audit, selfcheck/, handson/
+teaching: teach/ -- the exercises, the student's own code checked against the engine
+  exercise, selfcheck/, handson/, mutate
 
 Each folder's __init__ says what it owns.
 

@@ -35,8 +35,8 @@ is a graph key that takes more values than the plan does; lab/ledger.py's `key_c
 them all.
 
 Each bug is a named override of one or two pieces of the clean step (lab/engine/step.py): the
-classes at the end of this file are the whole of what a bug changes. `step_class(cfg.bugs)` composes
-the switched-on bugs with the clean step; the `Bug` rows (lab/bugspec.py, light, so the config can
+classes at the end of this file are the whole of what a bug changes (`OVERRIDES`);
+lab/engine/compose.py's `compose_step` puts the switched-on bugs on the step; the `Bug` rows (lab/bugspec.py, light, so the config can
 check a toggle set without importing the step) say what each freezes, how it is caught, the fix
 and the pieces it overrides.
 
@@ -57,7 +57,7 @@ from lab.backend import Buffer
 from lab.bugspec import (BUGS, RANK_BUGS, Bug, fusion_refusal,  # noqa: F401 (the table)
                          ranks_refusal)
 from lab.bugspec import refusals as _refusals
-from lab.errors import CaptureError, LabError
+from lab.errors import CaptureError
 from .step import HostWork, Step, launch
 
 
@@ -110,7 +110,7 @@ class LazyTable(_Buggy):
         all too common pattern), so inside a capture the failure does not show here; the
         capture, invalidated by it, fails later, at end_capture."""
         self.lazy["rope_uploaded"] = True        # marked first, as such code usually is
-        be, b, (cos, sin) = self.dev.backend, self.dev.buf, self.engine.rope_host
+        be, b, (cos, sin) = self.dev.backend, self.dev.buf, self.engine.devices.rope_host
         try:
             be.upload(b.cos, cos)
             be.upload(b.sin, sin)
@@ -133,7 +133,7 @@ class LazyScratch(_Buggy):
     def grow_scratch(self, splits):
         """Allocate scratch for `splits` when the plan needs more than there is."""
         self.lazy["scratch_splits"] = splits     # capacity recorded, then allocated
-        self.engine.alloc_scratch(splits)
+        self.engine.devices.alloc_scratch(splits, self.rank)
 
     def scratch(self, splits):
         if splits <= self.lazy["scratch_splits"]:
@@ -227,7 +227,7 @@ KEY_VARIANTS: dict[str, type] = {
 
 def key_variant_step(name: str, base: type[Step] = Step) -> type[Step]:
     """`base` with the graph key of KEY_VARIANTS[name]: pass it as DecodeEngine(step=...). For
-    LAB_DRAFT>0 pass a verify step as `base` (lab/engine/spec.py's SpecStep)."""
+    LAB_DRAFT>0 pass a verify step as `base` (lab/engine/draft.py's DraftStep)."""
     return type(f"{base.__name__}+{name}_key", (KEY_VARIANTS[name], base), {})
 
 
@@ -242,19 +242,3 @@ def refusals(names, base: type[Step] = Step) -> dict[str, str]:
     """{bug: why it cannot exist in `base`} for the named bugs that override a piece `base` does
     not have (`base.absent`: the fused step's missing one-op-per-kernel pieces)."""
     return _refusals(names, getattr(base, "absent", {}))
-
-
-def step_class(names, base: type[Step] = Step) -> type[Step]:
-    """`base` (the clean step, or a variant of it) with the named bugs' overrides on top (the
-    bugs override distinct pieces). A bug that overrides a piece `base` does not have is a
-    LabError: it would silently do nothing there."""
-    why = refusals(names, base)
-    if why:
-        raise LabError(" ".join(f"{BUGS[n].env}=1 cannot exist in {base.__name__}: {reason}."
-                                for n, reason in why.items()))
-    chosen = tuple(OVERRIDES[n] for n in BUGS if n in set(names))
-    if not chosen:
-        return base
-    rebuilt = base.rebuilt_each_step or any(c.rebuilt_each_step for c in chosen)
-    return type(f"{base.__name__}+" + "+".join(sorted(names)), (*chosen, base),
-                {"rebuilt_each_step": rebuilt})

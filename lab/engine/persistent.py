@@ -3,8 +3,8 @@
 LAB_FUSION=1 with LAB_ATTN_TAIL=heads) phase by phase over a persistent grid, the phases
 separated by grid barriers.
 
-What it needs that the other steps do not, allocated once at start-up (`alloc_persistent`,
-before any capture, and only in this mode):
+What it needs that the other steps do not, allocated once at start-up (`own_buffers`:
+`alloc_persistent`, before any capture, and only in this mode):
   norms [L, 2, D], wqkv [L, 3D, D], wo [L, D, D], w_gu [L, 2, F, D], w_down [L, D, F]
       every layer's weights stacked (a copy of the per-layer buffers: the kernel walks the
       layers itself, and one argument per stack keeps its argument list at 25)
@@ -17,7 +17,8 @@ before any capture, and only in this mode):
       (grid, block) from `kernels.persistent.persistent_geometry`: as many blocks as SMs,
       capped by the blocks the device can co-schedule (the backend's `cooperative_limits`; the
       simulator, which has no occupancy API, uses SIM_GRID). A device that cannot co-schedule
-      a block, or has no cooperative launch, is refused here, before the buffers are allocated.
+      a block, or has no cooperative launch, is refused (`check_device`) before any buffer is
+      allocated.
 
 The step keeps the host-work pieces of the fused step (prepare_rope, prepare_attention,
 scratch, graph_key: the lazy-initialisation bugs and STEP_KEY work here too) and lacks every
@@ -97,6 +98,15 @@ class PersistentStep(FusedStep):
     preparation (none, unless a lazy-initialisation bug overrides them), then the launch."""
 
     absent = PERSISTENT_ABSENT
+
+    @classmethod
+    def check_device(cls, be, model_cfg) -> None:
+        launch_geometry(be, model_cfg)
+
+    @classmethod
+    def own_buffers(cls, dev, model, cfg, kv_init: str) -> None:
+        super().own_buffers(dev, model, cfg, kv_init)
+        dev.persistent = alloc_persistent(dev.backend, model, np.dtype(cfg.kv_dtype), kv_init)
 
     def items(self, plan: Plan):
         for layer in range(self.engine.model.cfg.n_layer):

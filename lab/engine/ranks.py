@@ -17,18 +17,19 @@ over ranks is x + W0 o0 + W1 o1. Per token: 2 all-reduces per layer + 1 all-gath
 Every rank issues the same step (`RankStep`: lab/engine/step.py's Step with the pieces that differ
 overridden -- the shard sizes, the projections into x, the all-reduces, the LM head's gather)
 and every rank must issue the same collectives in the same order: NCCL matches them by order
-alone. One host thread drives every rank, so the engine (lab/engine/runner.py's DecodeEngine, the
-same class as on one device) issues the ranks in lockstep: each rank's launches up to its next
+alone. One host thread drives every rank, so the engine's issuer (lab/engine/issuer.py, the same
+as on one device) issues the ranks in lockstep: each rank's launches up to its next
 collective, then every rank's collective together (one NCCL group). Eager, that is the step;
 captured, the same issue order fills one graph per rank (global mode, every rank's capture open
 at once, ended before any is instantiated), and a token is one graph launch per rank. On a GPU
 pair the engine checks the ranks' collective sequences before it issues anything (a mismatch
 would hang both GPUs); the simulator lets them run and reports the deadlock as NCCL would meet it
-(lab/backend/sim_ranks.py: SimRanks).
+(lab/backend/sim/ranks.py: SimRanks).
 
 This module holds the split (`shard`, `check_divisible`), the rank step and its bug, and what an
-engine with ranks adds (`TensorParallel`: the collectives' warm-up, order check and bill). The
-engine itself is lab.engine.runner's DecodeEngine, the same class for any rank count.
+engine with ranks adds: the collectives' warm-up and the bill (the order check is the issuer's,
+lab/engine/issuer.py). The engine itself is lab.engine.runner's DecodeEngine, the same class for
+any rank count.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from lab.backend import Collective
 from lab.errors import LabError
 from lab.model import Model
 from lab.plan import Plan
+from .graph_cache import per_rank
 from .step import Step, launch
 
 
@@ -117,6 +119,10 @@ class RankStep(Step):
     def collectives(self, plan: Plan) -> list[Collective]:
         return [x for x in self.items(plan) if isinstance(x, Collective)]
 
+    @classmethod
+    def own_buffers(cls, dev, model, cfg, kv_init: str) -> None:
+        """None beyond the common ones (x_shard and logits_part are among them with ranks)."""
+
 
 class RankSkewStep(RankStep):
     """LAB_BUG_RANK_SKEW: rank 1 chooses its all-reduce algorithm by itself. From the plans of 4
@@ -133,75 +139,30 @@ class RankSkewStep(RankStep):
         yield Collective("all_gather", b.x_shard, b.x, what + " (all-gather)", layer)
 
 
-def rank_step_class(names, base: type[Step] = Step) -> type[Step]:
-    """The rank step for the bugs `names` (rank_skew, or none): `base` when it is already a
-    variant of the rank step (an experiment's), else RankStep or RankSkewStep."""
-    if issubclass(base, RankStep):
-        return base
-    if base is not Step:
-        raise LabError(f"step={base.__name__} is a variant of the one-device step; LAB_RANKS>1 "
-                       f"runs the rank step (pass a subclass of lab.engine.ranks.RankStep)")
-    return RankSkewStep if "rank_skew" in set(names) else RankStep
+def warm_up_collectives(devices) -> None:
+    """Run each kind of collective the step may issue once, eagerly, on buffers that hold
+    zeros at start-up. NCCL sets up its connections lazily, at a communicator's first
+    collective of a kind, and that setup (allocations, a proxy handshake) cannot happen
+    inside a capture: on the H200 pair the first all-reduce issued inside a capture failed
+    with NCCL_ERROR_INTERNAL_ERROR. The lab's lazy-initialisation lesson, for a library."""
+    kinds = [lambda b: Collective("all_reduce", b.x, b.x, "warm-up"),
+             lambda b: Collective("all_gather", b.logits_part, b.logits, "warm-up"),
+             lambda b: Collective("reduce_scatter", b.x, b.x_shard, "warm-up")]
+    for make in kinds:
+        with devices.group.collectives():
+            for d in devices:
+                d.backend.collective(make(d.buf))
+    devices.group.clock()
 
 
-class TensorParallel:
-    """What an engine with ranks adds to the one-device engine (a mixin of DecodeEngine): the
-    collectives' warm-up, the check that every rank issues the same ones, and the bill."""
-
-    def warm_up_collectives(self) -> None:
-        """Run each kind of collective the step may issue once, eagerly, on buffers that hold
-        zeros at start-up. NCCL sets up its connections lazily, at a communicator's first
-        collective of a kind, and that setup (allocations, a proxy handshake) cannot happen
-        inside a capture: on the H200 pair the first all-reduce issued inside a capture failed
-        with NCCL_ERROR_INTERNAL_ERROR. The lab's lazy-initialisation lesson, for a library."""
-        kinds = [lambda b: Collective("all_reduce", b.x, b.x, "warm-up"),
-                 lambda b: Collective("all_gather", b.logits_part, b.logits, "warm-up"),
-                 lambda b: Collective("reduce_scatter", b.x, b.x_shard, "warm-up")]
-        for make in kinds:
-            with self.group.collectives():
-                for be, b in zip(self.backends, self.bufs):
-                    be.collective(make(b))
-        self.group.clock()
-
-    def step_collectives(self, plan: Plan, rank: int = 0) -> list[Collective]:
-        return [x for x in self.step_items(plan, rank) if isinstance(x, Collective)]
-
-    def collective_order(self, plan: Plan) -> str | None:
-        """None when every rank issues the same collectives (op, count, dtype) in the same order
-        for `plan`; else where the first difference is. NCCL matches collectives by order alone."""
-        seqs = [[c.signature() for c in self.step_collectives(plan, r)] for r in range(self.ranks)]
-        for k in range(max(len(s) for s in seqs)):
-            have = [s[k] if k < len(s) else None for s in seqs]
-            if len(set(have)) > 1:
-                parts = [f"rank {r}: " + (self.step_collectives(plan, r)[k].describe() if h else
-                                          f"none (it issues {len(seqs[r])})")
-                         for r, h in enumerate(have)]
-                return f"collective #{k} differs across ranks at position {plan.position} ({'; '.join(parts)})"
-        return None
-
-    def bill(self, plan: Plan | None = None) -> dict:
-        """The launch bill with ranks: launches per rank per token, collectives per token."""
-        plan = plan or self.plan()
-        launches = [len(self.step_launches(plan, r)) for r in range(self.ranks)]
-        colls = self.step_collectives(plan, 0)
-        graphs = self._graphs.get(plan.key)
-        return {"ranks": self.ranks, "launches_per_rank": launches,
-                "launches_per_token": sum(launches),
-                "collectives_per_token": len(colls),
-                "collectives": [c.describe() for c in colls],
-                "nodes_per_rank_graph": [g.node_count for g in per_rank(graphs)] if graphs else []}
-
-    def close(self) -> None:
-        """Destroy every rank's graphs, then the group's NCCL communicators, in that order (a
-        communicator destroyed while graphs that captured its collectives live can hang, and so
-        can a process that exits with either alive). The engine is unusable afterwards."""
-        for graphs in self._graphs.values():
-            for g in per_rank(graphs):
-                getattr(g, "release", lambda: None)()
-        self._graphs.clear()
-        self.group.close()
-
-
-def per_rank(graph) -> list:
-    """A plan's graphs, one per rank: a list with ranks, one graph on one device."""
-    return graph if isinstance(graph, list) else [graph]
+def bill(eng, plan: Plan | None = None) -> dict:
+    """The launch bill with ranks: launches per rank per token, collectives per token."""
+    plan = plan or eng.plan()
+    launches = [len(eng.step_launches(plan, r)) for r in range(eng.ranks)]
+    colls = eng.issuer.step_collectives(plan, 0)
+    graphs = eng.graph_cache.graphs.get(plan.key)
+    return {"ranks": eng.ranks, "launches_per_rank": launches,
+            "launches_per_token": sum(launches),
+            "collectives_per_token": len(colls),
+            "collectives": [c.describe() for c in colls],
+            "nodes_per_rank_graph": [g.node_count for g in per_rank(graphs)] if graphs else []}

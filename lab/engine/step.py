@@ -41,8 +41,9 @@ The pieces, in the order the token meets them:
   graph_key(plan)             the key the engine's graph cache files this step's graph under:
                               the plan key (what changes the captured work), nothing else
 
-Two class attributes tell the engine how to allocate for the step (`scratch_splits_at_start`,
-`tables_at_start_up`) and one how to issue it (`rebuilt_each_step`: a step whose launches or
+Two class attributes and two class methods tell the devices how to allocate for the step
+(`scratch_splits_at_start`, `tables_at_start_up`, `check_device`, `own_buffers`) and one
+attribute tells the engine how to issue it (`rebuilt_each_step`: a step whose launches or
 host work depend on the position is built anew at each step, and issued as it is built).
 
 A step is bound to one device of its engine (`self.dev`: that rank's backend, buffers, weights
@@ -60,7 +61,7 @@ import numpy as np
 from kernels import attention, embed, fused, fused_split, matvec, mlp, position, rmsnorm, rope, sample
 from lab.backend import Launch, StreamWait
 from lab.bugspec import FUSED_ABSENT
-from lab.plan import MAX_SPLITS, Plan
+from lab.plan import MAX_SPLITS, Plan, plan_boundaries
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,33 @@ class Step:
         self.dev = engine.devices[rank]   # this rank's backend, buffers, weights, scratch views
         self.lazy: dict = {}   # host state lazy initialisation changes (a failed capture restores it)
 
+    # ---- the buffers this step reads beyond the common ones (lab/engine/devices.py) -------------
+    @classmethod
+    def check_device(cls, be, model_cfg) -> None:
+        """Refuse (a LabError) a device that cannot run this step, before any allocation."""
+
+    @classmethod
+    def own_buffers(cls, dev, model, cfg, kv_init: str) -> None:
+        """The one-device modes' buffers on `dev` (a live engine may switch fusion, overlap or
+        the device loop on): the device loop's plan table and limit, the fused step's last-block
+        counters (zeroed; each launch leaves its slots at 0) with a view per launch site and
+        attn_fused's per-head scratch, and the row views LAB_OVERLAP splits the q/k/v
+        projection with -- views made here, so no step ever creates one."""
+        c, be, b, D = model.cfg, dev.backend, dev.buf, model.cfg.d_model
+        b.plan_of = be.alloc("plan_of", (c.max_seq,), np.int32)
+        be.upload(b.plan_of, np.searchsorted(plan_boundaries(c.max_seq), np.arange(c.max_seq),
+                                             side="right").astype(np.int32))
+        b.limit = be.alloc("limit", (1,), np.int32)
+        slots = fused.counter_slots(c.n_head)                 # attn_fused's, per layer
+        b.counters = be.alloc("counters", (c.n_layer * slots + 1,), np.int32)
+        dev.counters = [be.rows(b.counters, i * slots, (i + 1) * slots) for i in range(c.n_layer)]
+        dev.counters.append(be.rows(b.counters, c.n_layer * slots, c.n_layer * slots + 1))
+        b.head_out = be.alloc("head_out", (c.n_head, D), np.float32)
+        # wqkv rows [0, D) -> q, [D, 3D) -> k and v
+        dev.wqkv_views = [(be.rows(dev.w[f"layers.{i}.wqkv"], 0, D),
+                           be.rows(dev.w[f"layers.{i}.wqkv"], D, 3 * D)) for i in range(c.n_layer)]
+        dev.qkv_views = (be.rows(b.qkv, 0, D), be.rows(b.qkv, D, 3 * D))
+
     # ---- the pieces ----------------------------------------------------------------------------
     def shard_sizes(self) -> tuple[int, int]:
         """(heads, d_ff) this device computes: every head and the whole MLP."""
@@ -117,7 +145,7 @@ class Step:
         e, b, w = self.engine, self.dev.buf, self.dev.w
         if e.cfg.overlap:  # q on the main stream, k and v on a side stream, in parallel
             D = e.model.cfg.d_model
-            (wq, wkv), (q_out, kv_out) = e.wqkv_views[layer], e.qkv_views
+            (wq, wkv), (q_out, kv_out) = self.dev.wqkv_views[layer], self.dev.qkv_views
             yield StreamWait("main", "side")                    # fork: side waits for h
             yield launch(matvec.matvec, _ROWS(2 * D), (wkv, b.h, kv_out), layer, "side")
             yield launch(matvec.matvec, _ROWS(D), (wq, b.h, q_out), layer)
@@ -228,6 +256,19 @@ class Step:
         return [x for x in self.items(plan) if isinstance(x, Launch)]
 
 
+def step_kernels(pieces: Step, plans) -> list:
+    """The kernels `pieces` launches at any of `plans` (a query; the lazy host state its build
+    may record is restored; a step that cannot be built here fails where it is issued)."""
+    lazy, found = dict(pieces.lazy), {}
+    try:
+        for plan in plans:
+            found.update((x.kernel.name, x.kernel) for x in pieces.launches(plan))
+    except Exception:   # noqa: BLE001 (the step's own error shows when it is issued)
+        pass
+    pieces.lazy = lazy
+    return list(found.values())
+
+
 # launch geometry comes from each kernel's own module, the one the kernel tests use
 _ROWS = matvec.grid_for                                      # one warp per output row
 _NORM = (rmsnorm.RMSNORM_GRID, rmsnorm.RMSNORM_BLOCK)
@@ -285,7 +326,7 @@ class FusedStep(Step):
             return (x, w[p + "attn_norm"], eps, W, np.int32(part0), b.pos, b.cos, b.sin, b.q,
                     b.k_cache[layer], b.v_cache[layer])
         if plan.overlap:
-            wq, wkv = e.wqkv_views[layer]
+            wq, wkv = self.dev.wqkv_views[layer]
             yield StreamWait("main", "side")                        # fork: side waits for x
             yield launch(fused.norm_qkv_rope, fused.qkv_grid(c.d_model, 2), args(wkv, 1), layer, "side")
             yield launch(fused.norm_qkv_rope, fused.qkv_grid(c.d_model, 1), args(wq, 0), layer)
@@ -300,7 +341,7 @@ class FusedStep(Step):
         c = e.model.cfg
         return launch(fused.attn_fused, fused.attention_grid(c.n_head, plan.splits, c.head_dim),
                       (b.q, b.k_cache[layer], b.v_cache[layer], b.pos, part_o, part_ml, scale,
-                       self.dev.w[f"layers.{layer}.wo"], b.x, b.head_out, e.counters[layer]), layer)
+                       self.dev.w[f"layers.{layer}.wo"], b.x, b.head_out, self.dev.counters[layer]), layer)
 
     def attention_grid(self, plan: Plan, layer: int, part_o, part_ml, scale) -> Launch:
         """LAB_ATTN_TAIL=grid: partials and the tail in one launch that fills the grid, the tail
@@ -310,7 +351,7 @@ class FusedStep(Step):
         c = e.model.cfg
         return launch(fused.attn_fused_grid, fused.grid_tail_grid(c.n_head, plan.splits, c.d_model),
                       (b.q, b.k_cache[layer], b.v_cache[layer], b.pos, part_o, part_ml, scale,
-                       self.dev.w[f"layers.{layer}.wo"], b.x, e.counters[layer]), layer)
+                       self.dev.w[f"layers.{layer}.wo"], b.x, self.dev.counters[layer]), layer)
 
     def attention_grid_split(self, plan: Plan, layer: int, part_o, part_ml, scale):
         """attn_fused_grid as two launches (LAB_ATTN_TAIL=grid, LAB_SPLIT_COMBINE=1): its partial
@@ -336,4 +377,4 @@ class FusedStep(Step):
         c = e.model.cfg
         return launch(fused.norm_lm_head_argmax, fused.lm_head_grid(c.vocab_size),
                       (b.x, w["final_norm"], np.float32(c.norm_eps), w["lm_head"], b.logits,
-                       b.pos, b.n_prompt, b.tokens, e.counters[c.n_layer]))
+                       b.pos, b.n_prompt, b.tokens, self.dev.counters[c.n_layer]))

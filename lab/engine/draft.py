@@ -1,5 +1,6 @@
-"""Speculative decoding (LAB_DRAFT=k): draft k tokens on the device, verify them with ONE step of
-the model over k + 1 positions, accept on the device -- and replay all of it from one graph.
+"""Speculative decoding by drafting (LAB_DRAFT=k): draft k tokens on the device, verify them
+with ONE step of the model over k + 1 positions, accept on the device -- and replay all of it
+from one graph.
 
 The verify step at position p (the device's `pos`; the host does not know it between its reads):
 
@@ -24,12 +25,12 @@ first rejected position). The split count is fixed (LAB_DRAFT_SPLITS, `decode_pl
 host cannot choose a plan from a position it does not know, so ONE graph per (splits, k) serves
 the whole generation; every slice's length grows with the context on the device.
 
-`decode` (lab/engine/requests.py) runs a speculative decode in ROUNDS: it sets the device's
-`limit` to the target position, issues the fewest steps that could reach it (ceil(remaining /
-(k + 1)): no step of a round can be idle), then reads `pos` once; a step at the limit does
-nothing. So the host syncs once per round (about log of the tokens), never between steps.
-Between two reads the host's `position` (and so each ledger entry's) is a lower bound: it
-counts one position per step, and each read sets it to the device's.
+`decode_rounds` (below, called by `decode`) runs a speculative decode in ROUNDS: it sets the
+device's `limit` to the target position, issues the fewest steps that could reach it
+(ceil(remaining / (k + 1)): no step of a round can be idle), then reads `pos` once; a step at the
+limit does nothing. So the host syncs once per round (about log of the tokens), never between
+steps. Between two reads the host's `position` (and so each ledger entry's) is a lower bound:
+it counts one position per step, and each read sets it to the device's.
 Greedy tokens equal LAB_DRAFT=0's up to the order of a few sums (the verify attention slices
 the context differently): a difference shows only at a near-tie, which tests and
 `lab.measure.spec` report with the float64 oracle's margin.
@@ -52,7 +53,7 @@ STATS = ("verify steps", "tokens generated")   # what `stats` [2] int32 counts, 
 
 
 @dataclass
-class SpecBuffers:
+class DraftBuffers:
     """The verify step's own buffers ([T, .]: one row per column), allocated once."""
     cols: object = None      # [T] int32: the ids the step feeds: tokens[p], then the drafts
     pred: object = None      # [T] int32: the model's argmax after each column
@@ -68,7 +69,7 @@ class SpecBuffers:
     stats: object = None     # [2] int32: STATS
 
 
-def alloc_spec(be, model_cfg, draft_len: int, splits: int) -> SpecBuffers:
+def alloc_draft(be, model_cfg, draft_len: int, splits: int) -> DraftBuffers:
     """The verify step's buffers for `draft_len` drafts and `splits` cache slices."""
     c, T, f32 = model_cfg, draft_len + 1, np.float32
     D, H, hd = c.d_model, c.n_head, c.head_dim
@@ -76,31 +77,36 @@ def alloc_spec(be, model_cfg, draft_len: int, splits: int) -> SpecBuffers:
         raise LabError(f"LAB_DRAFT needs d_model and d_ff <= {verify.MATMAT_MAX_K} (the verify "
                        f"step's products stage their columns in shared memory); this model has "
                        f"d_model {D}, d_ff {c.d_ff}: run it with LAB_DRAFT=0")
-    s = SpecBuffers()
-    s.cols = be.alloc("spec_cols", (T,), np.int32)
-    s.pred = be.alloc("spec_pred", (T,), np.int32)
+    s = DraftBuffers()
+    s.cols = be.alloc("draft_cols", (T,), np.int32)
+    s.pred = be.alloc("draft_pred", (T,), np.int32)
     for name, width in (("x", D), ("h", D), ("qkv", 3 * D), ("q", D), ("o", D), ("act", c.d_ff),
                         ("logits", c.vocab_size)):
-        setattr(s, name, be.alloc(f"spec_{name}", (T, width), f32))
-    s.part_o = be.alloc("spec_part_o", (H, T, splits + 1, hd), f32)
-    s.part_ml = be.alloc("spec_part_ml", (H, T, splits + 1, 2), f32)
-    s.stats = be.alloc("spec_stats", (len(STATS),), np.int32)
+        setattr(s, name, be.alloc(f"draft_{name}", (T, width), f32))
+    s.part_o = be.alloc("draft_part_o", (H, T, splits + 1, hd), f32)
+    s.part_ml = be.alloc("draft_part_ml", (H, T, splits + 1, 2), f32)
+    s.stats = be.alloc("draft_stats", (len(STATS),), np.int32)
     return s
 
 
-class SpecStep(Step):
+class DraftStep(Step):
     """The verify step (LAB_DRAFT=k): draft, the model over k + 1 columns, accept. Its pieces,
     in order: `draft` (the drafter's launch), `columns` (embed + every layer + the LM head's
     argmax over the k + 1 columns) and `accept` (the acceptance's launch); a variant (the
     hands-on exercise's, a deliberate bug) overrides one."""
 
+    @classmethod
+    def own_buffers(cls, dev, model, cfg, kv_init: str) -> None:
+        super().own_buffers(dev, model, cfg, kv_init)      # `limit` among them
+        dev.draft = alloc_draft(dev.backend, model.cfg, cfg.draft, cfg.draft_splits)
+
     def draft(self, plan: Plan):
-        b, s = self.dev.buf, self.dev.spec
+        b, s = self.dev.buf, self.dev.draft
         return launch(draft.draft_lookup, (draft.DRAFT_GRID, draft.DRAFT_BLOCK),
                       (b.tokens, b.pos, b.n_prompt, b.limit, s.cols))
 
     def columns(self, plan: Plan):
-        c, b, w, s = self.engine.model.cfg, self.dev.buf, self.dev.w, self.dev.spec
+        c, b, w, s = self.engine.model.cfg, self.dev.buf, self.dev.w, self.dev.draft
         T, H, D = plan.draft + 1, c.n_head, c.d_model
         eps, scale = np.float32(c.norm_eps), np.float32(1.0 / np.sqrt(c.head_dim))
         norm = verify.cols_grid(T)
@@ -125,7 +131,7 @@ class SpecStep(Step):
         yield launch(verify.argmax_cols, verify.cols_grid(T), (s.logits, s.pred))
 
     def accept(self, plan: Plan):
-        b, s = self.dev.buf, self.dev.spec
+        b, s = self.dev.buf, self.dev.draft
         return launch(draft.accept, (draft.ACCEPT_GRID, draft.ACCEPT_BLOCK),
                       (s.cols, s.pred, b.pos, b.n_prompt, b.limit, b.tokens, s.stats))
 
@@ -135,7 +141,7 @@ class SpecStep(Step):
         yield self.accept(plan)
 
 
-class SpecKey(SpecStep):
+class DraftKey(DraftStep):
     """LAB_BUG_SPEC_KEY: the verify graph filed under the plan key AND the position the device
     reached, read back after every step (a host sync the clean step never makes). Drafting
     moves the position by the accepted count, so no key comes back: every step captures a
@@ -148,64 +154,50 @@ class SpecKey(SpecStep):
 _ROWS = verify.matmat_grid      # one warp per output row, as matvec (K <= MATMAT_MAX_K)
 
 
-def spec_step_class(bugs, base: type[Step] = Step) -> type[Step]:
-    """The verify step for LAB_DRAFT>0, with LAB_BUG_SPEC_KEY's override when it is on (the
-    config refuses every other bug with drafting)."""
-    if base is not Step and not issubclass(base, SpecStep):
-        raise LabError(f"step={base.__name__} is a variant of the one-token step; LAB_DRAFT>0 "
-                       f"runs the verify step (pass a subclass of SpecStep)")
-    base = SpecStep if base is Step else base
-    return type(f"{base.__name__}+spec_key", (SpecKey, base), {}) if "spec_key" in bugs else base
-
-
-class SpecDecode:
-    """The speculative decode's host side (a mixin of DecodeEngine): rounds of steps with one
-    read of `pos` per round, and the counts read once at the end."""
-
-    def _decode_spec(self, steps: int, progress) -> float:
-        """Advance the device position by `steps` (as `decode` does one step each), in rounds
-        of ceil(remaining / (k + 1)) verify steps with one read of `pos` after each."""
-        start = self.device_position()
-        target = start + steps
-        if target >= self.model.cfg.max_seq:   # decode checked the host's lower bound only
-            raise LabError(f"{steps} steps from position {start} would exceed max_seq "
-                           f"{self.model.cfg.max_seq}")
-        self.backend.upload(self.buf.limit, np.array([target], np.int32))
-        width, pos = self.cfg.draft + 1, start
-        bar = None
-        if progress is not False:
-            from tqdm.auto import tqdm
-            bar = tqdm(total=steps, desc=f"decode (draft {self.cfg.draft})", unit="pos",
-                       disable=None if progress is None else False, delay=0.0 if progress else 1.0)
-        t0 = self.group.clock()
-        while pos < target:
-            for _ in range(-(-(target - pos) // width)):
-                self.step()
-            new = self.device_position()          # the round's one read
-            if bar is not None:
-                bar.update(new - pos)
-            if new <= pos:
-                raise LabError(f"speculative decode stalled at position {pos}: no step of the "
-                               f"round advanced it (limit {target})")
-            pos = self.position = new
-        seconds = self.group.clock() - t0
+def decode_rounds(eng, steps: int, progress) -> float:
+    """Advance the device position by `steps` (as `decode` does one step each), in rounds of
+    ceil(remaining / (k + 1)) verify steps with one read of `pos` after each; the seconds on
+    the group's clock."""
+    start = eng.device_position()
+    target = start + steps
+    if target >= eng.model.cfg.max_seq:   # decode checked the host's lower bound only
+        raise LabError(f"{steps} steps from position {start} would exceed max_seq "
+                       f"{eng.model.cfg.max_seq}")
+    eng.devices.upload("limit", np.array([target], np.int32))
+    width, pos = eng.cfg.draft + 1, start
+    bar = None
+    if progress is not False:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=steps, desc=f"decode (draft {eng.cfg.draft})", unit="pos",
+                   disable=None if progress is None else False, delay=0.0 if progress else 1.0)
+    t0 = eng.group.clock()
+    while pos < target:
+        for _ in range(-(-(target - pos) // width)):
+            eng.step()
+        new = eng.device_position()          # the round's one read
         if bar is not None:
-            bar.close()
-        return seconds
+            bar.update(new - pos)
+        if new <= pos:
+            raise LabError(f"speculative decode stalled at position {pos}: no step of the "
+                           f"round advanced it (limit {target})")
+        eng.track_position(new, 0)   # the steps were counted as they ran
+        pos = new
+    seconds = eng.group.clock() - t0
+    if bar is not None:
+        bar.close()
+    return seconds
 
-    def clear_spec_stats(self) -> None:
-        """Zero the device's counts (`stats`): a request, or a timed rep, starts from none."""
-        self.backend.upload(self.dev_spec.stats, np.zeros(len(STATS), np.int32))
 
-    def spec_stats(self) -> dict:
-        """{"verify steps": n, "tokens generated": m, "tokens per step": m / n} since the last
-        reset (generated tokens only: prompt positions are not counted)."""
-        if not self.cfg.draft:
-            raise LabError("spec_stats needs LAB_DRAFT=2, 4 or 8")
-        steps, made = (int(v) for v in self.backend.download(self.dev_spec.stats))
-        return {"verify steps": steps, "tokens generated": made,
-                "tokens per step": made / steps if steps else float("nan")}
+def clear_stats(eng) -> None:
+    """Zero the device's counts (`stats`): a request, or a timed rep, starts from none."""
+    eng.backend.upload(eng.devices[0].draft.stats, np.zeros(len(STATS), np.int32))
 
-    @property
-    def dev_spec(self) -> SpecBuffers:
-        return self.devices[0].spec
+
+def read_stats(eng) -> dict:
+    """{"verify steps": n, "tokens generated": m, "tokens per step": m / n} since the last
+    reset (generated tokens only: prompt positions are not counted)."""
+    if not eng.cfg.draft:
+        raise LabError("draft_stats needs LAB_DRAFT=2, 4 or 8")
+    steps, made = (int(v) for v in eng.backend.download(eng.devices[0].draft.stats))
+    return {"verify steps": steps, "tokens generated": made,
+            "tokens per step": made / steps if steps else float("nan")}
