@@ -2,7 +2,7 @@
 #   make demo       generate + launch bill (GPU when present, else the CPU simulator)
 #   make test       the device-free test suite (what CI runs), notebooks included, both tiers
 #   make gpu-test   the tests marked `gpu` (needs an NVIDIA GPU)
-#   make gpu-record the gpu tests + every GPU recorder, results into out/gpu (see data/gpu/README.md)
+#   make gpu-record every experiment of the registry, GPU tests included, into out/gpu (decode-lab record)
 #   make lab        JupyterLab on notebooks/
 PYTHON ?= python3
 VENV   ?= .venv
@@ -32,7 +32,7 @@ gpu-test: $(VENV)/.installed
 	$(PY) -m pytest -q -m gpu
 
 gpu-record: $(VENV)/.installed
-	PATH=$(abspath $(VENV))/bin:$$PATH bash scripts/gpu_run.sh out
+	$(VENV)/bin/decode-lab record --all --backend cuda --out out/gpu
 
 # JupyterLab refuses to run as root unless told: containers and course servers often are root
 lab: $(VENV)/.installed

@@ -13,6 +13,8 @@
   decode-lab selfcheck [--answers answers.json] [--solutions my_solutions.py] [--explain]
                        [--student NAME] [--attempts PATH]
   decode-lab exercise list | show NAME [--stub] | check NAME --solution FILE [--backend sim|cuda]
+  decode-lab record NAME [NAME ...] | --all --backend cuda|sim --out DIR [--archive F.tar.gz]
+                                        [--quick]   the GPU recordings (lab/measure/registry.py)
 
 Bad input (unknown characters, too many tokens, a corrupt weight file, an unknown LAB_* value,
 --backend cuda without a GPU) prints one line `decode-lab: error: ...` and exits with status 2.
@@ -93,7 +95,7 @@ def cmd_generate(args) -> int:
 
 
 def cmd_audit(args) -> int:
-    from lab.teach.audit import audit, detect_lazy_init, run_checks
+    from lab.measure.audit import audit, detect_lazy_init, run_checks
 
     eng = _engine(args)
     if eng.cfg.ranks > 1:
@@ -224,6 +226,14 @@ def cmd_conformance(args) -> int:
     # a row that fails is a failure unless the data folder records it as a finding (with its
     # measured reason); a recorded finding whose row passes is stale, and a failure too
     return 1 if findings_problems(report) else 0
+
+
+def cmd_record(args) -> int:
+    from lab.measure.registry import record
+    if bool(args.names) == args.all:
+        raise LabError("record: name experiments or give --all (not both)")
+    return record(args.names, args.backend, args.out, all_=args.all, quick=args.quick,
+                  archive=args.archive, weights=args.weights)
 
 
 def _check_bench_args(args) -> None:
@@ -424,6 +434,17 @@ def build_parser() -> argparse.ArgumentParser:
     compare_parser(sub, common).set_defaults(fn=cmd_compare)
     exits = ("exit 0 when all fifteen pass, 1 when any does not; with neither file it prints "
              "the questions and exits 0")
+    r = sub.add_parser("record", help="run registered experiments (priority order) into a "
+                       "folder, each file stamped with commit, host probe, date, versions")
+    r.add_argument("names", nargs="*", metavar="NAME", help="experiments to run")
+    r.add_argument("--all", action="store_true", help="every experiment, in priority order")
+    r.add_argument("--backend", choices=("cuda", "sim"), required=True)
+    r.add_argument("--out", required=True, help="output folder (created)")
+    r.add_argument("--archive", default=None, help="pack the folder into this FILE.tar.gz")
+    r.add_argument("--quick", action="store_true", help="fewer reps and tokens (a dry run)")
+    r.add_argument("--weights", default=None, help="weights .npz (default: data/tiny_model.npz)")
+    r.set_defaults(fn=cmd_record)
+
     s = sub.add_parser("selfcheck", help="check the lecture's ten questions (--answers JSON) "
                        f"and the five exercises (--solutions .py): {exits}",
                        description="Check the lecture's ten questions and the five exercises; "

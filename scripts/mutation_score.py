@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=str(ROOT / "out" / "mutation_survivors.json"))
     ap.add_argument("--record", default=str(RECORD),
                     help="every mutant's verdict, by exercise (merged: a run of some exercises "
-                         "replaces only theirs); tests/test_mutation.py holds the checkers to it")
+                         "replaces only theirs); tests/teach/test_mutation.py holds the checkers to it")
     ap.add_argument("--timeout-factor", type=float, default=10.0)
     ap.add_argument("--min-timeout", type=float, default=30.0)
     ap.add_argument("--rescore", metavar="JSON",
@@ -193,7 +193,7 @@ def main(argv=None) -> int:
           "*Equivalent* mutants (lab.teach.mutate.EQUIVALENT, each with its reason) change "
           "nothing a check can see, and are checked again with DECODE_LAB_FIXTURE=large. "
           "Score = killed / (mutants - equivalent). Every mutant's verdict is recorded in "
-          "docs/mutation_verdicts.json; `make test` (tests/test_mutation.py) holds the checkers "
+          "docs/mutation_verdicts.json; `make test` (tests/teach/test_mutation.py) holds the checkers "
           "to it: the record covers today's mutants, every exercise keeps 95% killed, and a "
           "sample of the recorded kills, drawn afresh each run (its seed printed on failure), "
           "is killed again.", "",

@@ -1,5 +1,8 @@
-"""Measurement: what a run costs, and whether a prediction holds.
+"""Measurement: what a run costs, what a capture froze, and whether a prediction holds.
 
+  audit        capture audit, lazy-initialisation detector, run checks, the bug table
+  replay_check graph replays byte-compared with eager (replay_check, never_repeating,
+               key_parts_beyond_plan, decode_after_prompt)
   stats        mean and standard error, the paired t-test, the A/A gate, leave-one-out rows
   bench        the experiments: A/A, A/B behind the A/A gate, ladder, sweeps, leave-one-out
   arms         their machinery: arms, the replay gate, one timed run, interleaved reps
@@ -12,6 +15,12 @@
   kernel_run   one kernel on its own, eager or captured, for costs and checks
   compare      two runs of one prompt, step by step (+ compare_sides, compare_evidence)
   spec         speculative decoding: the same tokens, the curve against context, NSPLIT
+  peer_torch   the PyTorch peer: the model in torch (+ peer_worker, its process; peer_result)
+  chains       chains of graph nodes: the unit the cost file is measured in
+  costfile     the cost file's recorder (kernel_costs.json, spec_costs.json, ladder, fission)
+  experiment   one experiment as an experiment module declares it (Experiment, @experiment)
+  registry     the experiments run in priority order, stamped, archived (decode-lab record)
+  experiments/ the experiment modules: one recording (or a few close ones) each
 
 Imports: the ground floor, lab.backend and lab.engine.
 """

@@ -73,7 +73,7 @@ def aa_noise_times(model, reps: int, tokens: int = 24, draws: int = 2000, seed=0
     each kernel for `CostModel.eager_us` once the host has submitted it and the kernel before it
     is done; a run's time is clock() to clock(), each of which waits for the device.
     Thousands of A/As take seconds, where the engine would run every kernel's NumPy twin for
-    each; tests/test_bench.py checks that both give the same false-alarm rates."""
+    each; tests/measure/test_bench.py checks that both give the same false-alarm rates."""
     from lab.backend.costmodel import CostModel
 
     cfg = (cfg or LabConfig(graph=False)).replace(backend="sim")

@@ -225,7 +225,7 @@ def parse_arm(text: str, base: LabConfig) -> LabConfig:
 
 def default_backend(cfg: LabConfig, index: int):
     """A backend per arm. Simulated arms get their own seed (independent noise, so an A/A shows
-    real scatter); GPU arms share the process's compiled kernels (see backend/cuda.py)."""
+    real scatter); GPU arms share the process's compiled kernels (see backend/cuda/launch.py)."""
     from lab.backend import make_backend
     be = make_backend(cfg)
     if be.name == "sim":
@@ -365,3 +365,43 @@ def per_token_pass(arms: list[Arm], prompt: str, samples: int, tokens: int,
 def _meta(source: str, what: str, **kw) -> dict:
     return {"what": what, "source": source, "date": dt.datetime.now().isoformat(timespec="seconds"),
             **kw}
+
+
+# ---- the A/B pairs the recordings time and conformance predicts (one definition for both) -------
+@dataclass(frozen=True)
+class Pair:
+    """One recorded A/B: its file, where in the file (`path`, dotted; "" the top level), the
+    arms' names, A's toggles over the base configuration and B's over A's, and the lesson's
+    label in conformance's table. `host_paced`: eager, so the host's speed sets its figure."""
+    file: str
+    path: str
+    names: tuple
+    a: dict
+    b: dict
+    lesson: str
+
+    @property
+    def host_paced(self) -> bool:
+        return self.a.get("graph", True) is False
+
+    def configs(self, base: LabConfig) -> tuple[LabConfig, LabConfig]:
+        a = base.replace(**self.a)
+        return a, a.replace(**self.b)
+
+
+OVERLAP = Pair("overlap.json", "", ("graph", "graph+overlap"), {"graph": True}, {"overlap": True},
+               "overlap: graph+overlap - graph")
+# fission: the unfused step's combine split; the fused step's heads tail (lecture §6's case);
+# its grid tail, each eagerly and captured (fission.json's top level, "fused", "fused_grid")
+FISSION = tuple(
+    Pair("fission.json", f"{key}.{mode}".lstrip("."), names,
+         {**kw, "graph": mode == "graph"}, {"split_combine": True}, f"{label} ({mode}): {what}")
+    for key, names, kw, label, what in (
+        ("", ("combine", "split"), {}, "fission", "split - combine"),
+        ("fused", ("fused", "split"), {"fusion": True, "attn_tail": "heads"}, "fused fission",
+         "split - fused"),
+        ("fused_grid", ("fused", "split"), {"fusion": True, "attn_tail": "grid"},
+         "fused grid fission", "split - fused"))
+    for mode in ("eager", "graph"))
+DEVICE_LOOP = Pair("device_loop.json", "plain", ("host loop", "device loop"), {},
+                   {"loop": "device"}, "device loop: device - host loop")

@@ -29,7 +29,7 @@ after a first divergence at a near-tie of A's (the lecture's §8-§9 check of a 
 in another order: the oracle is the judge, a flip at a margin below the tie margin is rounding).
 
 `kv_dtype_study()` runs the float64 oracle, a float32 and a float16 KV cache on one input
-(notebook 09, scripts/record_gpu_precision.py).
+(notebook 09, `decode-lab record precision`).
 """
 from __future__ import annotations
 

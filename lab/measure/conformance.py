@@ -16,6 +16,13 @@ widely) can miss a 25% band by noise alone; such a row also PASSES, marked `PASS
 the sign agrees and the simulated value lies within two of the recording's standard errors: the
 recording cannot tell the two apart. The summary line counts those rows separately.
 
+Host-paced rows (eager arms: the host's launch speed sets them) are scaled by the ratio of the
+recording's host probe to the cost file's (lab/measure/registry.py's host_probe, in each file's
+stamp), bounded to PROBE_BOUNDS and printed: a recording on a faster or slower host then judges
+the lesson, not the host. Device-paced rows (graphs, counts, nodes) are never scaled; a file
+without a probe leaves its rows unscaled, and the report says so. The A/B arms predicted here
+are the ones the experiments record (lab/measure/arms.py: OVERLAP, FISSION, DEVICE_LOOP).
+
 `decode-lab conformance` prints the table and exits non-zero when a row fails.
 """
 from __future__ import annotations
@@ -25,7 +32,6 @@ import functools
 import hashlib
 import json
 import math
-import os
 import pickle
 import textwrap
 from dataclasses import dataclass
@@ -34,8 +40,10 @@ from pathlib import Path
 import numpy as np
 
 from . import bench, pdl_edges
+from .arms import DEVICE_LOOP, FISSION, OVERLAP, Pair
+from .registry import probe_us
 from lab.backend.costmodel import COSTS_FILE, CostModel
-from lab.config import LabConfig
+from lab.config import CONFORMANCE_CACHE_ENV, LabConfig, conformance_cache, lab_environment
 from lab.errors import LabError
 from lab.files import atomic_write
 
@@ -44,6 +52,7 @@ REL_TOL = 0.25          # within 25% of the GPU's value ...
 ABS_TOL_US = 1.0        # ... or within 1 us where the GPU effect is under SMALL_US
 SMALL_US = 2.0
 NOISE_SEMS = 2.0      # or within 2 of the recording's standard errors (A/B rows)
+PROBE_BOUNDS = (0.5, 2.0)   # the host probe's ratio, bounded: a host-paced row scales by at most 2x
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,8 @@ class Row:
     note: str = ""          # where the GPU figure comes from
     gpu_sem: float | None = None   # the GPU figure's own standard error, where it has one
     finding: str = ""       # a recorded finding about this row (FINDINGS_FILE): why it fails
+    host_paced: bool = False   # eager: the host's speed sets it (scaled by the host probe's ratio)
+    scale: float = 1.0      # the factor `sim` was scaled by (host-paced rows only)
 
     @property
     def ratio(self) -> float:
@@ -163,7 +174,7 @@ def _load(data_dir: Path, name: str) -> dict:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise LabError(f"{path} is missing: record it on a GPU with scripts/gpu_run.sh") from None
+        raise LabError(f"{path} is missing: record it on a GPU with `decode-lab record`") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LabError(f"{path} is unreadable: {exc}") from None
     except ValueError as exc:
@@ -215,7 +226,7 @@ def _digest(*arrays_or_bytes) -> str:
 
 # a folder where simulated results are kept for other processes too (the test suite sets it: its
 # conformance tests and notebook 05 then simulate the table once between them); unset: none kept
-CACHE_ENV = "DECODE_LAB_CONFORMANCE_CACHE"
+CACHE_ENV = CONFORMANCE_CACHE_ENV
 
 
 @functools.lru_cache(maxsize=1)
@@ -234,10 +245,10 @@ def _code_digest() -> str:
 def _kept(key, simulate):
     """simulate(), or its result kept in CACHE_ENV's folder under the key, this code and the
     LAB_* environment (written whole or not at all: a reader never sees half a file)."""
-    folder = os.environ.get(CACHE_ENV)
+    folder = conformance_cache()
     if not folder:
         return simulate()
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("LAB_"))
+    env = lab_environment()
     name = hashlib.sha256(repr((key, env, _code_digest())).encode()).hexdigest()[:32]
     path = Path(folder) / f"{name}.pickle"
     try:
@@ -279,9 +290,9 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
     if cost is None:
         cost = CostModel.load(data_dir / "kernel_costs.json")
         base = (_digest(*(model.weights[k] for k in sorted(model.weights))),
-                _digest((data_dir / "kernel_costs.json").read_bytes()), reps)
+                _costs_digest(data_dir / "kernel_costs.json"), reps)
     # the model's EXPECTATION: means are compared, so the simulated runs carry no noise (the
-    # noise model is checked on its own: the A/A false-alarm test in tests/test_bench.py)
+    # noise model is checked on its own: the A/A false-alarm test in tests/measure/test_bench.py)
     cost = cost.replace(launch_jitter=0.0, drift=0.0, node_jitter=0.0)
     rec = {n: _load(data_dir, f"{n}.json") for n in
            ("ladder", "overlap", "fission", "bench_sweep", "kernel_costs")}
@@ -290,11 +301,54 @@ def run(model, data_dir: Path | str | None = None, reps: int = 2, progress=False
     # wrong shape is reported before any simulation runs; then the real one
     for dry in (True, False):
         table = _table(model, data_dir, rec, loop_file, only, cost, base, reps, progress, dry)
+    table["rows"], table["host_scaling"] = host_scaled(table["rows"], rec["kernel_costs"],
+                                                       {n: _recording(data_dir, n) for n in
+                                                        {r.note.split(";")[0] for r in table["rows"]
+                                                         if r.host_paced}})
     findings = _findings(data_dir)
     table["rows"] = [dataclasses.replace(r, finding=findings.get(r.lesson, "")) for r in table["rows"]]
     table["findings"] = findings
     table["only_all"] = set(only) == set(LESSONS)
     return table
+
+
+def _costs_digest(path: Path) -> str:
+    """The cost file's digest without its stamp (the stamp changes no cost)."""
+    data = json.loads(path.read_text())
+    data.pop("provenance", None)
+    return _digest(json.dumps(data, sort_keys=True).encode())
+
+
+def _recording(data_dir: Path, name: str) -> dict:
+    path = data_dir / name
+    return _load(data_dir, name) if path.is_file() else {}
+
+
+def host_scale(recorded: dict, costs: dict, name: str = "the recording") -> tuple[float, str]:
+    """(factor, what it is): the recording's host probe over the cost file's, bounded to
+    PROBE_BOUNDS; 1.0 when either has none (and the text says which)."""
+    r, c = probe_us(recorded), probe_us(costs)
+    if r is None or c is None:
+        lacking = " and ".join(n for n, v in ((name, r), ("kernel_costs.json", c)) if v is None)
+        return 1.0, f"{lacking} ha{'s' if ' and ' not in lacking else 've'} no host probe: not scaled"
+    lo, hi = PROBE_BOUNDS
+    raw = r / c
+    factor = min(max(raw, lo), hi)
+    return factor, (f"host probe {r:.3f} us per launch against the cost file's {c:.3f}: "
+                    f"host-paced rows x{factor:.2f}"
+                    + (f" (ratio {raw:.2f}, bounded to [{lo:g}, {hi:g}])" if factor != raw else ""))
+
+
+def host_scaled(rows: list, costs: dict, recordings: dict) -> tuple[list, dict]:
+    """The rows with each host-paced row's prediction scaled by its file's host_scale
+    (`recordings`: file name -> its recording; a row's file is its note's first part); device-
+    paced rows unchanged. And {file: what its scaling was}."""
+    scales = {name: host_scale(rec, costs, name) for name, rec in recordings.items()}
+    out = []
+    for r in rows:
+        factor = scales.get(r.note.split(";")[0], (1.0, ""))[0] if r.host_paced else 1.0
+        out.append(dataclasses.replace(r, sim=r.sim * factor, scale=factor) if factor != 1.0 else r)
+    return out, {name: text for name, (_, text) in sorted(scales.items())}
 
 
 def _findings(data_dir: Path) -> dict[str, str]:
@@ -327,43 +381,33 @@ def _table(model, data_dir, rec, loop_file, only, cost, base, reps, progress, dr
             backend_factory=factory), lad)
         ladder_rows(lad, s_lad, rows)
 
-    def ab(name, a_kw, b_kw, rec_ab, lesson):
+    def ab(pair: Pair, recorded: dict):
         # both arms on ONE simulated engine, paired by rep, as the recording ran them: the
         # simulated host's drift then cancels in the paired difference as the GPU host's did
-        a = sim.replace(**a_kw)
+        rec_ab = _field(recorded, pair.path, pair.file.removesuffix(".json")) if pair.path else recorded
+        a, b = pair.configs(sim)
 
         def simulate():
             pool = {bench.pool_key(a): DecodeEngine(model, a, backend=SimBackend(cost, seed=1000))}
-            return bench.run_ab(model, a, sim.replace(**b_kw), reps=max(reps, 3),
-                                tokens=rec_ab["tokens"], prompt=rec_ab["prompt"], aa=False,
-                                per_token=0, progress=progress, pool=pool)
-        s_ab = result(base and (*base, "ab", lesson, rec_ab["tokens"], rec_ab["prompt"]), simulate,
-                      rec_ab)
-        note = name if rec_ab.get("meaningful", True) is not False else f"{name}; its A/A gate failed"
-        rows.append(Row(lesson, "us/token", _ab_us(s_ab), _ab_us(rec_ab), note=note,
-                        gpu_sem=1000.0 * rec_ab["diff_sem_ms"]))
+            return bench.run_ab(model, a, b, reps=max(reps, 3), tokens=rec_ab["tokens"],
+                                prompt=rec_ab["prompt"], aa=False, per_token=0,
+                                progress=progress, pool=pool)
+        s_ab = result(base and (*base, "ab", pair.lesson, rec_ab["tokens"], rec_ab["prompt"]),
+                      simulate, rec_ab)
+        note = pair.file if rec_ab.get("meaningful", True) is not False else (
+            f"{pair.file}; its A/A gate failed")
+        rows.append(Row(pair.lesson, "us/token", _ab_us(s_ab), _ab_us(rec_ab), note=note,
+                        gpu_sem=1000.0 * rec_ab["diff_sem_ms"], host_paced=pair.host_paced))
 
     if "overlap" in only:
-        ab("overlap.json", {}, {"overlap": True}, rec["overlap"], "overlap: graph+overlap - graph")
+        ab(OVERLAP, rec["overlap"])
     if "fission" in only:
-        for mode in ("eager", "graph"):
-            kw = {"graph": mode == "graph"}
-            ab("fission.json", kw, {**kw, "split_combine": True},
-               _field(rec["fission"], mode, "fission"), f"fission ({mode}): split - combine")
-        # the fused step's attention split, for each tail recorded (older files lack them): the
-        # heads tail (lecture §6's case) and the grid tail (a one-kernel form that fills the grid)
-        for key, tail, label in (("fused", "heads", "fused fission"),
-                                 ("fused_grid", "grid", "fused grid fission")):
-            if key not in rec["fission"]:
-                continue
-            for mode in ("eager", "graph"):
-                kw = {"graph": mode == "graph", "fusion": True, "attn_tail": tail}
-                ab("fission.json", kw, {**kw, "split_combine": True},
-                   _field(rec["fission"][key], mode, f"fission.{key}"),
-                   f"{label} ({mode}): split - fused")
+        # every pair the file holds (a file may lack the fused tails' parts)
+        for pair in FISSION:
+            if "." not in pair.path or pair.path.split(".")[0] in rec["fission"]:
+                ab(pair, rec["fission"])
     if "device loop" in only and loop_file.is_file():
-        ab("device_loop.json", {}, {"loop": "device"}, _field(_load(data_dir, "device_loop.json"),
-           "plain", "device_loop"), "device loop: device - host loop")
+        ab(DEVICE_LOOP, _load(data_dir, "device_loop.json"))
 
     if "context" in only:   # how much the graph step grows from the shortest to the longest context
         sw = rec["bench_sweep"]
@@ -458,11 +502,13 @@ def ladder_rows(lad: dict, s_lad: dict, rows: list) -> None:
     A rung row only for the rungs the recording has (a ladder.json recorded before a rung
     existed, the persistent one, has no row for it)."""
     recorded = {a["name"] for a in lad["arms"]}
-    for name, *_ in bench.LADDER:
+    rungs = {name: kw for name, kw, _ in bench.LADDER}
+    for name in rungs:
         if name not in recorded:
             continue
         g, s = _arm(lad, name), _arm(s_lad, name)
-        rows.append(Row(f"{name}: ms/token", "ms", s["mean_ms"], g["mean_ms"], note="ladder.json"))
+        rows.append(Row(f"{name}: ms/token", "ms", s["mean_ms"], g["mean_ms"], note="ladder.json",
+                        host_paced=not rungs[name].get("graph", True)))
     g, s = _arm(lad, "graph"), _arm(s_lad, "graph")
     rows.append(Row("launches per token", "count", s["launches_per_token"],
                     g["launches_per_token"], True, "ladder.json"))
@@ -522,6 +568,8 @@ def format_report(report: dict) -> str:
                     f"recording" if noisy else "")
                  + (f"; {known} fail{'s' if known == 1 else ''} as a recorded finding "
                     f"({FINDINGS_FILE})" if known else ""))
+    for name, text in report.get("host_scaling", {}).items():
+        lines.append(f"{name}: {text}")
     lines.append(f"GPU: {report['gpu_source']} ({report['gpu_date']}); simulator: "
                  f"{report['cost_source']}")
     return "\n".join(lines)

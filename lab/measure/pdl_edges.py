@@ -9,7 +9,7 @@ simulator: the same protocol gives the simulator's prediction). The arms of one 
 interleaved in rotating order, round after round; mean and standard error over the rounds, and
 each arm's difference to "graph+pdl" paired by round.
 
-scripts/record_gpu_pdl_context.py records it on a GPU (data/gpu/pdl_context*.json); the
+`decode-lab record pdl_context` records it on a GPU (data/gpu/pdl_context*.json); the
 conformance lesson "pdl context" (lab/measure/conformance.py) re-runs its two whole-step arms,
 graph and graph+pdl, on the simulator.
 

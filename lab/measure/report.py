@@ -189,7 +189,7 @@ def format_sweep(result: dict) -> str:
 
 
 def format_peer(res: dict) -> str:
-    """The peer recording (scripts/record_gpu_peer.py, peer.json) as a table: ms/token per arm
+    """The peer recording (decode-lab record peer, peer.json) as a table: ms/token per arm
     and context, each lab arm's ratio to torch.compile, the tokens check."""
     compile_arm = res["method"].get("compile_arm", "torch.compile")
     m = res["method"]

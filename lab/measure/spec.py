@@ -111,7 +111,7 @@ def _timed(eng, start: int, new_tokens: int) -> tuple[float, dict, dict]:
     requests, always further on, never do: an arm with a deliberate bug starts each rep with
     no graph, as a fresh engine."""
     if eng.cfg.draft:
-        eng.clear_spec_stats()
+        eng.clear_draft_stats()
     if eng.cfg.bugs:
         eng.drop_graphs()
     eng.seek(start)
@@ -120,7 +120,7 @@ def _timed(eng, start: int, new_tokens: int) -> tuple[float, dict, dict]:
     outcomes: dict = {}
     for e in eng.ledger[first:]:
         outcomes[e.outcome] = outcomes.get(e.outcome, 0) + 1
-    return seconds, (eng.spec_stats() if eng.cfg.draft else None), outcomes
+    return seconds, (eng.draft_stats() if eng.cfg.draft else None), outcomes
 
 
 def curve(model, drafts=(0, 2, 4, 8), contexts=(64, 900), new_tokens: int = 64, reps: int = 3,

@@ -24,9 +24,9 @@ import numpy as np
 # with the H200's recorded noise): the host's slow drift, redrawn every ~20 ms, spans adjacent
 # reps, and the interleave's A A', A' A order then puts the same level into both reps'
 # differences with the same sign, so they are positively correlated and the t-test's sem is too
-# small. On the pass of ee77014's noise (a host whose reps spread 15%), at 5% nominal that
+# small. With an H200 host's recorded noise (its reps spread 15%), at 5% nominal that
 # measured 6.8-13.7% with 24-token reps; at 1%, 1.1-1.5% at 2, 3, 5 and 8 reps of 128 tokens
-# (`bench ab`'s default, held within a point by tests/test_bench.py), and with 24-token reps
+# (`bench ab`'s default, held within a point by tests/measure/test_bench.py), and with 24-token reps
 # 1.1-1.5% up to 5 reps and 3.2% at 8, where more reps share one drift level. No
 # per-rep test can undo that correlation at 2-8 reps (a sign-flip test assumes it away too, and
 # has only 2^reps patterns: its smallest p-value at 5 reps is 6.25%). A failed gate means

@@ -1,27 +1,20 @@
-"""The cost of one grid-wide barrier (numba's `cuda.cg.this_grid().sync()`) on the GPU: what the
-persistent step (kernels/persistent.py) pays 16 times a token instead of node boundaries.
+"""grid_barrier.json: the device time of one grid-wide barrier (notebook 11).
 
-One cooperative launch runs `n` barriers and nothing else; its device time (CUDA events around
-`launches` back-to-back launches, median over `rounds`) is fitted against n, so the slope is one
-barrier. Measured at the persistent step's grid (one block per SM)
-and block (512 threads), and at 256 threads a block, and at twice the SMs' blocks where they fit.
-
-  python scripts/record_gpu_barrier.py --out DIR      writes DIR/grid_barrier.json
-
-The probe kernel lives here, not in kernels/: it is no part of a decode step and is not in the
-kernel registry (an engine's warm-up never compiles it).
+One cooperative launch runs `n` barriers (numba's `cuda.cg.this_grid().sync()`) and nothing else;
+its device time (CUDA events around back-to-back launches, median over rounds) is fitted against
+n, so the slope is one barrier: what the persistent step (kernels/persistent.py) pays 16 times a
+token instead of node boundaries. Measured at one block per SM of 512 and of 256 threads, and
+at twice the SMs' blocks where they fit. The probe kernel lives here: it is no part of a decode
+step and not in the kernel registry (an engine's warm-up never compiles it).
 """
 from __future__ import annotations
 
 import statistics
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from scripts import recorder  # noqa: E402
+from lab.measure.experiment import experiment, today, versions
 
-# every count long enough that the device, not the host's ~25 us per numba launch, paces the
-# back-to-back launches (a launch of 0 or 16 barriers is host-paced and would bend the fit)
+# every count long enough that the device, not the host's launch, paces the back-to-back
+# launches (a launch of 0 or 16 barriers is host-paced and would bend the fit)
 BARRIERS = (128, 512, 2048)
 
 
@@ -56,18 +49,16 @@ def time_us(kern, grid, block, n, flag, launches=20, rounds=7) -> float:
     return statistics.median(per)
 
 
-def main() -> int:
-    args = recorder.arguments(__doc__).parse_args()
-    out = recorder.out_dir(args.out)
+@experiment("barrier", ("grid_barrier.json",), priority=75, backends=("cuda",))
+def barrier(ctx) -> None:
+    """One grid-wide barrier's device time, the slope of a cooperative launch's time over its
+    barrier count, at the persistent step's grid and two others (notebook 11)."""
     import numpy as np
     from numba import cuda
-
     from lab.backend import make_backend
     from lab.config import LabConfig
-
     be = make_backend(LabConfig(backend="cuda"))
-    dev = cuda.get_current_device()
-    sms = dev.MULTIPROCESSOR_COUNT
+    sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
     kern = probe_kernel()
     flag = cuda.to_device(np.zeros(1, np.int32))
     rows = []
@@ -85,15 +76,8 @@ def main() -> int:
               f"(fit intercept {intercept:.2f} us)")
     if int(flag.copy_to_host()[0]) == 0:
         raise RuntimeError("the probe's barrier loop never ran (flag still 0)")
-    result = {"what": "one grid-wide barrier (cg.this_grid().sync()), device time: the slope "
-                      "of a cooperative launch's time over its barrier count",
-              "source": be.describe(), "date": recorder.today(), "versions": recorder.versions(be),
-              "sms": sms, "barriers": list(BARRIERS), "rows": rows}
-    table = "\n".join(f"grid {r['grid']} x {r['block']}: {r['per_barrier_us']:.3f} us/barrier"
-                      for r in rows)
-    recorder.record(out, "grid_barrier", result, table)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(recorder.run(main))
+    ctx.write_json("grid_barrier.json", {
+        "what": "one grid-wide barrier (cg.this_grid().sync()), device time: the slope of a "
+                "cooperative launch's time over its barrier count",
+        "source": be.describe(), "date": today(), "versions": versions(be), "sms": sms,
+        "barriers": list(BARRIERS), "rows": rows})

@@ -1,6 +1,6 @@
-"""Chains of graph nodes, the unit record_gpu_costs.py measures with: a step's launches made
-chainable (main stream; a tokens buffer long enough for a chain), captured n times over into
-one graph, replayed; per-node time and per-replay overhead fitted over the chain lengths. And
+"""Chains of graph nodes, the unit the cost experiment (experiments/costs.py) measures with: a
+step's launches made chainable (main stream; a tokens buffer long enough for a chain), captured
+n times over into one graph, replayed; per-node time and per-replay overhead fitted over the chain lengths. And
 the host time of a call, the other unit.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from lab.backend import Launch, StreamWait
+from lab.backend import Launch
 from lab.backend.costmodel import cost_key
 
 N1, N2 = 8, 24               # chain lengths (both long enough to keep the device busy)
@@ -52,10 +52,7 @@ def capture_chain(be, items, repeat: int, pdl: bool):
     try:
         for _ in range(repeat):
             for item in items:
-                if isinstance(item, StreamWait):
-                    be.record_wait(item.src, item.dst)
-                else:
-                    be.launch(item)
+                be.issue(item)
     finally:
         graph = be.end_capture()
     return graph

@@ -1,6 +1,6 @@
-"""The peer recorder's torch worker and its protocol: the torch arms run in their OWN process
-(scripts/record_gpu_peer.py re-invoked with --torch-worker), because once torch has run kernels
-in a process every later CUDA graph node in it (numba's too) replays about 0.18 us slower.
+"""The peer experiment's torch worker and its protocol: the torch arms run in their OWN process
+(`python -m lab.measure.peer_worker`), because once torch has run kernels in a process every
+later CUDA graph node in it (numba's too) replays about 0.18 us slower.
 
 Protocol, JSON lines: the worker says {"event": "imported", "torch"} (or an import error), reads
 one setup line, builds and warms up its arms, says {"event": "ready", ...info}; then for each
@@ -24,9 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from lab.model import load_model
-from scripts.peer_torch import (TORCH_ARMS, CompileRunner, GraphRunner, build_torch_decoder,
-                                compile_counters, keep_cudagraph_skips, torch_settings)
-from scripts.recorder import REPO, rotated
+from lab.measure.peer_torch import (TORCH_ARMS, CompileRunner, GraphRunner, build_torch_decoder,
+                                    compile_counters, keep_cudagraph_skips, torch_settings)
+from lab.measure.stats import rotated
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class TorchPeer:
@@ -186,10 +188,10 @@ def worker_main() -> int:
 
 class Worker:
     """The parent's handle on the torch worker: JSON lines both ways, a reader thread so that
-    every wait has a timeout. `script --torch-worker` runs worker_main under `python`."""
+    every wait has a timeout: `python -m lab.measure.peer_worker` runs worker_main."""
 
-    def __init__(self, python: str, script: Path):
-        self.proc = subprocess.Popen([python, str(script), "--torch-worker"],
+    def __init__(self, python: str):
+        self.proc = subprocess.Popen([python, "-m", "lab.measure.peer_worker"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      bufsize=1, cwd=str(REPO))
         self.lines: queue.Queue = queue.Queue()
@@ -248,3 +250,7 @@ class WorkerError(RuntimeError):
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main())

@@ -1,9 +1,9 @@
-"""The lab's model in PyTorch, for the peer recorder (scripts/record_gpu_peer.py): the decoder,
-the three ways the peer runs it (eager, one torch.cuda.CUDAGraph per attention-length bucket,
-torch.compile), the float32 settings, and torch.compile's counters.
+"""The lab's model in PyTorch, for the peer experiment (lab/measure/experiments/peer.py): the
+decoder, the three ways the peer runs it (eager, one torch.cuda.CUDAGraph per attention-length
+bucket, torch.compile), the float32 settings, and torch.compile's counters.
 
 Importing this needs no torch: torch is imported inside the functions that build or run the
-model, which only the torch worker (scripts/peer_worker.py) and the tests with torch call.
+model, which only the torch worker (lab/measure/peer_worker.py) and the tests with torch call.
 """
 from __future__ import annotations
 

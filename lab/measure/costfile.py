@@ -1,65 +1,45 @@
-"""Record the COMPONENT costs the simulator's cost model is built from: data/gpu/kernel_costs.json.
+"""The cost file's recorder: kernel_costs.json (+ ladder.json, fission.json) and spec_costs.json.
 
-  python scripts/record_gpu_costs.py --out DIR [--backend cuda]
-
-Measures, on the real engine's buffers and launches (nothing here decodes a token):
-- every distinct kernel launch of the step (base, split combine, overlap, fused, fused with its
-  attention split, fused with overlap: `step_configs`; and the verify steps of speculative
-  decoding, `SPEC_STEPS`, each on an engine of its own), at the first and last position of every
-  attention plan for the attention kernels (attn_fused's and attn_partial_wide's time grows
-  with the context too): its time as a NODE of a graph, from chains cycling through the
-  launch's instances in a step (one per layer) captured n1 and n2 times (slope = per-node time,
-  gap included; with and without PDL);
-- the persistent step's one kernel (LAB_PERSISTENT=1: step_persistent, on an engine of its own)
-  at every position of POSITIONS, as a graph node: it advances the position, so its chain unit
-  is [step_persistent, pos_set(position)] (the `pos_set` probe puts the position back) and its
-  node time is the unit's time less pos_set's own (`measure_persistent`); no PDL (refused with
-  it);
+The COMPONENT costs the simulator's cost model (lab/backend/costmodel.py) is built from, measured
+on the real engine's buffers and launches (nothing here decodes a token):
+- every distinct kernel launch of the step (`step_configs`), at the first and last position of
+  every attention plan for the attention kernels, as a NODE of a graph: chains cycling through
+  the launch's instances in a step, captured n1 and n2 times (slope = per-node time, gap
+  included; with and without PDL); the persistent step's one kernel (`measure_persistent`);
 - the extra cost of a node whose predecessor runs another kernel (chains of adjacent pairs);
-- the empty-node floor (the `empty` probe kernel in chains of 1 .. 64 nodes, with and without
-  PDL: slope = floor per node, intercept = the per-replay overhead of a graph launch);
-- the floor of a node that depends on data (the `relay` probe: chains of relays, each reading
-  the 1 KB the one before wrote), with and without PDL;
-- one fork/join pair (an empty side branch) against the same chain without it;
-- the eager device time per kernel (empty kernels queued behind the `spin` probe, CUDA events);
-- the host cost of one eager launch of each kernel per launch mechanism (dispatcher, prebound),
-  alone and within a step's sequence of launches (issued straight to the backend, host time only),
-  the host cost of a graph launch, and the engine's own host work per step (launches stubbed);
-- the relative spread of per-token and per-rep times (the noise model uses the spreads only);
-- the launch log's cost per launch (instrumentation).
-Whole-step figures (eager vs graph, PDL, fission, overlap, sweeps) are recorded by the other
-recorders: they are what the model must PREDICT. One of them is recorded here, in the same
-process: the launch-mechanism ladder (DIR/ladder.json), its reps interleaved with rounds of the
-host-cost measurements, and fission (DIR/fission.json: the unfused step's combine split, and
-the fused step's attention split, each eager and captured), whose eager half is host-bound, because
-the host's speed moves between processes (measured: numba's dispatcher cost 30 us per launch on
-one lease, 55-70 on another; pre-bound eager 0.29 vs 0.43 ms/token in two processes of one
-lease). Nothing from them enters kernel_costs.json.
+- the floors: empty nodes (per node, per replay), a node that depends on data (`relay`), a
+  fork/join pair, the eager device time per kernel (behind the `spin` probe, CUDA events), a
+  graph launch's host cost, the device loop's, a capture's and an instantiation's;
+- the host cost of one eager launch per kernel and mechanism (dispatcher, prebound), alone and
+  within a step's sequence, and the engine's own host work per step (launches stubbed);
+- the relative spread of per-token and per-rep times (the noise model uses the spreads only).
+Two whole-step files are recorded here, in the process whose host costs were measured (the
+host's speed moves between processes): the launch-mechanism ladder (ladder.json, its reps
+interleaved with rounds of the host costs) and fission (fission.json, arms.FISSION: its eager
+half is host-bound). They are what the model must PREDICT; nothing of them enters the cost file.
+The verify steps of speculative decoding (SPEC_STEPS) are the `spec_costs` experiment: the
+supplement spec_costs.json beside the cost file.
 """
 from __future__ import annotations
 
 import gc
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from kernels import REGISTRY, position, probe  # noqa: E402
-from lab.backend import Launch, StreamWait  # noqa: E402
-from lab.backend.costmodel import cost_key, launch_bytes  # noqa: E402
-from lab.backend.instrument import LaunchLog  # noqa: E402
-from lab.config import LabConfig  # noqa: E402
-from lab.engine.runner import DecodeEngine  # noqa: E402
-from lab.errors import LabError  # noqa: E402
-from lab.measure import bench, report  # noqa: E402
-from scripts import recorder  # noqa: E402
-from scripts.costs_chains import (N1, N2, as_in_step, capture_chain, chain_fit,  # noqa: E402
-                                  distinct_launches, for_chains, host_per_call, main_stream,
-                                  set_pos, step_instances)
+from kernels import REGISTRY, position, probe
+from lab import DecodeEngine
+from lab.backend import Launch, StreamWait, make_backend
+from lab.backend.costmodel import cost_key, launch_bytes
+from lab.backend.instrument import LaunchLog
+from lab.config import LabConfig
+from lab.errors import LabError
+from lab.measure import bench, report
+from lab.measure.arms import FISSION
+from lab.measure.chains import (N1, N2, as_in_step, capture_chain, chain_fit, distinct_launches,
+                                for_chains, host_per_call, main_stream, set_pos, step_instances)
+from lab.measure.experiment import today
 
 PROMPT = "ROMEO.\n"
 # first and last position of every attention plan (splits 1, 2, 4, 8, 16, 32) and the sweep's end
@@ -468,7 +448,7 @@ def host_round(eng, base: LabConfig, step, rounds: dict) -> None:
     eng.cfg = base
 
 
-def host_and_ladder(eng, model, base: LabConfig, cfgs, out: Path, progress, reps=5,
+def host_and_ladder(eng, model, base: LabConfig, cfgs, ctx, progress, reps=5,
                     rungs=None) -> tuple:
     """Host costs, measured in rounds INTERLEAVED with the ladder's reps (the host's speed moves
     from minute to minute and process to process; interleaving makes both see the same host).
@@ -482,7 +462,7 @@ def host_and_ladder(eng, model, base: LabConfig, cfgs, out: Path, progress, reps
     rounds: dict = {}
     ladder = bench.run_ladder(model, base.replace(graph=True), reps=reps, tokens=64,
                               before_rep=lambda rep: host_round(eng, base, step, rounds),
-                              pool=recorder.engine_pool(eng, base), rungs=rungs)
+                              pool={bench.pool_key(base): eng}, rungs=rungs)
     for k in ("dispatcher_step_sequence_us", "prebound_step_sequence_us"):
         host[k] = statistics.median(rounds[k])
     host["rounds"] = rounds
@@ -491,7 +471,7 @@ def host_and_ladder(eng, model, base: LabConfig, cfgs, out: Path, progress, reps
              f"{host['dispatcher_step_sequence_us']:.2f} us, prebound "
              f"{host['prebound_step_sequence_us']:.2f} us; engine per step: eager "
              f"{engine_host['eager']:.2f} us, graph {engine_host['graph']:.2f} us")
-    recorder.write_json(out / "ladder.json", ladder)
+    ctx.write_json("ladder.json", ladder)
     progress("wrote ladder.json\n" + report.format_ladder(ladder))
     return host, engine_host
 
@@ -506,41 +486,36 @@ def _quiet_heap(eng) -> None:
     gc.freeze()
 
 
-def record_fission(model, base: LabConfig, eng, out: Path, progress, reps=15, eager_reps=40,
+def record_fission(model, base: LabConfig, eng, ctx, progress, reps=15, eager_reps=40,
                    tokens=64) -> None:
-    """fission.json: one-kernel combine (A) vs merge + project (B), eagerly and captured, paired
-    A/Bs on this engine; under `fused` the same for the fused step's heads tail (lecture §6's
-    case): attn_fused (A) vs its three phases as launches of their own (B, LAB_SPLIT_COMBINE=1
-    under LAB_FUSION=1 LAB_ATTN_TAIL=heads); and under `fused_grid` for its grid tail:
-    attn_fused_grid (A) vs attn_partial + attn_combine (B). Recorded
-    here because its eager half is host-bound and the host's speed differs between processes
-    (up to 1.5x on one lease): the model's host costs come from this process. Whole-step
-    figures: nothing of them enters kernel_costs.json. 15 reps captured; with 5, the eager effect
-    (about 4 launches' host time) had a standard error of a third of itself. 40 reps eager (a rep
-    of 64 host-bound tokens takes about 20 ms): on a noisy host 15 left the grid tail's eager
-    effect unresolved (+14.65 +- 11.52 us/token, t = 1.3, on the 400fcee pass)."""
-    pool = recorder.engine_pool(eng, base)
-    fission = {"what": "fission under capture: one-kernel combine (A) vs merge + project (B); "
-                       "fused: attn_fused (A) vs partials + merge + per-head projection (B); "
-                       "fused_grid: attn_fused_grid (A) vs attn_partial + attn_combine (B)"}
-    fused = base.replace(fusion=True)
-    for where, arm, names in ((fission, base, ("combine", "split")),
-                              (fission.setdefault("fused", {}), fused.replace(attn_tail="heads"),
-                               ("fused", "split")),
-                              (fission.setdefault("fused_grid", {}), fused, ("fused", "split"))):
-        for mode in ("eager", "graph"):
-            a = arm.replace(graph=(mode == "graph"))
-            where[mode] = bench.run_ab(model, a, a.replace(split_combine=True),
-                                       reps=eager_reps if mode == "eager" else reps,
-                                       tokens=tokens, names=names, per_token=200, pool=pool)
-    fission.update(source=fission["graph"]["source"], date=fission["graph"]["date"],
-                   recorded_by="scripts/record_gpu_costs.py")
-    recorder.write_json(out / "fission.json", fission)
+    """fission.json: the A/Bs of arms.FISSION on this engine (one-kernel combine vs merge +
+    project; the fused step's heads tail, attn_fused vs its three phases; its grid tail,
+    attn_fused_grid vs attn_partial + attn_combine), each eagerly and captured. Recorded here
+    because its eager half is host-bound and the host's speed differs between processes (up to
+    1.5x on one lease): the model's host costs come from this process. 15 reps captured (with
+    5, the eager effect, about 4 launches' host time, had a standard error of a third of
+    itself); 40 eager (a rep of 64 host-bound tokens takes about 20 ms)."""
+    pool = {bench.pool_key(base): eng}
+    fission: dict = {"what": "fission under capture: one-kernel combine (A) vs merge + project (B); "
+                             "fused: attn_fused (A) vs partials + merge + per-head projection (B); "
+                             "fused_grid: attn_fused_grid (A) vs attn_partial + attn_combine (B)"}
+    for pair in FISSION:
+        *keys, mode = pair.path.split(".")
+        where = fission.setdefault(keys[0], {}) if keys else fission
+        a, b = pair.configs(base)
+        where[mode] = bench.run_ab(model, a, b, reps=eager_reps if pair.host_paced else reps,
+                                   tokens=tokens, names=pair.names, per_token=200, pool=pool)
+    fission.update(source=fission["graph"]["source"], date=fission["graph"]["date"])
+    ctx.write_json("fission.json", fission)
     progress("wrote fission.json\n" + "\n".join(
-        f"[{label}{m}]\n{report.format_ab(where[m])}"
-        for label, where in (("", fission), ("fused ", fission["fused"]),
-                             ("fused grid ", fission["fused_grid"])) for m in ("eager", "graph")))
+        f"[{p.lesson}]\n{report.format_ab(_at(fission, p.path))}" for p in FISSION))
     eng.cfg = base
+
+
+def _at(data: dict, path: str):
+    for part in path.split("."):
+        data = data[part]
+    return data
 
 
 def measure_noise(eng, base: LabConfig, progress, reps=5, tokens=64, per_token=200) -> dict:
@@ -581,21 +556,20 @@ def measure_noise(eng, base: LabConfig, progress, reps=5, tokens=64, per_token=2
     return out
 
 
-def main(argv=None) -> int:
-    ap = recorder.arguments(__doc__, backends=("cuda", "sim"), weights=True)
-    ap.add_argument("--no-spec", action="store_true",
-                    help="leave the verify steps of speculative decoding out (their costs stay "
-                         "data/gpu/spec_costs.json's, recorded on their own)")
-    args = ap.parse_args(argv)
-    out = recorder.out_dir(args.out)
-    model = recorder.load(args)
-    base = LabConfig(backend=args.backend, graph=False)
-    eng = DecodeEngine(model, base)
+def _engine(ctx, base: LabConfig):
+    eng = DecodeEngine(ctx.model, base)
     eng.log = LaunchLog()
     eng.bind()
-    cfgs = step_configs(base)
-    progress = recorder.stopwatch()
+    return eng
 
+
+def record_costs(ctx) -> None:
+    """The simulator's component costs (kernel_costs.json), and in the same process the ladder
+    and fission, whose host-bound arms need this process's host (notebooks 03, 06, 10)."""
+    base = LabConfig(backend=ctx.backend, graph=False)
+    eng = _engine(ctx, base)
+    cfgs = step_configs(base)
+    progress = ctx.progress
     progress("floors")
     floors = measure_floors(eng, progress)
     progress("kernels as graph nodes")
@@ -605,51 +579,44 @@ def main(argv=None) -> int:
     switches = measure_switches(eng, cfgs, kernels, progress, seen_switches)
     progress(f"kernel switches at position {LONG_POSITION} (the pairs with attention's long plan)")
     switches += measure_switches(eng, cfgs[:1], kernels, progress, seen_switches, LONG_POSITION)
-    # before the verify steps: scripts/costs_from_log.py reads everything after that section
-    # of a cut run's log as verify-step launches
     progress("the persistent step (LAB_PERSISTENT=1), unit [step_persistent, pos_set]")
     rungs = None                     # the ladder's rungs: all, unless the persistent step failed
     try:
-        persistent_kernels, floors["pos_set"] = measure_persistent(model, base, progress)
-    except Exception as exc:         # noqa: BLE001 -- the kernel's first GPU runs: a refusal
-        # (no co-residency) or a compile error must not cost the pass every other figure
-        persistent_kernels = []
+        persistent_kernels, floors["pos_set"] = measure_persistent(ctx.model, base, progress)
+    except Exception as exc:         # noqa: BLE001 -- a refusal (no co-residency) or a compile
+        persistent_kernels = []      # error must not cost the recording every other figure
         floors["persistent_not_measured"] = f"{type(exc).__name__}: {exc}"
         rungs = [name for name, _, _ in bench.LADDER if name != "persistent"]
         progress(f"  persistent step NOT measured, and left off the ladder: "
                  f"{floors['persistent_not_measured']}")
-    spec_kernels, spec_switches = [], []
-    if args.no_spec:
-        progress("the verify steps of speculative decoding: left out (--no-spec; the simulator "
-                 "reads them from spec_costs.json)")
-    else:
-        progress("the verify steps of speculative decoding (LAB_DRAFT)")
-        spec_kernels, spec_switches = measure_spec(model, base, progress)
-    kernels, switches = kernels + persistent_kernels + spec_kernels, switches + spec_switches
+    kernels += persistent_kernels
     progress("host costs, interleaved with the ladder")
     _quiet_heap(eng)
-    host, engine_host = host_and_ladder(eng, model, base, cfgs, out, progress, rungs=rungs)
+    host, engine_host = host_and_ladder(eng, ctx.model, base, cfgs, ctx, progress, rungs=rungs)
     progress("fission, in this process (its eager half is host-bound)")
     _quiet_heap(eng)
-    record_fission(model, base, eng, out, progress)
+    record_fission(ctx.model, base, eng, ctx, progress)
     progress("noise")
     noise = measure_noise(eng, base, progress)
+    gc.unfreeze()
     eng.cfg = base
-    res = {
+    ctx.write_json("kernel_costs.json", {
         "launches_per_token": len(eng.step_launches(eng.plan(BASE_POSITION))),
         "what": "component costs for the simulator's cost model (lab/backend/costmodel.py)",
-        "source": eng.backend.describe(), "date": recorder.today(),
-        "recorded_by": "scripts/record_gpu_costs.py",
+        "source": eng.backend.describe(), "date": today(),
         "method": {"chains": f"graphs of n = {N1} and {N2} copies of one launch, replayed 200x, "
                              f"3 alternating rounds, medians; per-node time = slope",
                    "positions": list(POSITIONS), "base_position": BASE_POSITION},
-        "floors": floors, "kernels": kernels, "switches": switches, "host": host, "engine_host_us": engine_host,
-        "noise": noise,
-    }
-    path = recorder.write_json(out / "kernel_costs.json", res, indent=1)
-    progress(f"wrote {path}")
-    return 0
+        "floors": floors, "kernels": kernels, "switches": switches, "host": host,
+        "engine_host_us": engine_host, "noise": noise})
 
 
-if __name__ == "__main__":
-    sys.exit(recorder.run(main))
+def record_spec_costs(ctx) -> None:
+    """The verify steps' component costs (SPEC_STEPS, LAB_DRAFT), the cost file's supplement
+    (notebook 14)."""
+    base = LabConfig(backend=ctx.backend, graph=False)
+    kernels, switches = measure_spec(ctx.model, base, ctx.progress)
+    ctx.write_json("spec_costs.json", {
+        "what": "a supplement of kernel_costs.json: the verify steps' component costs (LAB_DRAFT)",
+        "source": make_backend(base).describe(), "date": today(),
+        "kernels": kernels, "switches": switches})

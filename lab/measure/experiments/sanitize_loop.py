@@ -1,7 +1,6 @@
-"""The device loop (LAB_LOOP=device) under compute-sanitizer, piece by piece: run this script
-under `compute-sanitizer --tool racecheck` (or synccheck, memcheck) in one of three modes.
-
-  python scripts/sanitize_loop.py --mode minimal|loop|body [--tokens N]
+"""sanitize_loop.txt: the device loop (LAB_LOOP=device) under compute-sanitizer racecheck, piece
+by piece, every piece a process of its own, all at once (notebook 11). Each piece is this
+module's `main(["--mode", MODE, ...])` in a process under racecheck (PIECE), in one of these modes:
 
   minimal  a WHILE node over a SWITCH node with ONE body, the `advance` kernel, built by the
            backend's build_loop: the conditional-node machinery with nothing of the model in it
@@ -14,6 +13,7 @@ under `compute-sanitizer --tool racecheck` (or synccheck, memcheck) in one of th
            sanitizer cannot run
   kernels  `--kernels A,B,...`: the loop's one body is the step's first launch of each named
            kernel, in the order given, then `advance`: which combinations of kernels crash it
+  prefix   `--count N`: the step's first N launches, then `advance` (a bisection by node count)
   loop     the engine's device loop: `--tokens` steps of the clean step in one graph launch
   body     the loop's bodies without the loop: the same step, captured into an ordinary graph
            per plan (LAB_LOOP=host) and replayed, at a position in every plan of the loop
@@ -21,24 +21,26 @@ under `compute-sanitizer --tool racecheck` (or synccheck, memcheck) in one of th
 
 `--warm` (modes one-body, kernel, kernels, prefix) launches the body's kernels once eagerly, and
 puts the position back, before the loop is built: whether the crash needs a kernel's first run
-to be inside a conditional body.
-
-Each mode prints one line `sanitize_loop <mode>: ok ...` when the run completes and its
-results check out (exit 0), or says what failed (exit 1). What the sanitizer reports, it
-prints itself.
+to be inside a conditional body. Each piece prints one line `sanitize_loop <mode>: ok ...` when
+its run completes and its results check out (exit 0), or says what failed (exit 1). The
+experiment writes OUT/sanitize/<piece>.log and OUT/sanitize_loop.txt: per piece the exit status
+(139 or 11: killed by a segmentation fault), the ok line's count and racecheck's summary line.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from lab.config import LabConfig  # noqa: E402
-from lab.model import load_model  # noqa: E402
+from lab.config import LabConfig
+from lab.measure.experiment import REPO, experiment
+from lab.model import load_model
 
 PROMPT = "ROMEO.\n"
 BACKEND = "cuda"      # --backend sim: a dry run of the script's logic on the simulator
@@ -118,8 +120,8 @@ def step_body(steps: int, kernel: str | None = None, prefix: int | None = None,
     start = eng.position
     if kernel is None and prefix is None and kernels is None:
         def issue(k):
-            for item in eng._items(plan):
-                eng._issue(item)
+            for item in eng.issuer.items(plan):
+                eng.issuer.issue(item)
         if warm:
             _warm(be, b, eng.step_launches(plan), start)
         got = one_body_loop(be, issue, b.pos, b.plan_of, b.limit, start, steps, "one-body")
@@ -168,7 +170,7 @@ def tokens_of(loop: str, steps: int, positions=None) -> list[int]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="the device loop under compute-sanitizer, piece by piece")
+    ap = argparse.ArgumentParser(description="one piece of the device loop, for compute-sanitizer")
     ap.add_argument("--mode", required=True,
                     choices=("minimal", "shared", "one-body", "kernel", "kernels", "prefix", "loop",
                              "body"))
@@ -229,5 +231,76 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+KERNELS = ("embed", "rmsnorm", "matvec", "rope_kv_append", "attn_partial", "attn_combine",
+           "swiglu_up", "matvec_residual", "argmax_next")
+# 2, 3 and 4 different kernels (advance counted) in a body, in either order, one kernel thrice
+KERNEL_SETS = ("embed,rmsnorm", "rmsnorm,embed", "rmsnorm,matvec", "matvec,rmsnorm",
+               "matvec,matvec,matvec", "rmsnorm,matvec,swiglu_up")
+PREFIXES = (2, 4, 8, 16, 36)
+TOOL = ("compute-sanitizer", "--tool", "racecheck", "--report-api-errors", "no")
+PIECE_LIMIT_S = 300
+PIECE = ("import sys; from lab.measure.experiments.sanitize_loop import main; "
+         "sys.exit(main(sys.argv[1:]))")
+
+
+def pieces() -> dict[str, tuple[list[str], dict]]:
+    """{piece: (this module's arguments, extra environment)}: every piece the experiment runs.
+    Two try the smallest crashing body (the step's first two launches, then advance) with a
+    workaround each: its kernels run once eagerly first, or every kernel loaded at module load."""
+    out = {m: (["--mode", m], {}) for m in ("minimal", "shared", "one-body", "loop", "body")}
+    out.update({f"kernel-{k}": (["--mode", "kernel", "--kernel", k], {}) for k in KERNELS})
+    out.update({f"prefix-{n}": (["--mode", "prefix", "--count", str(n)], {}) for n in PREFIXES})
+    out.update({f"kernels-{s.replace(',', '-')}": (["--mode", "kernels", "--kernels", s], {})
+                for s in KERNEL_SETS})
+    out["prefix-2-warm"] = (["--mode", "prefix", "--count", "2", "--warm"], {})
+    out["prefix-2-eager"] = (["--mode", "prefix", "--count", "2"],
+                             {"CUDA_MODULE_LOADING": "EAGER"})
+    return out
+
+
+def _piece(log: Path, argv: list[str], env: dict) -> int:
+    """One piece under racecheck, its output to `log`: the exit status (124: past its limit)."""
+    cmd = [*TOOL, sys.executable, "-X", "faulthandler", "-c", PIECE, *argv]
+    with open(log, "w") as f:
+        try:
+            return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO,
+                                  env=child_env(**env), timeout=PIECE_LIMIT_S).returncode
+        except subprocess.TimeoutExpired:
+            return 124
+
+
+def _first_line(cmd: list[str], pattern: str) -> str:
+    try:
+        text = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    m = re.search(pattern, text)
+    return m.group(0) if m else text.strip().splitlines()[0] if text.strip() else "?"
+
+
+@experiment("sanitize_loop", files=("sanitize_loop.txt",), priority=220, backends=("cuda",),
+            limit_s=360, doc="the device loop under compute-sanitizer racecheck, piece by piece "
+                             "(notebook 11)")
+def record(ctx) -> None:
+    logs = ctx.out / "sanitize"
+    logs.mkdir(exist_ok=True)
+    todo = pieces()
+    ctx.progress(f"{len(todo)} pieces under racecheck, all at once (each up to "
+                 f"{PIECE_LIMIT_S} s)")
+    with ThreadPoolExecutor(max_workers=len(todo)) as pool:
+        codes = dict(zip(todo, pool.map(lambda kv: _piece(logs / f"{kv[0]}.log", *kv[1]),
+                                        todo.items())))
+    version = _first_line(["compute-sanitizer", "--version"], r"Version \S+")
+    gpu = _first_line(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                      r".+")
+    lines = [f"compute-sanitizer racecheck on the device loop, piece by piece ({version}; {gpu})",
+             "piece exit ok-line / racecheck summary (exit 11 or 139: segmentation fault)"]
+    for piece in sorted(codes):
+        text = (logs / f"{piece}.log").read_text(errors="replace")
+        ok = len(re.findall(r"^sanitize_loop .*: ok", text, re.M))
+        summary = re.search(r"RACECHECK SUMMARY.*", text)
+        lines.append(f"{piece} {codes[piece]} {ok} / "
+                     f"{summary.group(0) if summary else 'no summary'}")
+    ctx.write_text("sanitize_loop.txt", "\n".join(lines) + "\n")
+    ctx.progress("\n".join(lines))
+

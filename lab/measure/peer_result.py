@@ -1,6 +1,6 @@
-"""peer.json's content, for the peer recorder (scripts/record_gpu_peer.py): the statistics, the
-tokens check and the ratios from the raw per-rep data (`summarize`, pure: the tests feed it
-numbers), and the whole file with its provenance and method (`record`).
+"""peer.json's content, for the peer experiment (lab/measure/experiments/peer.py): the
+statistics, the tokens check and the ratios from the raw per-rep data (`summarize`, pure: the
+tests feed it numbers), and the whole file with its provenance and method (`record`).
 """
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 from lab.measure.stats import mean_sem
 from lab.model import sha256_of
-from scripts import recorder
-from scripts.peer_torch import COMPILE_ARM, MIN_BUCKET, TORCH_WHAT, window_lengths
+from lab.measure.peer_torch import COMPILE_ARM, MIN_BUCKET, TORCH_WHAT, window_lengths
+from lab.measure.experiment import now, versions as software_versions
 
-RECORDED_BY = "scripts/record_gpu_peer.py"
+RECORDED_BY = "decode-lab record peer"
 LAB_WHAT = {
     "lab graph": "LabConfig(graph=True): the lab's step replayed as one CUDA graph per plan",
     "lab graph+pdl": "LabConfig(graph=True, pdl=True): programmatic dependent launch",
@@ -143,7 +143,7 @@ def record(args, model, contexts, prompts, arms, data, oracle, failed, torch_nam
         warnings.append(f"torch.compile skipped CUDA graphs {counters['cudagraph_skips']} "
                         f"time(s), so its arm ran (partly) without them: {why}")
     backend = next(iter(arms.values())).engine.backend
-    versions = recorder.versions(backend)
+    versions = software_versions(backend)
     tsrc = (f"PyTorch {torch_info['torch']} (CUDA {torch_info.get('torch_cuda')}) on "
             f"{torch_info.get('device_name', '?')}")
     lengths = window_lengths(contexts, args.tokens, model.cfg.max_seq, args.buckets)
@@ -159,7 +159,7 @@ def record(args, model, contexts, prompts, arms, data, oracle, failed, torch_nam
                 "torch.compile reduce-overhead) of the same model from the same weight file: "
                 "ms/token at each context, greedy tokens compared",
         "source": f"{versions['describe']}; {tsrc}",
-        "date": recorder.now(),
+        "date": now(),
         "recorded_by": RECORDED_BY,
         "versions": {**{k: v for k, v in versions.items() if k != "describe"},
                      "torch": torch_info["torch"], "torch_cuda": torch_info.get("torch_cuda"),
@@ -184,8 +184,8 @@ def record(args, model, contexts, prompts, arms, data, oracle, failed, torch_nam
             "interleaving": "rep i runs the lab arms in this process and the torch arms in "
                             "the worker, the lab first on even reps and the worker first on "
                             "odd ones; each side's arm order is rotated per rep",
-            "process_separation": "torch arms ran in a separate process (this script "
-                                  "re-invoked with --torch-worker; JSON lines over a pipe); "
+            "process_separation": "torch arms ran in a separate process (python -m "
+                                  "lab.measure.peer_worker; JSON lines over a pipe); "
                                   "the lab's process never imports torch",
             "why_separate": "once torch has run kernels in a process, every later CUDA graph "
                             "node in that process (numba's too) replays about 0.18 us slower",

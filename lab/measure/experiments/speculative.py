@@ -1,0 +1,55 @@
+"""spec.json: speculative decoding (LAB_DRAFT), measured by lab/measure/spec.py (notebook 14).
+
+  same_tokens   greedy ids of LAB_DRAFT=4 against LAB_DRAFT=0 on the five standard prompts
+  curve         ms per generated token, tokens per verify step and the replay share for the
+                draft lengths DRAFTS and LAB_BUG_SPEC_KEY (draft BUG_DRAFT) at CONTEXTS
+  splits        the verify attention's split count against its workspace at CONTEXTS
+Conformance re-runs the curve's draft 0 and draft BUG_DRAFT arms on the simulator.
+"""
+from __future__ import annotations
+
+from lab.config import LabConfig
+from lab.errors import LabError
+from lab.measure.experiment import experiment, now, versions
+
+DRAFTS = (0, 2, 4, 8)
+BUG_DRAFT = 4          # the draft length of the same-tokens check, the splits and the bug arm
+CONTEXTS = (64, 900)
+SPLITS = (1, 4, 16, 64)
+REPS, TOKENS, PROMPT_TOKENS = 5, 64, 256
+QUICK = dict(reps=2, tokens=3, prompt_tokens=3, contexts=(16, 40), splits=(1, 4))
+
+
+@experiment("spec", files=("spec.json",), priority=140,
+            doc="speculative decoding: same tokens, the curve against context, NSPLIT "
+                "(notebook 14)")
+def record(ctx) -> None:
+    from lab.engine.runner import DecodeEngine
+    from lab.measure import spec
+    p = QUICK if ctx.quick else dict(reps=REPS, tokens=TOKENS, prompt_tokens=PROMPT_TOKENS,
+                                     contexts=CONTEXTS, splits=SPLITS)
+    model, base = ctx.model, LabConfig(backend=ctx.backend)
+    ctx.progress(f"same tokens: LAB_DRAFT={BUG_DRAFT} vs 0, standard prompts x "
+                 f"{p['prompt_tokens']}")
+    same = spec.same_tokens(model, BUG_DRAFT, tokens=p["prompt_tokens"], base=base)
+    for r in same["prompts"]:
+        d = r["first_divergence"]
+        ctx.progress(f"  {r['prompt']!r}: {'identical' if r['identical'] else d}; "
+                     f"{r['draft_stats']['tokens per step']:.2f} tokens per verify step")
+    ctx.progress(f"curve: k = {DRAFTS} + the bug, contexts {p['contexts']}, {p['reps']} reps")
+    curve = spec.curve(model, drafts=DRAFTS, contexts=p["contexts"], new_tokens=p["tokens"],
+                       reps=p["reps"], base=base, bug=BUG_DRAFT, progress=False)
+    ctx.progress(spec.format_curve(curve))
+    ctx.progress(f"splits: {p['splits']} (k = {BUG_DRAFT})")
+    splits = spec.splits_sweep(model, BUG_DRAFT, splits=p["splits"], contexts=p["contexts"],
+                               new_tokens=p["tokens"], reps=p["reps"], base=base, progress=False)
+    ctx.progress(spec.format_curve(splits))
+    res = {"what": "speculative decoding (LAB_DRAFT): same tokens, the curve against context, "
+                   "the verify attention's split count", "same_tokens": same, "curve": curve,
+           "splits": splits, "source": curve["source"],
+           "versions": versions(DecodeEngine(model, base, warm_up=False).backend),
+           "date": now(), "recorded_by": "decode-lab record spec"}
+    ctx.write_json("spec.json", res)
+    if not same["ok"]:
+        raise LabError("FAIL: LAB_DRAFT=4 parted from LAB_DRAFT=0 away from a near-tie "
+                       "(same_tokens in spec.json)")
