@@ -177,14 +177,14 @@ EQUIVALENT: dict[str, dict[str, str]] = {
     "replay_test": {
         "off_by_one run: range bound `8` -> `9` in `for _ in range(8): # replays of one graph, "
         "and a plan change`":
-            "9 decode steps in each arm instead of 8: the spec asks for three or more replays "
-            "of one graph (any n of them is right), and 9 catches every replay bug that 8 does "
+            "9 decode steps in each arm instead of 8: the statement asks for three or more "
+            "replays of one graph (any n of them is right), and 9 catches every replay bug that 8 does "
             "(each fixture's bug shows by the third launch of a graph)",
         "off_by_one run: range bound `8` -> `7` in `for _ in range(8): # replays of one graph, "
         "and a plan change`":
             "7 decode steps in each arm instead of 8: still three or more replays of one graph "
-            "after the prompt and after the boundary prompt's plan change (the spec leaves n to "
-            "the student), so every fixture's bug shows before the last step",
+            "after the prompt and after the boundary prompt's plan change (the statement leaves "
+            "n to the student), so every fixture's bug shows before the last step",
     },
     "accept": {
         "swapped_args accept_twin: args 1,2 of max() swapped in `g = q - max(p + 1, n_p) + 1`":

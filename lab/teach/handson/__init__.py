@@ -1,8 +1,9 @@
 """Hands-on exercises: one or more per step of the lecture's checklist ("make your decode step
-graph-resident"), each a spec, a stub the student edits, a check that runs the student's code in
-the real engine (the simulator, or the GPU: `backend="cuda"`), the reference solution and the
-known wrong solutions, one per common mistake. Step 11 goes beyond the checklist's ten: the
-lecture's case studies 003/004, speculative decoding with one graph for the whole generation.
+graph-resident"), each an Exercise (lab/teach/exercise.py): a statement, a stub the student
+edits, a check that runs the student's code in the real engine (the simulator, or the GPU:
+`backend="cuda"`), the reference solution and the known wrong solutions, one per common mistake.
+Step 11 goes beyond the checklist's ten: the lecture's case studies 003/004, speculative decoding
+with one graph for the whole generation.
 
   step  exercise      what the student writes                         module
    1    launch_count  count one token's launches; does capture pay?    count.py
@@ -30,9 +31,10 @@ list|show|check` is the command line; notebook 13_hands_on walks through steps 1
 from __future__ import annotations
 
 from lab.errors import LabError
+from lab.teach.exercise import CheckResult, Exercise, Source
 from . import (aa_control, aa_gate, accept, advance, audit_values, count, fallback, fission,
                fission_fused, loo, prewarm, replay_test, variance)
-from .base import CheckResult, Exercise, Source, check_in_child, issue, kernel
+from .base import check_in_child, issue, kernel
 
 EXERCISES: dict[str, Exercise] = {e.name: e for e in sorted(
     (m.EXERCISE for m in (count, audit_values, advance, prewarm, fallback, replay_test,
@@ -57,7 +59,7 @@ def listing() -> str:
 
 
 def show(name: str, stub: bool = True) -> None:
-    """Print the exercise's spec and (stub=True) its stub."""
+    """Print the exercise's statement and (stub=True) its stub."""
     print(exercise(name).show(stub))
 
 

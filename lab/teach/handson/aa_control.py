@@ -14,11 +14,12 @@ from __future__ import annotations
 import numpy as np
 
 from lab.measure.stats import aa_verdict, outputs_differ
-from .base import Exercise, Fail, need, variant, watched
+from lab.teach.exercise import Exercise, Fail
+from .base import need, variant, watched
 from .crash import explained
 from .fixtures import PROMPT, engine
 
-SPEC = """
+STATEMENT = """
 A comparison that fails is either a real difference or a comparison with no discriminating
 power. Run the configuration against itself first (A/A), then A against B. If A/A mismatches,
 investigate input/state initialisation, nondeterminism, races and the harness -- not B.
@@ -249,7 +250,7 @@ def _real_cases(fn, backend):
 
 
 EXERCISE = Exercise(
-    "aa_control", 7, "the A/A control before believing a mismatch", "§5", SPEC, STUB,
+    "aa_control", 7, "the A/A control before believing a mismatch", "§5", STATEMENT, STUB,
     ("ab_verdict",), cases, REFERENCE,
     {"no control": (NO_CONTROL, "you ran A 1 time(s)"),
      "token ids only": (TOKENS_ONLY, "compare the logits too"),

@@ -18,12 +18,13 @@ import numpy as np
 
 from lab.measure import bench
 from lab.measure.stats import aa_verdict, mean_sem, outputs_differ, paired_t, t_critical
-from .base import Exercise, Fail, need, variant, watched
+from lab.teach.exercise import Exercise, Fail
+from .base import need, variant, watched
 from .crash import explained
 from .fixtures import PROMPT, cfg, small_model
 from .variance import alternation_problem
 
-SPEC = """
+STATEMENT = """
 Before an A/B, run A against a second copy of A in the same harness. If A' - A differs beyond its
 noise, or their outputs differ, the harness cannot tell A from B: re-run, then look -- never read
 the A/B.
@@ -228,16 +229,16 @@ _FIXTURES = [
              hint="a |t| exactly at the threshold passes: the gate fails only when |t| > "
                   "critical, so pass on |t| <= critical (not <)"),
     _fixture("4 reps, every difference 0", 4, times=([0.0703125] * 4, [0.0703125] * 4),
-             hint="every difference is 0, so the sem is 0 and t = 0 (the spec's convention; "
+             hint="every difference is 0, so the sem is 0 and t = 0 (the statement's convention; "
                   "0/0 in NumPy or scipy gives nan): the gate passes"),
     _fixture("4 reps, every difference 0, a critical value of 0.5 given", 4,
              times=([0.0703125] * 4, [0.0703125] * 4), critical=0.5,
-             hint="every difference is 0, so the sem is 0 and t = 0 (the spec's convention), "
+             hint="every difference is 0, so the sem is 0 and t = 0 (the statement's convention), "
                   "within any critical value: the gate passes"),
     _fixture("4 reps, every difference the same 0.0078125 ms", 4,
              times=([0.0703125] * 4, [0.078125] * 4),
              hint="every difference is the same nonzero value: the sem is 0 and |t| = inf (the "
-                  "spec's convention): the gate fails"),
+                  "statement's convention): the gate fails"),
     _fixture("8 reps, A' as fast as A in three and 0.01 ms slower in five (the median of d is "
              "not its mean)", 8, times=_skewed(),
              hint="t is the MEAN of the differences over their standard error, not the median"),
@@ -272,10 +273,10 @@ _FLAWS = {   # a wrong gate, modelled, and what its verdict says
                "fixed 3",
     "a tie fails": "a |t| exactly at the threshold passes: the gate fails only when |t| > "
                    "critical, so pass on |t| <= critical (not <)",
-    "nan at sem 0": "when every difference is 0 the sem is 0 and t = 0 (the spec's convention), "
-                    "not the nan that 0/0 gives: handle that case yourself",
+    "nan at sem 0": "when every difference is 0 the sem is 0 and t = 0 (the statement's "
+                    "convention), not the nan that 0/0 gives: handle that case yourself",
     "t = 0 at sem 0": "when every difference is the same nonzero value the sem is 0 and |t| = inf "
-                      "(the spec's convention), not 0",
+                      "(the statement's convention), not 0",
     "no outputs": "the gate checks outputs too: A and A' must decode the same bytes",
     "first rep only": _EVERY_REP,
     "last rep only": _EVERY_REP,
@@ -342,7 +343,7 @@ def _replay(values: list):
 
 
 def _ask(fn, fx: dict) -> bool:
-    """The solution's verdict on a fixture, with its calls held to the spec."""
+    """The solution's verdict on a fixture, with its calls held to the statement."""
     reps, order = len(fx["a"]), []
 
     def arm(name, times, outs):
@@ -399,7 +400,7 @@ def _held_to_the_order(got, order, reps, label, outputs_differ_at) -> None:
 
 
 def _paired_t(a, a2) -> float:
-    """The spec's t of d = A' - A (0 when every d is 0, +-inf when every d is the same)."""
+    """The statement's t of d = A' - A (0 when every d is 0, +-inf when every d is the same)."""
     d = np.asarray(a2, np.float64) - np.asarray(a, np.float64)
     sem = d.std(ddof=1) / math.sqrt(d.size)
     mean = d.mean()
@@ -530,7 +531,7 @@ def cases(sol, backend):
 
 
 EXERCISE = Exercise(
-    "aa_gate", 7, "the A/A gate in front of every A/B", "§5", SPEC, STUB, ("aa_gate",), cases,
+    "aa_gate", 7, "the A/A gate in front of every A/B", "§5", STATEMENT, STUB, ("aa_gate",), cases,
     REFERENCE, {"times only": (TIMES_ONLY, "the gate checks outputs too"),
                 "back to back": (BACK_TO_BACK, "not one arm's reps back to back"),
                 "fixed 3": (FIXED_3, "does not change with `critical`"),

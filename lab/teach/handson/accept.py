@@ -3,7 +3,7 @@ device, so that one graph replays the whole generation.
 
 The student writes the acceptance kernel (its numba source and its NumPy twin, as
 kernels/draft.py's `accept` does) and the verify step's piece that launches it
-(`AcceptStep(SpecStep).accept`). The check first runs that launch alone on hand-made device
+(`AcceptStep(DraftStep).accept`). The check first runs that launch alone on hand-made device
 buffers -- each case built so that a common mistake shows, and is named -- then the same cases
 with the student's kernel itself on numba's CUDA simulator (the engine on a laptop runs its
 twin), then generates with
@@ -21,14 +21,14 @@ import kernels
 from kernels import cudasim, draft
 from lab.backend import Launch
 from lab.config import fixture_size
-from lab.engine.spec import SpecStep
-from .base import (Exercise, Fail, Source, hold_kernel, issue, kernel_source, need, simulate,
-                   variant, watched)
+from lab.engine.draft import DraftStep
+from lab.teach.exercise import Exercise, Fail, Source
+from .base import hold_kernel, issue, kernel_source, need, simulate, variant, watched
 from .fixtures import PROMPT, TOKENS, clean_tokens, engine, first_difference
 
 K = 4     # the check's LAB_DRAFT: the verify step's columns are T = K + 1
 
-SPEC = """
+STATEMENT = """
 Speculative decoding (LAB_DRAFT=k) drafts k tokens and verifies them with ONE step of the model
 over the k + 1 columns cols = [tokens[p], draft 1, ..., draft k] (p = pos[0]). The step leaves
 pred[t], the model's greedy choice after column t: the token for position p + t + 1. Acceptance
@@ -45,10 +45,10 @@ Write three things:
         the numba.cuda source of the same kernel (one thread does the work; a GPU runs it,
         and this check on numba's CUDA simulator), declared with lab.teach.handson.kernel(...)
         and your twin
-  AcceptStep(SpecStep)  its accept(self, plan) returns the launch of your kernel:
+  AcceptStep(DraftStep)  its accept(self, plan) returns the launch of your kernel:
         lab.engine.step.launch(accept_kernel, (grid, block), args), args in the kernel's order:
-        self.dev.spec.cols, self.dev.spec.pred, self.dev.buf.pos, self.dev.buf.n_prompt,
-        self.dev.buf.limit, self.dev.buf.tokens, self.dev.spec.stats
+        self.dev.draft.cols, self.dev.draft.pred, self.dev.buf.pos, self.dev.buf.n_prompt,
+        self.dev.buf.limit, self.dev.buf.tokens, self.dev.draft.stats
 
 The rule, with p = pos[0], n_p = n_prompt[0], lim = limit[0] (the last position to reach):
   - p >= lim: the generation is done; change nothing.
@@ -67,7 +67,7 @@ grid and block on numba's CUDA simulator (a laptop runs it there): the reference
 tokens and stats, each element written by exactly one thread, no prompt position written, what
 your twin leaves; then LAB_DRAFT=4 generations from a 7-token prompt across positions 32 and 64:
 LAB_DRAFT=0's greedy tokens, one capture then replays only, eager and graph byte-identical.
-Launching kernels.draft.accept (the lab's own), calling its twin or SpecStep.accept fails the
+Launching kernels.draft.accept (the lab's own), calling its twin or DraftStep.accept fails the
 check.
 """
 
@@ -75,7 +75,7 @@ STUB = '''
 import numpy as np
 from numba import cuda
 
-from lab.engine.spec import SpecStep
+from lab.engine.draft import DraftStep
 from lab.engine.step import launch
 from lab.teach.handson import kernel
 
@@ -93,7 +93,7 @@ def accept_kernel(cols, pred, pos, n_prompt, limit, tokens, stats):
     pass
 
 
-class AcceptStep(SpecStep):
+class AcceptStep(DraftStep):
     def accept(self, plan):
         """The launch of accept_kernel after the verify step's columns."""
         # FILL ME IN: return launch(accept_kernel, ((1,), (1,)), (the seven buffers, in order))
@@ -103,7 +103,7 @@ class AcceptStep(SpecStep):
 REFERENCE = '''
 from numba import cuda
 
-from lab.engine.spec import SpecStep
+from lab.engine.draft import DraftStep
 from lab.engine.step import launch
 from lab.teach.handson import kernel
 
@@ -152,9 +152,9 @@ def accept_kernel(cols, pred, pos, n_prompt, limit, tokens, stats):
         stats[1] += g
 
 
-class AcceptStep(SpecStep):
+class AcceptStep(DraftStep):
     def accept(self, plan):
-        b, s = self.dev.buf, self.dev.spec
+        b, s = self.dev.buf, self.dev.draft
         return launch(accept_kernel, ((1,), (1,)),
                       (s.cols, s.pred, b.pos, b.n_prompt, b.limit, b.tokens, s.stats))
 '''
@@ -201,9 +201,9 @@ WRONG_THREAD = variant(REFERENCE, "if cuda.threadIdx.x != 0 or", "if cuda.thread
 
 _REFS = (("kernels.draft.accept_twin", draft.accept_twin),
          ("kernels.draft.accepted", draft.accepted),
-         ("lab.engine.spec.SpecStep.accept", SpecStep.accept))
-_ARGS = ("spec.cols", "spec.pred", "buf.pos", "buf.n_prompt", "buf.limit", "buf.tokens",
-         "spec.stats")
+         ("lab.engine.draft.DraftStep.accept", DraftStep.accept))
+_ARGS = ("draft.cols", "draft.pred", "buf.pos", "buf.n_prompt", "buf.limit", "buf.tokens",
+         "draft.stats")
 
 
 # ---- the hand-made cases ----------------------------------------------------------------------
@@ -559,8 +559,8 @@ def _twin_fault(twin, case, max_seq) -> str | None:
 # ---- the check --------------------------------------------------------------------------------
 def _step_class(sol):
     (cls,) = need(sol, ("AcceptStep",))
-    if not (isinstance(cls, type) and issubclass(cls, SpecStep)):
-        raise Fail(f"AcceptStep is {cls!r}: make it a subclass of lab.engine.spec.SpecStep "
+    if not (isinstance(cls, type) and issubclass(cls, DraftStep)):
+        raise Fail(f"AcceptStep is {cls!r}: make it a subclass of lab.engine.draft.DraftStep "
                    f"(the verify step), overriding accept(self, plan)")
     return cls
 
@@ -582,7 +582,7 @@ def _accept_launch(eng, cls) -> Launch:
     if kern.name in kernels.REGISTRY:   # a GPU backend compiles kernels once per process, by name
         raise Fail(f"your kernel is named {kern.name!r}, as a kernel of the lab's: a GPU would "
                    f"run the lab's kernel of that name; name yours otherwise (accept_kernel)")
-    b, s = eng.bufs[0], eng.dev_spec
+    b, s = eng.bufs[0], eng.draft_buffers
     want = (s.cols, s.pred, b.pos, b.n_prompt, b.limit, b.tokens, s.stats)
     if len(item.args) != len(want) or any(
             getattr(x, "name", None) != w.name for x, w in zip(item.args, want)):
@@ -595,7 +595,7 @@ def _accept_launch(eng, cls) -> Launch:
 def _run_case(eng, item, case):
     """Upload the case into the engine's buffers, issue the student's launch alone, read back;
     a twin that indexes out of bounds (a device fault, as on a GPU) is named with its line."""
-    be, b, s = eng.backend, eng.bufs[0], eng.dev_spec
+    be, b, s = eng.backend, eng.bufs[0], eng.draft_buffers
     max_seq = b.tokens.shape[0]
     cols, pred, pos, n_prompt, limit, tokens, stats = _case_arrays(case, max_seq)
     for buf, value in ((b.tokens, tokens), (b.pos, pos), (b.n_prompt, n_prompt),
@@ -694,7 +694,7 @@ def _generate(backend, cls, graph: bool):
     gen = watched(_REFS, eng.generate, PROMPT, TOKENS, what=f"generating with AcceptStep "
                   f"(LAB_DRAFT={K}, {'graph' if graph else 'eager'})")
     kept = {"tokens": gen.tokens.tobytes()}
-    kept.update({n: eng.backend.download(getattr(eng.dev_spec, n)).tobytes()
+    kept.update({n: eng.backend.download(getattr(eng.draft_buffers, n)).tobytes()
                  for n in ("logits", "pred", "cols", "stats")})
     return gen, eng, kept
 
@@ -734,7 +734,7 @@ def cases(sol, backend):
 
 EXERCISE = Exercise(
     "accept", 11, "speculative decoding's acceptance, on the device and replayed",
-    "case studies 003/004", SPEC, STUB, ("AcceptStep",), cases, REFERENCE,
+    "case studies 003/004", STATEMENT, STUB, ("AcceptStep",), cases, REFERENCE,
     {"no bonus": (NO_BONUS, "no bonus token"),
      "every agreeing draft": (EVERY_AGREEING, "longest agreeing PREFIX"),
      "off by one": (OFF_BY_ONE, "off by one"),

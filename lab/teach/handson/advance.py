@@ -18,11 +18,12 @@ from kernels import position
 from lab.backend import Buffer
 from lab.engine.step import Step
 from lab.errors import DeviceFault
-from lab.teach.verify import replay_check
-from .base import Exercise, Fail, Source, hold_kernel, need, variant, watched
+from lab.teach.exercise import Exercise, Fail, Source
+from lab.measure.replay_check import replay_check
+from .base import hold_kernel, need, variant, watched
 from .fixtures import PROMPT, TOKENS, boundary_prompt, clean_tokens, engine, first_difference
 
-SPEC = """
+STATEMENT = """
 A replayed graph reruns the same launches with the same arguments: replayed as it was captured,
 it decodes the same token again. Something must change the position between replays. This lab
 keeps the position in device memory and increments it with a kernel inside the captured step, so
@@ -204,10 +205,10 @@ def _per_step_values(eng) -> list[str]:
     """The advance launches' by-value arguments that differ between two positions of one plan."""
     out = []
     for pos in (10, 11):
-        eng.position = pos
+        eng.track_position(pos, 0)
         out.append([a for x in eng.step_launches(eng.plan(pos))[-3:] for a in x.args
                     if not isinstance(a, Buffer)])
-    eng.position = 0
+    eng.track_position(0, 0)
     return [f"{a!r}, then {b!r}" for a, b in zip(*out) if str(a) != str(b)]
 
 
@@ -347,7 +348,7 @@ def cases(sol, backend):
 
 
 EXERCISE = Exercise(
-    "advance", 3, "a device-side position advance that the graph replays", "§2", SPEC, STUB,
+    "advance", 3, "a device-side position advance that the graph replays", "§2", STATEMENT, STUB,
     ("AdvanceStep",), cases, REFERENCE,
     {"host write": (HOST_WRITE, "host writes the position"),
      "by value": (BY_VALUE, "value the host computes per step"),

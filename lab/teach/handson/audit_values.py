@@ -4,7 +4,7 @@ steps, and classify each: promote it to device memory, or make it a capture key.
 
 The student's `audit_values(engine, positions)` reads the step's launches at each position (a
 query: engine.step_launches(engine.plan(p)) runs nothing). The check holds its verdicts to the
-lab's own audit (lab.teach.audit.audit, which runs eager steps and reads the launch log) on real
+lab's own audit (lab.measure.audit.audit, which runs eager steps and reads the launch log) on real
 engines: the clean step, LAB_BUG_FROZEN_KV_ROW (a pointer), LAB_BUG_CTX_BY_VALUE (a loop bound
 passed by value) and a step whose MLP grid the host sizes from the position (a grid that changes
 within one plan key, which no plan-keyed graph handles).
@@ -14,12 +14,13 @@ from __future__ import annotations
 import dataclasses
 
 from lab.engine.step import Step, launch
-from lab.teach.audit import audit
-from .base import Exercise, Fail, need, variant, watched
+from lab.measure.audit import audit
+from lab.teach.exercise import Exercise, Fail
+from .base import need, variant, watched
 from .crash import explained
 from .fixtures import engine
 
-SPEC = """
+STATEMENT = """
 Anything the host computes and a launch receives is frozen by a capture. Before capturing, list
 every such value that changes between steps and decide: promote to device memory (pointers,
 sizes and loop bounds passed by value), or make it a capture key (grid and block dimensions and
@@ -40,7 +41,7 @@ between the first and the last and comes back is not.
 
 The check: the clean engine, a frozen KV-row pointer, a by-value context length, a grid sized
 from the position, a kernel chosen by the plan, a grid changed for the middle plan only, and a
-block and a by-value eps chosen by the plan, against lab.teach.audit.audit (calling it fails
+block and a by-value eps chosen by the plan, against lab.measure.audit.audit (calling it fails
 the check).
 """
 
@@ -247,7 +248,7 @@ def cases(sol, backend):
     (fn,) = need(sol, ("audit_values",))
     for label, kw in _CASES:
         positions, want, values, kinds = expected(engine(backend, **kw))
-        got = watched((("lab.teach.audit.audit", audit),),
+        got = watched((("lab.measure.audit.audit", audit),),
                       explained(fn, f"audit_values ({label})"), engine(backend, **kw),
                       list(positions), what=f"audit_values ({label})")
         if not isinstance(got, dict):
@@ -278,7 +279,7 @@ def cases(sol, backend):
 
 
 EXERCISE = Exercise(
-    "audit", 2, "classify each host value that reaches a launch", "§2", SPEC, STUB,
+    "audit", 2, "classify each host value that reaches a launch", "§2", STATEMENT, STUB,
     ("audit_values",), cases, REFERENCE,
     {"pointers only": (POINTERS_ONLY, "do not skip by-value loop bounds"),
      "grids promoted": (ALL_PROMOTED, "cannot be promoted"),

@@ -1,29 +1,14 @@
-"""The machinery of the hands-on exercises: what an exercise is, where a solution comes from,
-and the child process each check runs in.
+"""The hands-on checks' machinery: where a solution comes from, the child process each check runs
+in, and a solution's kernel on numba's CUDA simulator. The Exercise itself, its result, the
+"did it call the reference?" watch and the case runner are lab/teach/exercise.py's.
 
-An `Exercise` is a spec (what to write, which lecture section), a stub (source text: what the
-student starts from), a check (a generator of cases that runs the solution in a real engine and
-raises `Fail` with a message at the first wrong case), the reference solution and the known
-wrong solutions (one per common mistake, each with the words its verdict must contain).
-
-A solution is a namespace: a module, a dict (a notebook's `globals()`), any object with the
-names the exercise asks for, a path to a .py file, or "package.module:ATTRIBUTE". `check_in_child`
-runs the check in a child process: the lab's state is untouched whatever the solution does (a
-fresh engine per check, the child's memory thrown away), an endless loop meets a time limit, an
-allocation without bound meets a memory limit (the address space on Linux, the parent's watch
-on the child's resident memory everywhere), and a write outside the child's scratch folder is
-refused and named. Each check ends in one line.
-
-A kernel exercise's check runs the solution's numba.cuda kernel itself -- on a laptop the engine
-runs only its NumPy twin -- under numba's CUDA simulator (kernels/cudasim.py): `kernel_source`
-sends its source text to the simulator's child, `hold_kernel` runs it at the solution's grid and
-block beside the reference kernel and holds it to the reference's values, to its own twin, and
-(`geometry_fault`) to the reference's writes, each element by exactly one thread. The check's
-simulator child is forked from a server started once per parent process on Linux (numba imported
-once), a fresh interpreter elsewhere; while it runs, the parent shows a progress bar on stderr.
-
-The result type, the "did it call the reference?" watch and the case runner are the self-check's
-own (lab/teach/selfcheck/checkers.py): `CheckResult`, `_Fail`, `_watching`, `_run`.
+  load_solution, need, watched    a solution as a namespace (a module, a notebook's globals(), a
+                                  .py file, "module:ATTRIBUTE", a Source); its names; a call of it
+  call_fault, launch_fault        what a call into the lab's code did wrong, in words
+  kernel_source, simulate,        the solution's kernel as source for the simulator's child, run
+  hold_kernel, geometry_fault     beside the reference kernel and held to its values and writes
+  check_in_child                  one check in a child process: a time limit, a memory limit, a
+                                  scratch folder; the lab's state untouched; one line of verdict
 """
 from __future__ import annotations
 
@@ -34,7 +19,6 @@ import importlib.machinery
 import importlib.util
 import inspect
 import io
-import linecache
 import multiprocessing
 import os
 import shutil
@@ -43,7 +27,6 @@ import tempfile
 import textwrap
 import time
 import types
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -51,17 +34,16 @@ import numpy as np
 
 from kernels import cudasim
 from lab.errors import LabError
-from lab.teach.selfcheck.checkers import CheckResult, _Fail as Fail, _run, _watching
+from lab.teach.exercise import (DEFAULT_TIMEOUT_S, CheckResult, Exercise, Fail, Source, run_cases,
+                                watching)
 
-__all__ = ["Exercise", "Fail", "CheckResult", "Source", "kernel", "issue", "variant",
-           "load_solution", "check_in_child", "watched", "need", "DEFAULT_TIMEOUT_S",
-           "MEMORY_BUDGET", "kernel_source", "simulate", "hold_kernel", "geometry_fault",
-           "SIM_NOTE", "call_fault", "launch_fault"]
+__all__ = ["kernel", "issue", "variant", "load_solution", "check_in_child", "watched", "need",
+           "GPU_TIMEOUT_S", "MEMORY_BUDGET", "kernel_source", "simulate", "hold_kernel",
+           "geometry_fault", "SIM_NOTE", "call_fault", "launch_fault", "is_lab", "short"]
 
-DEFAULT_TIMEOUT_S = 120.0     # a check on the simulator takes seconds; an endless loop, for ever
 # On a GPU a check is a fresh process whose engines compile every kernel they launch before the
-# first step (accept's reference check took 162 s on the H200, almost all of it compiling): the
-# limit there is at least this, unless the student asks for another with --timeout
+# first step, most of a check's time there: the limit is at least this, unless the student asks
+# for another with --timeout
 GPU_TIMEOUT_S = 420.0
 MEMORY_BUDGET = 2 << 30       # bytes a check may allocate beyond what its process holds at start
 _OUTPUT_KEPT = 4000           # characters of what the solution printed, sent back with the verdict
@@ -70,7 +52,7 @@ SIM_NOTE = ("numba's CUDA simulator runs the blocks of a launch one after anothe
 
 
 def kernel(*signatures: str, twin: Callable, reads: tuple[int, ...], writes: tuple[int, ...]):
-    """kernels/_spec.py's `@kernel`, for a solution's own kernel: the same KernelSpec (numba
+    """kernels/registry.py's `@kernel`, for a solution's own kernel: the same KernelSpec (numba
     source + NumPy twin), NOT entered in the lab's registry, so defining it twice (a notebook
     cell run again) is fine and the lab's kernel table stays as it was."""
     from kernels import KernelSpec
@@ -91,63 +73,7 @@ def variant(reference: str, old: str, new: str = "") -> str:
 def issue(engine, item) -> None:
     """Issue one item of a step on the engine's device, as the engine's issue loop does: a
     launch, a stream wait, or (a lazy step's) host work, which runs on the host right here."""
-    from lab.backend import Launch, StreamWait
-    be = engine.backend
-    if isinstance(item, Launch):
-        be.launch(item)
-    elif isinstance(item, StreamWait):
-        be.record_wait(item.src, item.dst)
-    else:
-        item.run()
-
-
-@dataclass(frozen=True)
-class Source:
-    """A solution as source text (the stub, the reference, a known wrong solution)."""
-    text: str
-    label: str
-
-    def namespace(self) -> types.SimpleNamespace:
-        ns: dict = {"__name__": f"handson_{self.label}"}
-        filename = f"<{self.label}>"
-        # its lines where inspect finds a function's source (the kernel sent to the simulator)
-        linecache.cache[filename] = (len(self.text), None, self.text.splitlines(True), filename)
-        exec(compile(self.text, filename, "exec"), ns)
-        return types.SimpleNamespace(**ns)
-
-
-@dataclass(frozen=True)
-class Exercise:
-    name: str
-    step: int                      # the checklist step it serves (1..10; 11: the case studies)
-    title: str
-    section: str                   # the lecture section the spec draws on
-    spec: str                      # what to write: the contract the check holds you to
-    stub: str                      # the source the student starts from (# FILL ME IN)
-    names: tuple[str, ...]         # what a solution must define
-    cases: Callable                # cases(solution, backend) -> generator; raises Fail
-    reference: str                 # the reference solution's source
-    wrong: dict = field(default_factory=dict)   # mistake -> (its source, words its verdict holds)
-    stub_says: str = ""            # words the stub's verdict holds: what is missing
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    simulator: bool = False        # its check runs kernels on numba's CUDA simulator
-
-    def solutions(self) -> dict[str, Source]:
-        """{"stub": ..., "reference": ..., each mistake: ...}: every solution the lab ships."""
-        out = {"stub": Source(self.stub, f"{self.name} stub"),
-               "reference": Source(self.reference, f"{self.name} reference")}
-        out.update({m: Source(src, f"{self.name} wrong: {m}")
-                    for m, (src, _) in self.wrong.items()})
-        return out
-
-    def show(self, stub: bool = True) -> str:
-        """The spec, and (stub=True) the stub to start from."""
-        text = (f"{self.name} -- checklist step {self.step}: {self.title}\n(lecture {self.section})"
-                f"\n\n{self.spec.strip()}\n")
-        if stub:
-            text += (f"\n# ---- the stub: edit it, then `decode-lab exercise check {self.name} "
-                     f"--solution FILE`\n{self.stub.strip()}\n")
-        return text
+    engine.backend.issue(item)
 
 
 # ---- where a solution comes from ---------------------------------------------------------------
@@ -197,7 +123,7 @@ def watched(refs, fn, *args, what: str = "", **kwargs):
     code the check compares against ((name, function) pairs). An exception from the solution
     becomes a Fail naming it; so does a call of a reference."""
     failure = None
-    with _watching(refs) as used:
+    with watching(refs) as used:
         try:
             out = fn(*args, **kwargs)
         except (Fail, MemoryError):    # a memory error is the check's to report (one line)
@@ -220,13 +146,13 @@ _LAB_DIRS = tuple(str(Path(__file__).resolve().parents[3] / d) + os.sep for d in
 _LAUNCH_FORM = "launch(kernel, (grid, block), args, layer)"
 
 
-def _is_lab(filename: str) -> bool:
+def is_lab(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_LAB_DIRS)
 
 
 def _is_solution(filename: str) -> bool:
     """A frame of the solution's own code: not the lab's, not Python's, not a package's."""
-    if filename.startswith(("<frozen", "<string>")) or _is_lab(filename):
+    if filename.startswith(("<frozen", "<string>")) or is_lab(filename):
         return False
     path = os.path.abspath(filename) if not filename.startswith("<") else filename
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
@@ -294,7 +220,7 @@ def lab_call(callee) -> tuple[str, str, list[str]]:
     code, loc = callee.f_code, callee.f_locals
     params = [p for p in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
               if p != "self"]
-    shown = ", ".join(f"{p}={_short(loc[p])}" for p in params if p in loc)
+    shown = ", ".join(f"{p}={short(loc[p])}" for p in params if p in loc)
     return f"{callee.f_globals.get('__name__', '')}.{code.co_name}", shown, params
 
 
@@ -309,7 +235,7 @@ def call_fault(exc: BaseException) -> str | None:
     if not mine or mine[-1] + 1 >= len(frames):
         return None
     caller, callee = frames[mine[-1]][0], frames[mine[-1] + 1][0]
-    if not _is_lab(callee.f_code.co_filename):
+    if not is_lab(callee.f_code.co_filename):
         return None
     code, loc = callee.f_code, callee.f_locals
     if code.co_name == "launch" and code.co_filename.endswith(os.path.join("engine", "step.py")):
@@ -325,7 +251,7 @@ def call_fault(exc: BaseException) -> str | None:
             f"values you pass it, in its order ({', '.join(params)})")
 
 
-def _short(v, n: int = 40) -> str:
+def short(v, n: int = 40) -> str:
     text = repr(v)
     return text if len(text) <= n else text[:n - 3] + "..."
 
@@ -688,14 +614,14 @@ def _child(conn, exercise: Exercise, solution, backend: str, scratch: str,
             print(res.line())
         else:
             send(("started",))                        # the parent's memory watch starts here
-            res = _run(exercise.name, _progressing(exercise.cases(ns, backend), send))
+            res = run_cases(exercise.name, _progressing(exercise.cases(ns, backend), send))
     except MemoryError:
         memory = True
     except BaseException as exc:                      # the check itself broke: say so, one line
         wrong = call_fault(exc) if isinstance(exc, Exception) else None
         res = CheckResult(exercise.name, False, wrong or f"the check stopped: "
                           f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", 0)
-    if memory:                                        # (the solution's memory is freed by now)
+    if memory:                                        # (the solution's memory is freed here)
         res = _memory_verdict(exercise.name)
     if refused:
         res = CheckResult(exercise.name, False, f"the solution tried {refused[0]}: a check may "
@@ -706,7 +632,7 @@ def _child(conn, exercise: Exercise, solution, backend: str, scratch: str,
     conn.close()
     if "sim" in _SIM:
         _SIM["sim"].close()      # the simulator's child stopped (and reaped) with the check
-    os._exit(0)       # now: no wait for threads the solution left running, no exit handlers
+    os._exit(0)       # at once: no wait for threads the solution left running, no exit handlers
 
 
 def _context(backend: str):

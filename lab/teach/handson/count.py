@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from lab.backend.instrument import LaunchBill, launch_bill
 from lab.model import load_model
-from .base import Exercise, Fail, need, variant, watched
+from lab.teach.exercise import Exercise, Fail
+from .base import need, variant, watched
 from .crash import explained
 from .fixtures import PROMPT, engine
 
-SPEC = """
+STATEMENT = """
 Count the launch bill before deciding to capture: kernels per layer x layers + the launches
 outside the layer stack, per token; the step time divided by it is each launch's budget.
 
@@ -217,8 +218,8 @@ def cases(sol, backend):
         yield label
 
 EXERCISE = Exercise(
-    "launch_count", 1, "count one token's launches; does capture pay?", "§Overview", SPEC, STUB,
-    ("launches_per_token", "capture_pays"), cases, REFERENCE,
+    "launch_count", 1, "count one token's launches; does capture pay?", "§Overview", STATEMENT,
+    STUB, ("launches_per_token", "capture_pays"), cases, REFERENCE,
     {"counted a replay": (REPLAYED, "graph replay"),
      "layers only": (LAYERS_ONLY, "outside the layer stack"),
      "milliseconds": (MILLISECONDS, "1 ms is 1000 us")},

@@ -15,7 +15,8 @@ import functools
 import linecache
 
 from lab.errors import CaptureError, CollectiveError, DeviceFault, LabError
-from .base import Fail, _is_lab, call_fault, lab_call, solution_frames, traceback_frames
+from lab.teach.exercise import Fail
+from .base import call_fault, is_lab, lab_call, solution_frames, traceback_frames
 
 _SEQUENCES = ("list", "tuple", "str")
 # what a lab function raises when the values it was given are not the kind it takes
@@ -53,7 +54,7 @@ def crash_words(exc: BaseException) -> str | None:
     frame, lasti, lineno = frames[i]
     line = linecache.getline(frame.f_code.co_filename, lineno).strip()
     at = f"at line {lineno} of your solution, `{_short_text(line, 72)}`"
-    if i + 1 < len(frames) and _is_lab(frames[i + 1][0].f_code.co_filename):
+    if i + 1 < len(frames) and is_lab(frames[i + 1][0].f_code.co_filename):
         if not isinstance(exc, _REFUSALS):
             return None       # the lab's own error, in its own words
         why = _lab_call(frame, frames[i + 1][0])

@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from lab.engine.runner import DecodeEngine
 from lab.backend import Launch
 from lab.engine.step import HostWork, Step
 from lab.errors import CaptureError
 from lab.ledger import CaptureFailure
-from .base import Exercise, Fail, need, variant
+from lab.teach.exercise import Exercise, Fail
+from .base import need, variant
 from .crash import explained
 from .fixtures import PROMPT, TOKENS, clean_tokens, engine, first_difference
 
-SPEC = """
+STATEMENT = """
 A failure to capture should cost performance, never correctness or availability: end the failed
 capture, discard it, restore any host state changed while it was open, and re-issue eagerly.
 
@@ -173,7 +176,7 @@ def _engine_class(fn):
         elif not getattr(graph, "nodes", True):
             self.__dict__["student_empty"] = True
         if graph is not None and instantiate:
-            self._graphs[self.graph_key(plan)] = graph     # as DecodeEngine.capture files it
+            self.graph_cache.put(self.graph_key(plan), graph)     # as DecodeEngine.capture files it
         return graph, failure
     return type("StudentCaptureEngine", (DecodeEngine,), {"capture": capture})
 
@@ -199,7 +202,7 @@ class TablesOnBuild(Step):
     def items(self, plan):
         if not self.lazy.get("tables_uploaded"):
             self.lazy["tables_uploaded"] = True          # marked first, as such code usually is
-            be, b, (cos, sin) = self.dev.backend, self.dev.buf, self.engine.rope_host
+            be, b, (cos, sin) = self.dev.backend, self.dev.buf, self.engine.devices.rope_host
             be.upload(b.cos, cos)
             be.upload(b.sin, sin)
         yield from super().items(plan)
@@ -208,7 +211,13 @@ class TablesOnBuild(Step):
 def _engine_for(backend, bugs, **kw):
     """An engine with the deliberate bugs `bugs` (or the step above for "tables_on_build")."""
     if "tables_on_build" in bugs:
-        return engine(backend, step=TablesOnBuild, **kw)
+        eng = engine(backend, step=TablesOnBuild, **kw)
+        # the engine's warm-up builds the step's items to find its kernels, which ran the lazy
+        # upload (its flag restored after): the tables go back to never uploaded
+        be, b = eng.backend, eng.pieces.dev.buf
+        for table in (b.cos, b.sin):
+            be.upload(table, np.zeros(table.shape, table.dtype))
+        return eng
     return engine(backend, bugs=set(bugs), **kw)
 
 
@@ -434,7 +443,7 @@ def cases(sol, backend):
     yield "an error that is not a CaptureError goes through"
 
 EXERCISE = Exercise(
-    "fallback", 5, "end a failed capture, discard it, restore, re-issue eagerly", "§3", SPEC,
+    "fallback", 5, "end a failed capture, discard it, restore, re-issue eagerly", "§3", STATEMENT,
     STUB, ("capture",), cases, REFERENCE,
     {"capture left open": (LEFT_OPEN, "left open"),
      "lazy state kept": (NO_RESTORE, "restore it"),

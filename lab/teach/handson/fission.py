@@ -18,11 +18,12 @@ import numpy as np
 from lab.engine.runner import DecodeEngine
 from lab.engine.step import Step
 from lab.measure import bench
-from lab.teach.verify import replay_check
-from .base import Exercise, Fail, Source, need, variant, watched
+from lab.teach.exercise import Exercise, Fail, Source
+from lab.measure.replay_check import replay_check
+from .base import need, variant, watched
 from .fixtures import PROMPT, TOKENS, cfg, engine, small_model, two_layer_model
 
-SPEC = """
+STATEMENT = """
 Graph capture changes which optimisations pay: a kernel split rejected because its extra launch
 cost host time costs only a graph node once the step is captured. Splitting need not move bits:
 keep the accumulation order across the seam.
@@ -130,11 +131,11 @@ def argument_fault(launches, reference_launches, kernel_names) -> str | None:
                 what = f"{params[j]}, " if j < len(params) else ""
                 return (f"layer {x.layer}'s {x.name} takes {shown(a)} as its argument {j + 1} "
                         f"({what}in the kernel's order {', '.join(params)}) where the lab's "
-                        f"takes {shown(b)}: pass the buffers and values the spec names, each in "
-                        f"its place")
+                        f"takes {shown(b)}: pass the buffers and values the statement names, "
+                        f"each in its place")
         if len(x.args) != len(y.args):
             return (f"layer {x.layer}'s {x.name} takes {len(x.args)} arguments, the lab's "
-                    f"{len(y.args)}: pass the ones the spec names")
+                    f"{len(y.args)}: pass the ones the statement names")
     return None
 
 
@@ -189,8 +190,8 @@ def _simulate_pairs(eng, pairs, plan, first) -> None:
     from .base import geometry_fault, simulate
     arrays, launches = {}, []
     for i, (x, y) in enumerate(pairs):
-        spec = kernels.REGISTRY[x.name]
-        pure = set(spec.writes) - set(spec.reads)
+        registered = kernels.REGISTRY[x.name]
+        pure = set(registered.writes) - set(registered.reads)
         keys = []
         for j, a in enumerate(y.args):
             if hasattr(a, "shape") and hasattr(a, "name"):
@@ -199,16 +200,16 @@ def _simulate_pairs(eng, pairs, plan, first) -> None:
                 keys.append(f"{i}.{j}")
             else:
                 keys.append((a.item() if hasattr(a, "item") else a, np.asarray(a).dtype.name))
-        watch = tuple(j for j in spec.writes)
+        watch = tuple(j for j in registered.writes)
         for who, z in (("yours", x), ("the lab's", y)):
             launches.append(cudasim.Launch(f"{x.name} at {who} grid", f"registry:{x.name}",
                                            z.grid, z.block, keys, watch))
     results = simulate(launches, arrays, what="the lab's kernels at your grids")
     for i, (x, y) in enumerate(pairs):
         got, ref = results[2 * i], results[2 * i + 1]
-        spec = kernels.REGISTRY[x.name]
+        registered = kernels.REGISTRY[x.name]
         names = [getattr(a, "name", f"argument {j}") for j, a in enumerate(y.args)]
-        pure = tuple(set(spec.writes) - set(spec.reads))
+        pure = tuple(set(registered.writes) - set(registered.reads))
         fault = geometry_fault(f"the lab's {x.name}", x.grid, x.block, got, ref, names, None,
                                pure)
         if not fault:
@@ -359,7 +360,7 @@ def cases(sol, backend):
 
 
 EXERCISE = Exercise(
-    "fission", 9, "split the combine; re-measure the split under capture", "§6", SPEC, STUB,
+    "fission", 9, "split the combine; re-measure the split under capture", "§6", STATEMENT, STUB,
     ("SplitCombine",), cases, REFERENCE,
     {"no residual": (NO_RESIDUAL, "must ADD into x"),
      "project first": (PROJECT_FIRST, "BEFORE the merge"),

@@ -14,9 +14,9 @@ forms timed eagerly and captured (interleaved reps), and the split must pay only
 from __future__ import annotations
 
 from lab.engine.step import FusedStep
-from lab.teach.verify import decode_after_prompt, replay_check
-from .base import Exercise, Fail, need, variant, watched
-from .base import Source
+from lab.teach.exercise import Exercise, Fail, Source
+from lab.measure.replay_check import decode_after_prompt, replay_check
+from .base import need, variant, watched
 from .fission import (REPS, argument_fault, lab_grids, launch_names, layer_weights,
                       missing_or_extra, price)
 from .fixtures import PROMPT, TOKENS, engine, prompt_ids, two_layer_model
@@ -24,7 +24,7 @@ from .fixtures import PROMPT, TOKENS, engine, prompt_ids, two_layer_model
 # the fused step whose attention this exercise splits: LAB_FUSION=1 with the heads tail
 HEADS = dict(fusion=True, attn_tail="heads")
 
-SPEC = """
+STATEMENT = """
 Lecture §6: a single kernel can be the right design eagerly and the wrong one captured. The
 fused step's attention with LAB_ATTN_TAIL=heads (kernels.fused.attn_fused) does three things in
 one launch: each block (h, s) writes its slice's softmax partials; the last block of each head
@@ -204,7 +204,7 @@ def cases(sol, backend):
 
 
 EXERCISE = Exercise(
-    "fission_fused", 9, "split the fused attention: it pays only under capture", "§6", SPEC,
+    "fission_fused", 9, "split the fused attention: it pays only under capture", "§6", STATEMENT,
     STUB, ("SplitAttention",), cases, REFERENCE,
     {"whole matvec": (WHOLE_MATVEC, "one matvec_residual over all of d_model"),
      "narrow partials": (NARROW_PARTIALS, "the unfused step's partial"),

@@ -15,12 +15,13 @@ import numpy as np
 
 from lab.measure import bench
 from lab.measure.stats import loo_rows, paired_test
-from .base import Exercise, Fail, need, variant, watched
+from lab.teach.exercise import Exercise, Fail
+from .base import need, variant, watched
 from .crash import explained
 from .fixtures import PROMPT, cfg, small_model
 from .variance import alternation_problem
 
-SPEC = """
+STATEMENT = """
 A cumulative ladder credits whichever change came first with the benefit the changes share.
 Leave-one-out measures each factor's marginal worth with all the others on: worth(F) =
 ms/token(all on but F) - ms/token(all on), paired rep by rep. Publish the all-off arm too.
@@ -211,7 +212,7 @@ def _judge(fn, run, factors, reps, calls, label):
 
 
 def _runs_checked(calls, factors, reps, label, after: str = ""):
-    """The arms' runs held to the spec: every arm `reps` times, no other, interleaved."""
+    """The arms' runs held to the statement: every arm `reps` times, no other, interleaved."""
     if not calls:
         raise Fail(f"no arm ran: run all on, each factor left out ({', '.join(factors)}) and all "
                    f"off, {reps} interleaved reps each, then tabulate")
@@ -296,7 +297,7 @@ def cases(sol, backend):
 
 
 EXERCISE = Exercise(
-    "loo", 10, "the leave-one-out table", "§7", SPEC, STUB, ("leave_one_out",), cases,
+    "loo", 10, "the leave-one-out table", "§7", STATEMENT, STUB, ("leave_one_out",), cases,
     REFERENCE,
     {"cumulative ladder": (LADDER, "cumulative ladder"),
      "sign flipped": (SIGN, "the sign is flipped"),

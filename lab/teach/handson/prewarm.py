@@ -16,12 +16,13 @@ import functools
 import numpy as np
 
 from lab.model import random_model
-from lab.teach.audit import detect_lazy_init
-from .base import Exercise, Fail, need, variant, watched
+from lab.measure.audit import detect_lazy_init
+from lab.teach.exercise import Exercise, Fail
+from .base import need, variant, watched
 from .crash import explained
 from .fixtures import SMALL, PROMPT, TOKENS, clean_tokens, engine, first_difference
 
-SPEC = """
+STATEMENT = """
 Lazy initialisation -- do it on first use, cache it for ever -- is invisible eagerly and illegal
 inside a capture (a synchronous copy, an allocation that grows a pool). Pre-warm all of it.
 
@@ -96,7 +97,7 @@ def pre_warm(engine):
 # the boundaries of the first model written in: a model with more positions has more plans
 HARD_CODED = variant(REFERENCE, "plan_boundaries(engine.model.cfg.max_seq)]", "(32, 64)]")
 
-_REFS = (("lab.teach.audit.detect_lazy_init", detect_lazy_init),)
+_REFS = (("lab.measure.audit.detect_lazy_init", detect_lazy_init),)
 LAZY = {"lazy_table", "lazy_scratch"}
 
 
@@ -212,8 +213,8 @@ def cases(sol, backend):
 
 
 EXERCISE = Exercise(
-    "prewarm", 4, "pre-warm the lazy table and scratch so every plan captures", "§3", SPEC, STUB,
-    ("pre_warm",), cases, REFERENCE,
+    "prewarm", 4, "pre-warm the lazy table and scratch so every plan captures", "§3", STATEMENT,
+    STUB, ("pre_warm",), cases, REFERENCE,
     {"one eager step": (ONE_EAGER_STEP, "Plans with splits [2, 4] were not pre-warmed"),
      "scratch only": (SCRATCH_ONLY, "host-to-device copy into rope_cos"),
      "flag only": (FLAG_ONLY, "never ran"),

@@ -15,13 +15,13 @@ import numpy as np
 
 from lab.engine.bugs import BUGS
 from lab.engine.runner import DecodeEngine
-from lab.teach.selfcheck.checkers import _watching
-from lab.teach.verify import decode_after_prompt, replay_check
-from .base import Exercise, Fail, need, watched
+from lab.teach.exercise import Exercise, Fail, watching
+from lab.measure.replay_check import decode_after_prompt, replay_check
+from .base import need, watched
 from .crash import explained
 from .fixtures import boundary_prompt, engine, prompt_ids
 
-SPEC = """
+STATEMENT = """
 One replay proves nothing: replay 1 runs the values captured for it, right by construction; a
 frozen pointer or loop bound goes stale from replay 2 -- or later, when a plan change captures
 afresh. Test several consecutive replays, byte-compared against the eager path.
@@ -41,7 +41,7 @@ of one graph, after the prompt and after a plan change.
 The check: your test passes the clean engine and fails an engine whose third launch of a graph
 leaves one logit one ulp off (no token changes), LAB_BUG_FROZEN_KV_ROW, CTX_BY_VALUE and
 POS_OUTSIDE_GRAPH, from a prompt ending mid-plan and from one ending a token before a plan
-boundary. Calling lab.teach.verify (replay_check, decode_after_prompt) fails the check.
+boundary. Calling lab.measure.replay_check (replay_check, decode_after_prompt) fails the check.
 """
 
 STUB = '''
@@ -96,8 +96,8 @@ ONE_REPLAY = _test_source(1)
 TWO_REPLAYS = _test_source(2)
 GRAPH_AGAINST_GRAPH = _test_source(8, (True, True))
 
-_REFS = (("lab.teach.verify.replay_check", replay_check),
-         ("lab.teach.verify.decode_after_prompt", decode_after_prompt))
+_REFS = (("lab.measure.replay_check.replay_check", replay_check),
+         ("lab.measure.replay_check.decode_after_prompt", decode_after_prompt))
 _FROZEN = [name for name, b in BUGS.items() if b.kind == "frozen"]
 _TOLERANCES = tuple((f"numpy.{f.__name__}", getattr(f, "_implementation", f))
                     for f in (np.allclose, np.isclose, np.testing.assert_allclose,
@@ -156,7 +156,7 @@ def _resets(eng) -> list:
 
 
 def _verdict(fn, eng, ids, label, tolerance: list | None = None):
-    with _watching(_TOLERANCES) as used:
+    with watching(_TOLERANCES) as used:
         out = watched(_REFS, explained(fn, f"replays_match ({label})"), eng, ids,
                       what=f"replays_match ({label})")
     if tolerance is not None:
@@ -315,7 +315,7 @@ def cases(sol, backend):
 
 
 EXERCISE = Exercise(
-    "replay_test", 6, "a repeated-replay test that a frozen pointer fails", "§4", SPEC, STUB,
+    "replay_test", 6, "a repeated-replay test that a frozen pointer fails", "§4", STATEMENT, STUB,
     ("replays_match",), cases, REFERENCE,
     {"one replay": (ONE_REPLAY, "at most 1 time(s) in a row"),
      "two replays": (TWO_REPLAYS, "at most 2 time(s) in a row"),

@@ -14,11 +14,12 @@ import numpy as np
 
 from lab.measure import bench
 from lab.measure.stats import mean_sem, paired_t
-from .base import Exercise, Fail, _short, need, variant, watched
+from lab.teach.exercise import Exercise, Fail
+from .base import need, short, variant, watched
 from .crash import explained
 from .fixtures import PROMPT, cfg, small_model
 
-SPEC = """
+STATEMENT = """
 Report the standard error of both arms, not only the means: capture removes host-side variance,
 and a tighter arm makes smaller real differences measurable.
 
@@ -262,7 +263,7 @@ def _judge(fn, arms: dict, calls: list, reps: int, label: str):
         gone = [n for n in names if not isinstance(got, dict) or n not in got]
         what = (f"the arm(s) {', '.join(gone)} are missing from it" if gone else
                 "it holds keys that are not arms")
-        raise Fail(f"measure returned {_short(got)}: {what}; return a dict {{name: (mean, sem)}} "
+        raise Fail(f"measure returned {short(got)}: {what}; return a dict {{name: (mean, sem)}} "
                    f"with every arm")
     for n in names:
         v = [c[1] for c in timed if c[0] == n]
@@ -316,7 +317,7 @@ def cases(sol, backend):
 
 
 EXERCISE = Exercise(
-    "variance", 8, "interleaved reps and the standard error of both arms", "§1", SPEC, STUB,
+    "variance", 8, "interleaved reps and the standard error of both arms", "§1", STATEMENT, STUB,
     ("measure",), cases, REFERENCE,
     {"back to back": (BACK_TO_BACK, "back to back"),
      "population sd": (POPULATION_SD, "population sd"),

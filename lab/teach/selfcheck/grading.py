@@ -42,10 +42,11 @@ LETTERS = "abcdefgh"
 SEALED_FORMAT = "decode-lab sealed self-check bank, version 1"
 NUMBER_STEP = 0.001      # q4's buckets: ln(x) / ln(1 + NUMBER_STEP), floored
 
-_HOW = {"choice": ("one letter", '"<letter>"'),
-        "choices": ("every letter that applies, and no other", '["<letter>", "<letter>", ...]'),
-        "number+choices": ("the number and every letter that applies",
-                           '{"number": <number>, "choices": ["<letter>", ...]}')}
+HOW_TO_ANSWER = {   # form -> (what an answer gives, its JSON shape)
+    "choice": ("one letter", '"<letter>"'),
+    "choices": ("every letter that applies, and no other", '["<letter>", "<letter>", ...]'),
+    "number+choices": ("the number and every letter that applies",
+                       '{"number": <number>, "choices": ["<letter>", ...]}')}
 
 
 class Malformed(ValueError):
@@ -187,7 +188,7 @@ class Question:
     def how(self, in_json: bool = False) -> str:
         """How to write an answer, in the notebook or in an answers JSON (no example that could
         be the answer)."""
-        label, example = _HOW[self.form]
+        label, example = HOW_TO_ANSWER[self.form]
         if in_json:
             return f'{label}: "{self.id}": {example}'
         return f'{label}: answer("{self.id}", {example})'

@@ -50,7 +50,7 @@ from lab.config import STUDENT_ENV, selfcheck_student
 from lab.errors import LabError
 from lab.files import atomic_write_text, check_output
 from .bank import QUESTIONS
-from .grading import _HOW, Malformed, Question
+from .grading import HOW_TO_ANSWER, Malformed, Question
 
 FILE_FORMAT = "decode-lab selfcheck attempts, version 2"
 OLD_FORMAT = "decode-lab selfcheck attempts, version 1"
@@ -108,7 +108,7 @@ NO_STUDENT = ("who is answering? give your name or id once (notebook 08: STUDENT
 
 
 def resolve_student(student: str | None = None, prompt=None) -> str:
-    """Who is answering: `student` (remembered from now on), else DECODE_LAB_STUDENT, else the
+    """Who is answering: `student` (remembered for later runs), else DECODE_LAB_STUDENT, else the
     remembered name, else what `prompt` (a function of a question, e.g. `input`) returns
     (remembered), else a LabError saying how to give one."""
     if student is not None:
@@ -233,7 +233,7 @@ _current: Attempts | None = None
 def start(student: str | None = None, attempts=None) -> Attempts:
     """Answer as `student` (the seed of the options' order; remembered in ~/.decode-lab; None:
     as resolve_student says), keeping attempts in the file `attempts` (default
-    ~/.decode-lab/selfcheck.json). The questions' functions use it from now on."""
+    ~/.decode-lab/selfcheck.json). The questions' functions use it from then on."""
     global _current
     _current = Attempts(attempts, student)
     return _current
@@ -296,7 +296,7 @@ def check_answer(qid: str, value, record: Attempts | None = None) -> QuestionRes
     malformed value is not an attempt), printing nothing."""
     q, record = question(qid), record or current()
     if value is None:
-        return QuestionResult(qid, "unanswered", f"give {_HOW[q.form][0]}")
+        return QuestionResult(qid, "unanswered", f"give {HOW_TO_ANSWER[q.form][0]}")
     try:
         parsed = q.parse(value, record.student)
     except Malformed as exc:

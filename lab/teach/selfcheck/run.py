@@ -30,19 +30,11 @@ import sys
 from pathlib import Path
 
 from lab.errors import LabError
-from .checkers import (CheckResult, check_launch_bill, check_merge_partials, check_paired_t,
-                       check_replays_needed, check_verdict)
+from lab.teach.exercise import CheckResult
 from .bank import QUESTIONS
+from .checkers import EXERCISES
 from .questions import Attempts, answer
 
-# exercise -> (the functions the solutions file defines, its checker)
-EXERCISES = {
-    "merge_partials": (("merge_partials",), check_merge_partials),
-    "launch_bill": (("launches_per_token", "per_launch_budget_us"), check_launch_bill),
-    "paired_t": (("paired_t",), check_paired_t),
-    "verdict": (("verdict",), check_verdict),
-    "replays_needed": (("replays_needed",), check_replays_needed),
-}
 TOTAL = len(QUESTIONS) + len(EXERCISES)
 
 
@@ -109,13 +101,13 @@ def _functions(module, names, source: str):
 def check_exercises(module, source: str) -> list[CheckResult]:
     """Run every exercise's checker on the solutions module (printing each verdict)."""
     results = []
-    for exercise, (names, check) in EXERCISES.items():
-        fns, why = _functions(module, names, source)
+    for exercise in EXERCISES.values():
+        fns, why = _functions(module, exercise.names, source)
         if fns is None:
-            res = CheckResult(exercise, False, why, 0)
+            res = CheckResult(exercise.name, False, why, 0)
             print(res.line())
         else:
-            res = check(*fns)
+            res = exercise.run(module)
         results.append(res)
     return results
 
@@ -132,7 +124,7 @@ def usage(record: Attempts) -> str:
         lines += [q.prompt(record.student, in_json=True), ""]
     lines += ["The five exercises: fill in the stubs of lab/teach/selfcheck/exercises.py in a "
               "file of your own, defining "
-              + ", ".join(n for names, _ in EXERCISES.values() for n in names)
+              + ", ".join(n for e in EXERCISES.values() for n in e.names)
               + ".", "",
               "Answer in a JSON file (null: not answered), e.g. starting from", f"  {template}",
               "then run", "  decode-lab selfcheck --answers answers.json --solutions "
