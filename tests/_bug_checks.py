@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from lab.engine.runner import DecodeEngine
-from lab.teach.audit import audit, detect_lazy_init
-from lab.teach.verify import replay_check
+from lab.measure.audit import audit, detect_lazy_init
+from lab.measure.replay_check import replay_check
 
 PROMPT = "ROMEO.\n"
 

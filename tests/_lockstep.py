@@ -1,7 +1,7 @@
 """Two engines in lockstep, a GPU's and the simulator's: every launch of the step runs on both,
 each output is compared, then the GPU's output is copied into the simulator so that the next
 kernel sees equal inputs. Kernel by kernel at the real model's dims, across a plan boundary
-(tests/test_gpu.py for the one-op-per-kernel step, tests/test_fusion.py for the fused one)."""
+(tests/backend/test_gpu.py for the one-op-per-kernel step, tests/engine/test_fusion.py for the fused one)."""
 import numpy as np
 
 from lab.backend.sim import SimBackend
@@ -44,6 +44,6 @@ def run_lockstep(model, cfg, generated: int = 40, compare=None):
                     assert_outputs_close(a, b, f"{lg.name} pos {pos}")
                 sim.backend.upload(ls.args[i], a)
             checked.add(lg.name)
-        gpu.position += 1
-        sim.position += 1
+        for eng in (gpu, sim):   # the step's launches advanced pos on each device
+            eng.track_position(eng.position + 1, steps=0)
     return checked, gpu

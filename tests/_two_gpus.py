@@ -1,4 +1,4 @@
-"""The two-GPU check of tests/test_ranks.py, run in a child process (so that a hang at exit, a
+"""The two-GPU check of tests/engine/test_ranks.py, run in a child process (so that a hang at exit, a
 known hazard of NCCL communicators, can only time the child out): 2-rank eager and graph decode
 on GPUs 0 and 1, the rank-skew refusal, then every graph and communicator destroyed. Prints one
 JSON line and leaves with os._exit."""

@@ -1,0 +1,212 @@
+"""Speculative decoding (LAB_DRAFT): the same greedy tokens as one token per step, one graph
+replayed for the whole generation, no host read between the steps of a round, eager and graph
+byte-identical, the cache never written past; LAB_BUG_SPEC_KEY caught by the ledger; bad
+toggle combinations refused in one line."""
+import numpy as np
+import pytest
+
+from lab.config import LabConfig, from_env
+from lab.engine.runner import DecodeEngine
+from lab.engine.draft import DraftStep
+from lab.errors import LabError
+from lab.measure.arms import replay_fraction
+from lab.plan import plan_boundaries
+from lab.measure.replay_check import never_repeating
+
+PROMPTS = ("ROMEO.\n", "To be, or not to be")
+N = 40                     # from a short prompt: crosses the one-token plan boundary at 32
+
+
+@pytest.fixture(scope="module")
+def one_token(model):
+    """One token per step's generation of each prompt (LAB_DRAFT=0), shared by the tests."""
+    return {p: _gen(model, prompt=p)[0] for p in PROMPTS}
+
+
+def _gen(model, n=N, prompt=PROMPTS[0], backend="sim", **toggles):
+    eng = DecodeEngine(model, LabConfig(backend=backend, **toggles))
+    return eng.generate(prompt, n), eng
+
+
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_drafting_keeps_the_greedy_tokens(model, k, one_token):
+    for prompt in PROMPTS:
+        one = one_token[prompt]
+        spec, eng = _gen(model, prompt=prompt, draft=k)
+        np.testing.assert_array_equal(spec.tokens, one.tokens)
+        stats = spec.draft
+        assert stats["tokens generated"] == N
+        # every verify step yields between 1 and k + 1 tokens, so fewer steps than tokens
+        # whenever a draft was accepted, never fewer than N / (k + 1)
+        assert -(-N // (k + 1)) <= stats["verify steps"] <= N
+        assert eng.device_position() == len(prompt) - 1 + N
+
+
+def test_a_text_that_repeats_itself_is_verified_several_tokens_a_step(model):
+    """Prompt lookup pays where the text repeats itself: this prompt's continuation names its
+    speakers again and again (2 tokens per verify step, simulated)."""
+    prompt = "First Citizen:\nBefore we"
+    one, _ = _gen(model, prompt=prompt, n=128)
+    spec, _ = _gen(model, prompt=prompt, n=128, draft=4)
+    np.testing.assert_array_equal(spec.tokens, one.tokens)
+    assert spec.draft["tokens per step"] > 1.8, spec.draft
+
+
+def test_one_graph_serves_the_whole_generation(model):
+    _, eng = _gen(model, draft=4)
+    assert set(eng.graphs) == {eng.plan().key}          # one plan key, whatever the position
+    assert eng.ledger_summary() == {"capture": 1, "replay": len(eng.ledger) - 1}
+    assert eng.plan().key[-2:] == ("draft", 4)
+    assert len(eng.step_launches(eng.plan())) == 2 + 9 * model.cfg.n_layer + 4
+
+
+def test_the_host_reads_the_position_once_per_round_only(model):
+    eng = DecodeEngine(model, LabConfig(backend="sim", draft=4))
+    ids = eng.encode(PROMPTS[0])
+    eng.reset(ids, N)
+    be = eng.backend
+    first = len(be.ops)
+    eng.decode(ids.size - 1 + N)
+    reads = [o for o in be.ops[first:] if o.kind == "download"]
+    # a round issues ceil(remaining / 5) steps and reads pos once; the first read is the start
+    assert all(o.detail.startswith("pos") for o in reads), [o.detail for o in reads]
+    rounds = len(reads) - 1
+    steps = len(eng.ledger)
+    assert 1 <= rounds < steps / 2, (rounds, steps)
+    # no download between two launches of one round: ops between consecutive reads are replays
+    kinds = [o.kind for o in be.ops[first:]]
+    assert kinds.count("upload") == 1                      # the limit, once
+
+
+def test_eager_and_graph_are_byte_identical(model):
+    eager, e_eng = _gen(model, draft=4, graph=False)
+    graph, g_eng = _gen(model, draft=4)
+    np.testing.assert_array_equal(eager.tokens, graph.tokens)
+    for name in ("logits", "x", "pred", "cols", "stats"):
+        a = e_eng.backend.download(getattr(e_eng.draft_buffers, name))
+        b = g_eng.backend.download(getattr(g_eng.draft_buffers, name))
+        assert a.tobytes() == b.tobytes(), name
+    assert e_eng.ledger_summary() == {"eager": len(e_eng.ledger)}
+
+
+def test_pdl_keeps_the_bytes(model):
+    plain, p_eng = _gen(model, draft=4)
+    pdl, d_eng = _gen(model, draft=4, pdl=True)
+    np.testing.assert_array_equal(pdl.tokens, plain.tokens)
+    assert (d_eng.backend.download(d_eng.draft_buffers.logits).tobytes()
+            == p_eng.backend.download(p_eng.draft_buffers.logits).tobytes())
+
+
+def test_generation_up_to_the_end_of_the_cache(model):
+    """The last steps draft past max_seq: the step verifies fewer, never writes past the cache,
+    and the tokens are still one-token greedy's."""
+    c = model.cfg
+    prompt = "ROMEO.\n"
+    n = c.max_seq - len(prompt)                          # the last position is max_seq - 1
+    eng = DecodeEngine(model, LabConfig(backend="sim", draft=8))
+    ids = eng.encode(prompt)
+    eng.reset(ids)
+    eng.seek(c.max_seq - 40)                            # skip most of the way (zeros in the cache)
+    one = DecodeEngine(model, LabConfig(backend="sim"))
+    one.reset(ids)
+    one.seek(c.max_seq - 40)
+    one.decode(39)
+    eng.decode(39)
+    assert eng.device_position() == c.max_seq - 1
+    np.testing.assert_array_equal(eng.tokens(c.max_seq), one.tokens(c.max_seq))
+    with pytest.raises(LabError, match="max_seq"):
+        eng.decode(1)
+    del n
+
+
+def test_spec_key_bug_captures_every_step_and_replays_none(model, one_token):
+    clean = one_token[PROMPTS[0]]
+    buggy, eng = _gen(model, draft=4, bugs={"spec_key"})
+    np.testing.assert_array_equal(buggy.tokens, clean.tokens)        # right tokens: it hides
+    outcomes = eng.ledger_summary()
+    assert outcomes == {"capture": len(eng.ledger)}
+    assert replay_fraction(outcomes) == 0.0
+    assert never_repeating(eng.ledger) == {"pos"}
+    assert len(eng.graphs) == len(eng.ledger)
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"LAB_DRAFT": "3"}, "LAB_DRAFT='3' is not allowed; use one of 0, 2, 4, 8"),
+    ({"LAB_DRAFT": "4", "LAB_FUSION": "1"}, "LAB_FUSION=1 cannot combine with it"),
+    ({"LAB_DRAFT": "4", "LAB_RANKS": "2"}, "LAB_RANKS=2 cannot combine with it"),
+    ({"LAB_DRAFT": "4", "LAB_LOOP": "device"}, "LAB_LOOP=device cannot combine with it"),
+    ({"LAB_DRAFT": "2", "LAB_BUG_FROZEN_KV_ROW": "1"}, "LAB_BUG_FROZEN_KV_ROW=1 cannot combine"),
+    ({"LAB_BUG_SPEC_KEY": "1"}, "needs LAB_DRAFT=2, 4 or 8"),
+    ({"LAB_DRAFT": "4", "LAB_DRAFT_SPLITS": "3"}, "LAB_DRAFT_SPLITS='3' is not allowed"),
+])
+def test_bad_toggles_are_refused_in_one_line(env, words):
+    with pytest.raises(LabError) as exc:
+        from_env(env)
+    assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_draft_changes_allocation_so_a_live_switch_is_refused(model):
+    eng = DecodeEngine(model, LabConfig(backend="sim"), warm_up=False)
+    with pytest.raises(LabError, match="draft"):
+        eng.cfg = eng.cfg.replace(draft=4)
+
+
+def test_the_split_count_is_fixed_and_names_the_workspace(model):
+    one, _ = _gen(model, n=12)
+    for s in (1, 64):
+        gen, eng = _gen(model, n=12, draft=4, draft_splits=s)
+        np.testing.assert_array_equal(gen.tokens, one.tokens)
+        assert eng.plan().splits == s and eng.draft_buffers.part_o.shape[2] == s + 1
+    assert plan_boundaries(model.cfg.max_seq)          # the one-token step has plan changes ...
+    assert {DecodeEngine(model, LabConfig(backend="sim", draft=2), warm_up=False).plan(p).key
+            for p in (0, 100, 900)} == {("splits", 16, "split_combine", False, "pdl", False,
+                                         "overlap", False, "fusion", False, "draft", 2)}
+
+
+def test_a_variant_of_the_one_token_step_is_refused(model):
+    from lab.engine.step import FusedStep
+    with pytest.raises(LabError, match="DraftStep"):
+        DecodeEngine(model, LabConfig(backend="sim", draft=2), step=FusedStep, warm_up=False)
+    eng = DecodeEngine(model, LabConfig(backend="sim", draft=2), warm_up=False)
+    assert isinstance(eng.pieces, DraftStep)
+
+
+@pytest.mark.gpu
+def test_gpu_drafting_keeps_the_tokens_and_graph_equals_eager(model):
+    one, _ = _gen(model, backend="cuda")
+    for graph in (False, True):
+        spec, eng = _gen(model, backend="cuda", draft=4, graph=graph)
+        np.testing.assert_array_equal(spec.tokens, one.tokens)
+    eager, e = _gen(model, backend="cuda", draft=4, graph=False)
+    graph, g = _gen(model, backend="cuda", draft=4)
+    assert (e.backend.download(e.draft_buffers.logits).tobytes()
+            == g.backend.download(g.draft_buffers.logits).tobytes())
+
+
+def test_the_curve_reports_each_arms_replays_and_the_bug_arm_has_none(model):
+    from lab.measure import spec
+    res = spec.curve(model, drafts=(0, 4), contexts=(40,), new_tokens=16, reps=2,
+                     base=LabConfig(backend="sim"), progress=False)
+    rows = {r["arm"]: r for r in res["rows"]}
+    assert set(rows) == {"draft 0", "draft 4", "draft 4 + LAB_BUG_SPEC_KEY"}
+    assert rows["draft 4"]["replay_fraction"] == 1.0          # captured while ingesting the prompt
+    assert rows["draft 0"]["replay_fraction"] >= 0.99
+    # every rep of the bug arm starts with no graph, as a server's ever-new positions would
+    assert rows["draft 4 + LAB_BUG_SPEC_KEY"]["replay_fraction"] == 0.0
+    assert rows["draft 4"]["tokens_per_step"] >= 1.0 and rows["draft 0"]["tokens_per_step"] == 1.0
+    assert rows["draft 4"]["text"] == rows["draft 4 + LAB_BUG_SPEC_KEY"]["text"]
+    assert "context" in spec.format_curve(res) and "simulated" in res["source"]
+
+
+def test_decode_checks_max_seq_against_the_device_position_not_the_hosts_lower_bound(model):
+    """After verify steps issued one by one the host's position counts one per step; decode
+    reads the device's before it sets the limit, and refuses a limit past the cache."""
+    eng = DecodeEngine(model, LabConfig(backend="sim", draft=8))
+    eng.reset(eng.encode("First Citizen:\nBefore we"))
+    for _ in range(6):
+        eng.step()                       # the prompt's 24 positions: 9 a step
+    ahead = eng.device_position() - eng.position
+    assert ahead > 0
+    steps = model.cfg.max_seq - 1 - eng.position    # fits the host's bound, not the device's
+    with pytest.raises(LabError, match="max_seq"):
+        eng.decode(steps)

@@ -1,0 +1,229 @@
+"""The registry's GPU experiments (lab/measure/experiments/) on the simulator, `--quick`: each
+one that means something there runs its whole path but the CUDA calls and writes its file with
+the keys the committed recording has (the notebooks read them); those that mean something on a
+GPU only are skipped with one line; the device loop's sanitizer pieces run on the simulator."""
+import json
+from pathlib import Path
+
+import pytest
+
+from lab.measure import registry
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU_DATA = ROOT / "data" / "gpu"
+
+
+@pytest.fixture(scope="module")
+def ctx(tmp_path_factory):
+    """One quick simulator context for the module: the model loaded once, as in a recording."""
+    registry.load()
+    c = registry.Context("sim", tmp_path_factory.mktemp("record"), quick=True)
+    c.stamp = {"commit": "test", "dirty": None}
+    return c
+
+
+def _recorded(ctx, name: str) -> dict:
+    """Run experiment `name` in `ctx`; its one JSON file, checked to hold every key of the
+    committed recording of that name (and the stamp)."""
+    exp = registry.REGISTRY[name]
+    exp.run(ctx)
+    (file,) = exp.files
+    res = json.loads((ctx.out / file).read_text())
+    committed = GPU_DATA / file
+    if committed.is_file():
+        missing = set(json.loads(committed.read_text())) - set(res) - {"provenance"}
+        assert not missing, f"{file}: keys the committed recording has, not written: {missing}"
+    assert res["provenance"] == ctx.stamp and "simulated" in json.dumps(res["source"])
+    return res
+
+
+def test_plan_switch(ctx):
+    res = _recorded(ctx, "plan_switch")
+    assert res["tokens_identical_update_vs_recapture"] and res["reps"] == 2
+    assert res["node_params_step_identical_to_update"] is None       # the GPU's own API
+    assert {"capture + instantiate", "update only"} <= set(res["rows"])
+
+
+def test_device_loop(ctx):
+    """Every A/B arm, the lengths (the loops' tokens agree), a fresh device-loop engine's
+    first generate building the loop graph once."""
+    res = _recorded(ctx, "device_loop")
+    for k in ("plain", "pdl", "fused", "fused+pdl"):
+        assert [a["name"] for a in res[k]["arms"]] == ["host loop", "device loop"]
+    arms = res["lengths"]["arms"]
+    assert set(arms) == {"host loop", "device loop", "host loop +pdl", "device loop +pdl",
+                         "tokens identical"} and all(arms["tokens identical"].values())
+    assert len(arms["device loop +pdl"]["4"]["ms_per_token"]) == 2
+    first = res["first"]["loops"]
+    assert first["device loop"]["build_ms"] > 0 and first["host loop"]["build_ms"] is None
+    assert first["host loop"]["graphs"] == 1 and first["device loop"]["ledger"]["device"] > 0
+    assert res["launches"]["device loop"] == 1
+
+
+def test_spec(ctx):
+    res = _recorded(ctx, "spec")
+    assert res["same_tokens"]["ok"]
+    assert {r["arm"] for r in res["curve"]["rows"]} == {
+        "draft 0", "draft 2", "draft 4", "draft 8", "draft 4 + LAB_BUG_SPEC_KEY"}
+
+
+def test_pdl_context(ctx):
+    res = _recorded(ctx, "pdl_context")
+    assert [c["context"] for c in res["contexts"]] == [64, 900]
+    assert res["method"]["rounds"] == 2 and res["trigger"].startswith("the lab's kernels")
+    assert [r["arm"] for r in res["contexts"][1]["rows"]] == ["graph", "graph+pdl"]   # quick
+
+
+def test_compare_judges_each_arm_against_the_oracle(ctx):
+    res = _recorded(ctx, "compare")
+    assert list(res["arms"]) == ["graph", "graph+pdl", "graph+pdl+fusion",
+                                 "graph+pdl+fusion+split", "graph+pdl+fusion (heads tail)",
+                                 "persistent"] and res["verdict"]["ok"]
+    for arm in res["arms"].values():
+        (row,) = arm["prompts"]
+        assert row["prompt"] == "ROMEO.\n" and row["summary"]["steps"] == 2
+        assert row["greedy"]["identical"] and row["ok"]
+
+
+def test_persistent_bits_and_sweep(ctx):
+    """Bits (fused vs persistent, eager vs graph, 5 prompts x 8 tokens) and the interleaved
+    sweep; the peer reads `held` from it."""
+    from lab.measure.experiments.persistent import held
+    res = _recorded(ctx, "persistent")
+    assert res["bits"]["ok"] and not res["bits"]["mismatches"] and "kernel_checks" not in res
+    assert {r["arm"] for r in res["sweep"]["rows"]} == {"graph", "graph+pdl", "fused graph",
+                                                        "persistent graph"}
+    assert res["barriers_per_token"] == 16 and held(ctx.out)
+    res["bits"]["ok"] = False
+    (ctx.out / "persistent.json").write_text(json.dumps(res))
+    assert not held(ctx.out) and not held(ctx.out / "nowhere")
+
+
+def test_ranks_on_simulated_devices(ctx):
+    """The collective chains, the four interleaved arms (warmed up over the timed length: no
+    capture inside a timed rep), the bill; the collectives' figures are the cost model's."""
+    from lab.backend.costmodel import CollectiveCosts
+    res = _recorded(ctx, "ranks")
+    assert res["oracle_tokens_equal"] and res["bill"]["collectives_per_token"] == 9
+    assert [a["captures_in_timed_reps"] for a in res["arms"].values()] == [0, 0, 0, 0]
+    assert res["collectives"]["graph_us"]["all_reduce"] == pytest.approx(
+        CollectiveCosts.load().graph_us["all_reduce"], rel=0.01)
+
+
+def test_gpu_only_experiments_are_skipped_on_the_simulator_in_one_line(tmp_path, capsys):
+    """Where a kernel triggers is compiled into it, racecheck and the GPU tests need a GPU: on
+    the simulator each is one `skipped` line, and nothing is written."""
+    names = ["gpu_tests", "pdl_context_early", "pdl_context_none", "sanitize_loop", "handson_gpu"]
+    assert registry.record(names, "sim", tmp_path, quick=True) == 0
+    err = capsys.readouterr().err
+    for name in names:
+        (line,) = [ln for ln in err.splitlines() if f"] {name}: " in ln]
+        assert "skipped: means something on cuda only" in line
+        assert not any((tmp_path / f).exists() for f in registry.REGISTRY[name].files)
+
+
+# ---- the device loop's sanitizer pieces, on the simulator ------------------------------------
+@pytest.mark.parametrize("mode,extra,needle", [
+    ("minimal", (), "pos 8 after one launch of a 8-iteration loop"),
+    ("shared", (), "pos 8 after one launch"),
+    ("kernel", ("--kernel", "attn_combine"), "attn_combine and advance as the loop's body"),
+    ("kernels", ("--kernels", "rmsnorm,embed"), "rmsnorm + embed and advance as the loop's body"),
+    ("prefix", ("--count", "2", "--warm"),
+     "the step's first 2 launches and advance as the loop's body (run once eagerly first)"),
+])
+def test_sanitize_loop_pieces_run_on_the_simulator(mode, extra, needle, capsys):
+    from lab.measure.experiments import sanitize_loop
+    assert sanitize_loop.main(["--mode", mode, "--backend", "sim", *extra]) == 0
+    out = capsys.readouterr().out
+    assert f"sanitize_loop {mode}: ok" in out and needle in out
+
+
+@pytest.mark.parametrize("argv,code,needle", [
+    (("--mode", "kernel"), 2, "--mode kernel needs --kernel NAME"),
+    (("--mode", "kernel", "--kernel", "no_such_kernel"), 1, "the step has no launch of"),
+    (("--mode", "kernels"), 2, "--mode kernels needs --kernels A,B,..."),
+    (("--mode", "kernels", "--kernels", "embed,no_such_kernel"), 1,
+     "the step has no launch of ['no_such_kernel']"),
+    (("--mode", "minimal", "--tokens", "0"), 2, "--tokens must be at least 1"),
+    (("--mode", "loop", "--warm"), 2, "--warm applies to the modes one-body, kernel, kernels"),
+])
+def test_sanitize_loop_refuses_bad_input_in_one_line(argv, code, needle, capsys):
+    from lab.measure.experiments import sanitize_loop
+    try:
+        got = sanitize_loop.main(["--backend", "sim", *argv])
+    except SystemExit as exc:          # a piece that fails names what failed and exits 1
+        got, text = 1, str(exc.code)
+    else:
+        text = capsys.readouterr().err
+    assert got == code and needle in text and text.strip().count("\n") == 0
+
+
+def test_sanitize_loop_runs_every_piece_once_each_in_a_process():
+    import subprocess
+    import sys
+
+    from lab.measure.experiments import sanitize_loop as s
+    proc = subprocess.run([sys.executable, "-c", s.PIECE, "--mode", "minimal", "--backend", "sim"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0 and "sanitize_loop minimal: ok" in proc.stdout, proc.stderr
+    pieces = s.pieces()
+    assert len(pieces) == 5 + len(s.KERNELS) + len(s.PREFIXES) + len(s.KERNEL_SETS) + 2
+    assert pieces["prefix-2-eager"] == (["--mode", "prefix", "--count", "2"],
+                                        {"CUDA_MODULE_LOADING": "EAGER"})
+    assert pieces["kernels-rmsnorm-matvec-swiglu_up"][0][-1] == "rmsnorm,matvec,swiglu_up"
+
+
+# ---- pieces of the costs and tails experiments -----------------------------------------------
+def test_the_relay_floor_chains_relays_that_read_what_the_node_before_wrote():
+    """costs.relay_floor on the simulator (wall-clock figures, a dry run): chains of
+    [relay(a, b), relay(b, a)] at each length, with and without PDL (it checks that each relay
+    read the one before's output, and raises if not)."""
+    from lab.backend import make_backend
+    from lab.config import LabConfig
+    from lab.measure import costfile as costs
+    be = make_backend(LabConfig(backend="sim"))
+    fits = costs.relay_floor(be, lambda msg: None, lengths=(1, 2))
+    assert set(fits) == {"relay", "relay_pdl"}
+    for fit in fits.values():
+        assert set(fit["replay_us"]) == {"1", "2"} and fit["per_node_us"] == fit["per_node_us"]
+
+
+def test_the_relay_floor_refuses_relays_that_do_not_chain(monkeypatch):
+    from dataclasses import replace
+
+    from lab.backend import make_backend
+    from lab.config import LabConfig
+    from lab.measure import costfile as costs
+    monkeypatch.setitem(costs.REGISTRY, "relay", replace(costs.REGISTRY["relay"],
+                                                         twin=lambda grid, block, src, dst: None))
+    be = make_backend(LabConfig(backend="sim"))
+    with pytest.raises(RuntimeError, match="not a chain of relays"):
+        costs.relay_floor(be, lambda msg: None, lengths=(1, 2))
+
+
+def test_the_tails_experiment_times_each_attention_form_per_context(ctx):
+    """Every arm at every context, all replayed, with its launch count (the fused step 18 per
+    token, its grid split 22, the unfused step 37)."""
+    res = _recorded(ctx, "tails")
+    assert res["meaningful"] and res["source"].startswith("simulated")
+    launches = {(r["arm"], r["context"]): r["launches_per_token"] for r in res["rows"]}
+    assert all(r["replay_fraction"] == 1.0 for r in res["rows"])
+    c0, c1 = res["contexts"][0], res["contexts"][-1]
+    assert launches[("graph", c0)] == 37 and launches[("fused grid graph+pdl", c1)] == 18
+    assert launches[("fused grid split graph+pdl", c0)] == 22
+
+
+def test_a_check_runs_in_its_own_process_its_output_a_file_stopped_at_its_limit(tmp_path):
+    """What the GPU tests, the demo and the hands-on checks run through: the command's output
+    in OUT/<log>, its status; past its limit it is stopped, status 124."""
+    import sys
+
+    from lab.measure.experiments.checks import logged, test_file
+    ctx = registry.Context("sim", tmp_path)
+    assert logged(ctx, [sys.executable, "-c", "print('checked'); raise SystemExit(3)"], 30,
+                  "a.log") == 3
+    text = (tmp_path / "a.log").read_text()
+    assert "checked" in text and "== exit 3" in text
+    assert logged(ctx, [sys.executable, "-c", "import time; time.sleep(30)"], 1, "b.log") == 124
+    assert "== exit 124" in (tmp_path / "b.log").read_text()
+    assert test_file("test_handson.py").name == "test_handson.py"
