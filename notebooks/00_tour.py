@@ -29,12 +29,10 @@
 import numpy as np
 import matplotlib.pyplot as plt
 
+from lab import DecodeEngine, LabConfig, load_model
 from lab.backend.sim import SimBackend
-from lab.config import LabConfig
-from lab.engine.runner import DecodeEngine
 from lab.measure import plots
 from lab.measure.report import wrapped
-from lab.model import load_model
 
 model = load_model()
 cfg = LabConfig(graph=False)          # backend "auto": the GPU if one is usable, else the simulator

@@ -37,12 +37,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from lab import DecodeEngine, LabConfig, load_model
 from lab.backend.instrument import LaunchBill, launch_bill
-from lab.config import LabConfig
-from lab.engine.runner import DecodeEngine
 from lab.measure import bench, plots, report
 from lab.measure.report import show
-from lab.model import load_model
 
 model = load_model()
 RANKS = 1   # this lab runs on one GPU; tensor parallelism would multiply the bill per rank
@@ -284,8 +282,8 @@ for name, toggles, what in bench.LADDER:
 # %% [markdown]
 # - **dispatcher**: every launch goes through numba's dispatcher, which types and flattens every
 #   argument, every time. On the H200 host this cost tens of microseconds per launch (65 us
-#   within a step's sequence in this recording, 73 in the pass before's: it moves between
-#   processes), so 37 launches are about 2.4 ms per token of pure host work: nearly the whole
+#   within a step's sequence in this recording; the figure moves from process to process),
+#   so 37 launches are about 2.4 ms per token of pure host work: nearly the whole
 #   step (the ladder's dispatcher rung ran at 2.50 ms/token).
 # - **prebound** removes the typing and flattening: the kernel handle and the flattened argument
 #   list are prepared once per plan, and each launch is one submit through `cuda.core`. One host

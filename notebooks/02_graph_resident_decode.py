@@ -41,13 +41,11 @@ from pathlib import Path
 import numpy as np
 import matplotlib.pyplot as plt
 
+from lab import DecodeEngine, LabConfig, load_model
 from lab.backend.sim import SimBackend
-from lab.config import LabConfig
-from lab.engine.runner import DecodeEngine
 from lab.measure import plots, report
-from lab.model import load_model
 from lab.plan import decode_plan, plan_boundaries
-from lab.teach.verify import replay_check
+from lab.measure.replay_check import replay_check
 from kernels import attention
 
 model = load_model()

@@ -37,12 +37,10 @@
 #   are the other ways to follow them (notebook 11).
 
 # %%
-from lab.config import LabConfig
+from lab import DecodeEngine, LabConfig, load_model
 from lab.engine.bugs import BUGS
-from lab.engine.runner import DecodeEngine
 from lab.measure.report import wrapped
-from lab.model import load_model
-from lab.teach.audit import KIND_NOTES, audit, detect_lazy_init
+from lab.measure.audit import KIND_NOTES, audit, detect_lazy_init
 
 model = load_model()
 cfg = LabConfig()
@@ -154,7 +152,7 @@ def where_it_shows(c):
 
 
 # on the simulator: on a GPU the fault would leave this process's device unusable for every
-# later cell (tests/test_bug_float_ids.py runs it on a GPU, one process per run)
+# later cell (tests/engine/test_bug_float_ids.py runs it on a GPU, one process per run)
 faulty = cfg.replace(backend="sim", graph=False, bugs={"float_ids"})
 eng = where_it_shows(faulty)
 

@@ -26,13 +26,11 @@
 # the output stays right, and the ledger says why the graph is not being used.
 
 # %%
-from lab.config import LabConfig
+from lab import DecodeEngine, LabConfig, load_model
 from lab.engine.bugs import BUGS
-from lab.engine.runner import DecodeEngine
 from lab.measure.report import wrapped
-from lab.model import load_model
-from lab.teach.audit import bug_table
-from lab.teach.verify import replay_check
+from lab.measure.audit import bug_table
+from lab.measure.replay_check import replay_check
 
 model = load_model()
 cfg = LabConfig()
@@ -275,8 +273,8 @@ def never_repeating(ledger):
 
 def check_never_repeating(fn):
     """PASS, or what is wrong, for a student's never_repeating (the lab's own tool:
-    lab.teach.verify.never_repeating)."""
-    from lab.teach.verify import never_repeating as lab_tool
+    lab.measure.replay_check.never_repeating)."""
+    from lab.measure.replay_check import never_repeating as lab_tool
     got, clean = fn(mystery.ledger), fn(engines["graph"].ledger)
     want = lab_tool(mystery.ledger)
     if got == want and not clean:
@@ -296,7 +294,7 @@ print(check_never_repeating(never_repeating))
 # name, the fix is the bug's `fix` (`lab/bugspec.py`): key the cache on what changes the
 # captured work and nothing else. `never_repeating` finds this bug's key; it would miss a part
 # with no name, or one that repeats once before it changes (`step // 2`): the lab's own check,
-# `lab.teach.verify.key_parts_beyond_plan` (run by `decode-lab audit`), flags any part that
+# `lab.measure.replay_check.key_parts_beyond_plan` (run by `decode-lab audit`), flags any part that
 # takes more values over a run than the plan does. The replay gate catches the arm even if
 # nobody reads the ledger: every timed step of it is a capture, none a replay, and its one
 # plan met a graph key per step. The keys matter on their own: a key that holds the position

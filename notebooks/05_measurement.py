@@ -53,12 +53,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 from scipy import stats as st   # a dev extra, like the notebook build itself
 
+from lab import DecodeEngine, LabConfig, load_model
 from lab.backend.costmodel import CostModel
 from lab.backend.sim import SimBackend
-from lab.config import LabConfig
-from lab.engine.runner import DecodeEngine
 from lab.measure import bench, conformance, report, stats
-from lab.model import load_model
 
 model = load_model()
 SIM = LabConfig(backend="sim")
@@ -133,7 +131,7 @@ show(report.format_ab(bad))
 # thousands of eager A/As from the simulator's noise model (the H200's recorded per-launch
 # jitter and host drift, `kernel_costs.json`; the engine's own launches and costs, without
 # running the kernels) and counts the alarms at 2, 3, 5 and 8 reps of this notebook's 24 tokens.
-# (`tests/test_bench.py` holds the shortcut against the real simulated engine over 40 seeds, and
+# (`tests/measure/test_bench.py` holds the shortcut against the real simulated engine over 40 seeds, and
 # the table within 1 point of nominal at the CLI's 128 tokens.)
 
 # %%
@@ -683,7 +681,7 @@ for r in failed:
 # lesson the simulator's numbers should not be trusted for, and by how much (the ratio). The
 # eager rows rest on the host's cost per launch, the least stable figure the recorder measures
 # (numba's dispatcher, per launch on the H200 host: 65 us within a step's sequence and 39
-# timed alone, in one process of this recording; 73 within the sequence in the pass before's),
+# timed alone, in one process of this recording; the figure moves from process to process),
 # so they are the rows to re-check first after a new recording.
 #
 # A failing row that the data folder explains is a **recorded finding**
@@ -691,10 +689,10 @@ for r in failed:
 # table). It still fails; the file says the failure is understood, not that it is fine, and a
 # finding whose row starts passing is reported as stale. Here both findings have one cause: a
 # graph step without PDL runs slower than its components add up to, on every engine of this
-# recording's process (the engine-instance A/A above), and PDL hides most of it. The pass
-# before had a third, an eager row (the fused grid tail's fission) whose A/B, 15 paired reps on
-# a noisy host, could not tell its difference from zero; recorded again with 40 paired reps, it
-# resolves its difference (+27.68 ± 2.98 us/token) and passes (notebook 06).
+# recording's process (the engine-instance A/A above), and PDL hides most of it. An eager row
+# needs many paired reps on a noisy host: the fused grid tail's fission, recorded with 40
+# paired reps, resolves its difference (+27.68 ± 2.98 us/token) and passes (notebook 06); 15
+# reps could not tell it from zero.
 #
 # ## What you should now be able to do
 # - Run an A/B the way this lab does — one process, one shared engine, interleaved and paired

@@ -44,13 +44,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from lab import DecodeEngine, LabConfig, load_model
 from lab.backend.costmodel import CostModel, cost_key
-from lab.config import LabConfig
-from lab.engine.runner import DecodeEngine
 from lab.measure import bench, conformance, report
 from lab.measure.report import show
-from lab.model import load_model
-from lab.teach.verify import decode_after_prompt
+from lab.measure.replay_check import decode_after_prompt
 
 model = load_model()
 cfg = LabConfig()
@@ -498,10 +496,9 @@ plt.show()
 # without PDL in the fission recording, and in this sweep with PDL by more, at both contexts, than
 # that recording measured. Eagerly the split loses, as the simulator says (one more host submit
 # per layer on a host-bound step): the recording, 40 paired reps, measured +27.68 ± 2.98
-# us/token against +32.85 simulated, and its conformance row (above) passes. The pass
-# before recorded this A/B with 15 paired reps and could not tell its difference from zero
-# (+14.65 ± 11.52, t = 1.3): on a host whose speed drifts, a host-bound difference of this size
-# takes many paired reps to resolve.
+# us/token against +32.85 simulated, and its conformance row (above) passes. With 15 paired
+# reps this A/B could not tell its difference from zero (+14.65 ± 11.52, t = 1.3): on a host
+# whose speed drifts, a host-bound difference of this size takes many paired reps to resolve.
 #
 # Why, as these measurements read: inside one kernel, the tail blocks learn that the partials
 # are written by polling a counter, a memory round trip per read with a nanosleep between reads,

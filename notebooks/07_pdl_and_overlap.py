@@ -36,13 +36,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from lab import DecodeEngine, LabConfig, load_model
 from lab.backend import StreamWait
 from lab.backend.sim import SimBackend
-from lab.config import LabConfig
-from lab.engine.runner import DecodeEngine
 from lab.engine.step import Step
 from lab.measure import bench, conformance, plots, report
-from lab.model import load_model
 from kernels.pdl import LATE_TRIGGER
 from lab.pdl_check import late_trigger_violations, wait_first_violations
 
@@ -73,7 +71,7 @@ def show(text):
 # So how far a dependent overlaps its predecessor is an opportunity, never something
 # correctness may rest on, and work on *other* streams (the overlap below) still needs ordinary
 # events. Nor does "the wait returns at once on an ordinary launch" prove that the step's bytes
-# are the same with PDL on and off: `tests/test_pdl.py` compares them, on the simulator and on
+# are the same with PDL on and off: `tests/backend/test_pdl.py` compares them, on the simulator and on
 # a GPU. Where each piece sits in this lab:
 
 # %%
@@ -207,7 +205,7 @@ show(f"dropped join, graph mode: capture ledger {eng.ledger_summary()}; "
 # where `rope_kv_append` runs before the k/v projection it reads. In graph mode the capture
 # refuses the unjoined side stream, the engine falls back to eager launches (the ledger above),
 # and those give the same wrong tokens. Every correct combination of the toggles stays
-# byte-identical in any order (`tests/test_hazards.py` checks all sixteen).
+# byte-identical in any order (`tests/backend/test_hazards.py` checks all sixteen).
 
 # %% [markdown]
 # ## Timelines (simulated): graph, graph + PDL, graph + overlap
@@ -301,7 +299,7 @@ show(f"H200: {table['gpu_source']}; simulator: {table['cost_source']}")
 # ## PDL at long context: where the trigger goes
 # A PDL gain measured at one context is a claim about that context. The H200 once recorded
 # graph + PDL *slower* than the plain graph at context 900 while it saved 10 us per token at
-# 64. `scripts/record_gpu_pdl_context.py` finds the edge: the unfused step captured as a chain
+# 64. `decode-lab record pdl_context` finds the edge: the unfused step captured as a chain
 # (its `advance` left out, so every step attends over the same context), every launch
 # programmatic except one kernel's, arms interleaved. An arm minus graph + PDL is what the edge
 # into that kernel saves (positive) or costs (negative). It runs three times, each a process
@@ -319,7 +317,7 @@ def pdl_context(name):
 runs = {"lab kernels": pdl_context("pdl_context"), "trigger early": pdl_context("pdl_context_early"),
         "no trigger": pdl_context("pdl_context_none")}
 if not any(runs.values()):
-    print("not recorded yet: scripts/record_gpu_pdl_context.py (scripts/gpu_run.sh runs it)")
+    print("not recorded yet: decode-lab record pdl_context --backend cuda --out DIR")
 else:
     print(f"{'kernels':<14} {'context':>7} {'graph':>8} {'graph+pdl':>10} {'PDL saves':>10}  "
           f"worst edge (arm - graph+pdl, us/step)")

@@ -45,17 +45,15 @@ import operator
 
 import numpy as np    # for your solutions
 
+from lab import DecodeEngine, LabConfig, load_model
 from lab import reference
-from lab.config import LabConfig
 from lab.engine.bugs import BUGS
-from lab.engine.runner import DecodeEngine
 from lab.measure import stats
-from lab.model import load_model
-from lab.teach.audit import audit, detect_lazy_init
+from lab.measure.audit import audit, detect_lazy_init
 from lab.teach.selfcheck import (answer, ask, check_launch_bill, check_merge_partials,
                                  check_paired_t, check_replays_needed, check_verdict, reveal,
                                  score, start)
-from lab.teach.verify import replay_check
+from lab.measure.replay_check import replay_check
 
 # %% [markdown]
 # ## 1. The split-K merge
@@ -136,7 +134,7 @@ r3 = check_paired_t(paired_t)
 # - `"capture key"`: a grid, block or kernel that changes, but is constant within every plan key;
 # - `"unhandled capture key"`: a grid, block or kernel that changes within one plan key.
 #
-# Checked against `lab.teach.audit.audit` reports of the clean engine and of
+# Checked against `lab.measure.audit.audit` reports of the clean engine and of
 # `LAB_BUG_FROZEN_KV_ROW`, `LAB_BUG_CTX_BY_VALUE`, `LAB_BUG_POS_OUTSIDE_GRAPH`, plus a few synthetic
 # cases.
 
@@ -151,7 +149,7 @@ r4 = check_verdict(verdict)
 
 # %% [markdown]
 # ## 5. How many replays?
-# `lab.teach.verify.replay_check(engine, prompts, replays=n)` byte-compares n graph replays with n
+# `lab.measure.replay_check.replay_check(engine, prompts, replays=n)` byte-compares n graph replays with n
 # eager steps. How many consecutive replays should such a test run, at the least, to expose a
 # host value frozen at capture? Replay 1 is the captured step itself, and a plan change can
 # re-capture along the way. The checker runs the replay check with your `n` on every frozen-value

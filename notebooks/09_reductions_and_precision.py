@@ -385,7 +385,7 @@ show(compare.format_compare(res16, rows=3))
 # %% [markdown]
 # That FAIL answers the tool's question ("is this within float32 rounding of the oracle?"), not
 # the project's. The project's gate for the float16 cache is the dtype-scaled check in
-# `tests/test_engine.py::test_float16_kv_cache_stays_close` (logits within rtol 1e-2, atol 2e-2
+# `tests/engine/test_engine.py::test_float16_kv_cache_stays_close` (logits within rtol 1e-2, atol 2e-2
 # of the oracle), plus the greedy picks. Judged with a bar chosen for float16, the same run
 # passes:
 
@@ -501,7 +501,7 @@ if rec is not None:
 # where the orders part: `attn_fused_grid` sums in the unfused attention's order, `attn_partial`
 # then `attn_combine`, bit for bit. With `LAB_ATTN_TAIL=heads` it is `attn_fused`, which
 # projects each head apart and then sums the heads: another order again.) Within one arm it is
-# the right one: eager and graph, replay after replay, byte-identical (`tests/test_fusion.py`).
+# the right one: eager and graph, replay after replay, byte-identical (`tests/engine/test_fusion.py`).
 # Across arms the judge is the float64 oracle, with `decode-lab compare`'s float32 bar and the
 # greedy ids of each prompt, where a divergence passes only at a near-tie (the oracle's margin
 # under 1e-3, reported). On the simulator:
@@ -522,10 +522,10 @@ show(f"verdict: {'PASS' if fused_vs_oracle['verdict']['ok'] else 'FAIL'} on "
 # same order, so that step is its reference: its ids and logits must be that step's bytes, and
 # on the H200 they were (`data/gpu/persistent.json`). On a GPU the same judgement runs as a
 # test: the fused arm against the oracle on the five standard prompts
-# (`tests/test_fusion.py::test_gpu_fused_arm_against_the_oracle_on_the_standard_prompts`).
+# (`tests/engine/test_fusion.py::test_gpu_fused_arm_against_the_oracle_on_the_standard_prompts`).
 #
 # The GPU pass runs that judgement for every arm of the ladder, the same way:
-# `scripts/record_gpu_compare.py` puts each arm against the oracle on the five standard prompts x
+# `decode-lab record compare` puts each arm against the oracle on the five standard prompts x
 # 256 tokens, fed the oracle's ids and decoding alone (`data/gpu/compare.json`). Arms that sum
 # in the same order share their bits (the split grid tail writes the grid tail's, the megakernel
 # the heads tail's), so their rows must match each other too.
@@ -534,7 +534,7 @@ show(f"verdict: {'PASS' if fused_vs_oracle['verdict']['ok'] else 'FAIL'} on "
 cmp_path = DATA_DIR / "gpu" / "compare.json"
 if not cmp_path.exists():
     show("no GPU recording yet: data/gpu/compare.json is absent "
-         "(scripts/record_gpu_compare.py --out DIR writes it on a GPU host)")
+         "(decode-lab record compare --backend cuda --out DIR writes it on a GPU host)")
 else:
     arms_rec = json.loads(cmp_path.read_text())
     print(f"{'arm':<30} {'verdict':>7} {'max|Δlogit|':>11} {'max KL':>9} {'top-1':>11} "

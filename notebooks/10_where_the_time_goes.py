@@ -30,7 +30,7 @@
 #    picks: section 5), argmax and the position advance into the LM head.
 # 4. **A peer**: the same model from the same weight file in PyTorch — eager, captured with
 #    `torch.cuda.CUDAGraph`, and `torch.compile(mode="reduce-overhead")` —
-#    recorded by `scripts/record_gpu_peer.py`.
+#    recorded by `decode-lab record peer`.
 #
 # Everything marked *simulated* runs here on the CPU simulator; everything else is read from
 # `data/gpu/` and says where it was recorded.
@@ -43,12 +43,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from kernels import persistent
+from lab import DecodeEngine, LabConfig, load_model
 from lab.backend.costmodel import WHOLE_STEP_KERNELS, CostModel, launch_bytes
-from lab.config import LabConfig
-from lab.engine.runner import DecodeEngine
 from lab.measure import bench, report
 from lab.measure.report import show
-from lab.model import load_model
 from lab.reference import generate as oracle_generate
 
 model = load_model()
@@ -217,7 +215,7 @@ show(report.format_sweep(sim_sweep))
 # %% [markdown]
 # ## 4. The peer
 # The same model from the same weight file in PyTorch, float32 with TF32 off, greedy on the
-# device, recorded on the H200 beside the lab's graph arms (`scripts/record_gpu_peer.py`; the
+# device, recorded on the H200 beside the lab's graph arms (`decode-lab record peer`; the
 # torch arms run in their own process: once torch has run kernels in a process, every later
 # graph node in it replays slower). From `data/gpu/peer.json`:
 
@@ -247,11 +245,11 @@ show(f"simulated: the sweep of section 3; H200: {peer_source}; the H200 gain's �
      f"arms' standard errors")
 
 # %% [markdown]
-# Both say PDL helps at both contexts. It was not always so: with every kernel triggering its
-# dependents right after its wait, the H200 recorded graph + PDL SLOWER than the plain graph at
-# context 900 while the simulator predicted a gain. Notebook 07 ("PDL at long context") finds
-# the edge that turned into a wait (into `attn_combine`, behind `attn_partial`'s 128-block grid)
-# and the fix (the attention partials trigger after their partials); the simulator now prices
+# Both say PDL helps at both contexts. With every kernel triggering its dependents right after
+# its wait (`pdl_context_early.json`), the H200 records graph + PDL SLOWER than the plain graph
+# at context 900. Notebook 07 ("PDL at long context") finds the edge that turns into a wait
+# (into `attn_combine`, behind `attn_partial`'s 128-block grid) and the fix (the attention
+# partials trigger after their partials); the simulator prices
 # PDL's edges from pairs measured at context 1000 as well as 64, and conformance holds it to
 # PDL's effect at both contexts. The two columns need not agree to the microsecond: the
 # graph step WITHOUT PDL moves with buffer placement from engine to engine (notebook 05's engine
@@ -376,7 +374,7 @@ show(f"source: data/gpu/fused_tails.json, {tails['source']}, {tails['date']}")
 # (the peer's lab arms and torch.compile ran interleaved in one pass; the kernels' node times
 # from `kernel_costs.json`). "Fused" is the faster of the two fused arms at each context, held
 # against the unfused step under PDL (`lab graph+pdl`). Below it, the whole-step targets on the
-# same pass's tails recording (`fused_tails.json`, section 5: another harness, no torch arm):
+# same recording's tails (`fused_tails.json`, section 5: another harness, no torch arm):
 
 # %%
 LAB_ARMS = [a for a in ("lab graph", "lab graph+pdl", "lab graph+pdl+fusion",
@@ -483,7 +481,7 @@ show(f"source: data/gpu/fused_tails.json, {tails['source']}, {tails['date']}")
 #   over the limit too, by less (section 1's table against the floor).
 # - **Against torch.compile.** Met at context 64, missed at 900: between the two contexts the
 #   best arm grows by its attention nodes (section 5's second table), while torch.compile's
-#   time stays where it was. Neither verdict is firm in this pass: torch.compile's reps spread
+#   time stays where it was. Neither verdict is firm in this recording: torch.compile's reps spread
 #   widely (the spread under the table: one rep at each context ran at about two thirds of the
 #   others' time), so the ratio carries a wide error. Against its mean the best arm is under 0.4
 #   by less than one of the ratio's standard errors at context 64, and over it by about 1.3 at
@@ -567,7 +565,7 @@ show(f"greedy ids equal to the heads-tail fused step's: {same_ids}; last logits 
      f"{same_logits}")
 
 # %% [markdown]
-# What it costs on the H200 is a measurement: `scripts/check_gpu_persistent.py` checks the bits
+# What it costs on the H200 is a measurement: `decode-lab record persistent` checks the bits
 # (ids and logits byte-identical to the heads-tail fused step's, eager and captured, 5 prompts x
 # 64 tokens) and times graph, graph + PDL, the fused graph (heads tail, no PDL: its `fused graph`
 # arm) and the persistent graph at contexts 64 and 900, interleaved; the launch ladder has a
@@ -613,7 +611,7 @@ if any(r["arm"] == "persistent graph" for r in rows):
              f"{saved:.1f} us of empty-node floor")
     show(f"source: data/gpu/persistent.json, {persist_rec['source']}")
 else:
-    show("H200 timing of the persistent step: not recorded yet (scripts/check_gpu_persistent.py "
+    show("H200 timing of the persistent step: not recorded yet (decode-lab record persistent "
          "writes it; data/gpu/persistent.json)")
 
 # %% [markdown]

@@ -40,14 +40,12 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from lab import DecodeEngine, LabConfig, load_model
 from lab.backend.costmodel import CostModel
 from lab.backend.sim import SimBackend
-from lab.config import LabConfig
-from lab.engine.runner import DecodeEngine
 from lab.measure import report
 from lab.measure.report import show
-from lab.model import load_model
-from lab.teach.audit import loop_report
+from lab.measure.audit import loop_report
 
 model = load_model()
 SIM = LabConfig(backend="sim")
@@ -105,13 +103,13 @@ upd.generate(PROMPT, 4)
 show(f"after LAB_SPLIT_COMBINE=1: {changes(upd)[-1]}")
 
 # %% [markdown]
-# What a plan change costs on the H200, per mechanism (`scripts/record_gpu_plan_switch.py`;
+# What a plan change costs on the H200, per mechanism (`decode-lab record plan_switch`;
 # medians over alternating switches between the first two plans, a synchronize around each):
 
 # %%
 ps = recorded("plan_switch.json")
 if ps is None:
-    print("data/gpu/plan_switch.json is not recorded yet: run scripts/gpu_run.sh on a GPU")
+    print("data/gpu/plan_switch.json is not recorded yet: decode-lab record plan_switch on a GPU")
 else:
     print(f"{'mechanism':<34} {'median us':>10} {'q1':>8} {'q3':>8}")
     for name, r in ps["rows"].items():
@@ -153,7 +151,7 @@ for _ in range(len(ids) - 1 + 40):
     else:
         assert live.update(source) is None
     live.launch()
-    by_value.position += 1
+    by_value.track_position(by_value.position + 1)   # the launch advanced pos on the device
 right = by_value.tokens(len(ids) + 40)
 clean = DecodeEngine(model, SIM).generate(PROMPT, 40)
 print("ctx_by_value, replayed as captured: ", repr(wrong.text[:40]))
@@ -252,12 +250,12 @@ plt.show()
 # measured host: its host work is one launch per generation whatever the host costs. The host
 # loop's line crosses it once the host's per-step work (the engine's own step and one graph
 # submit) exceeds the step's device time plus that iteration cost. On the H200, recorded
-# (`scripts/record_gpu_device_loop.py`, paired and interleaved on one engine behind an A/A gate):
+# (`decode-lab record device_loop`, paired and interleaved on one engine behind an A/A gate):
 
 # %%
 dl = recorded("device_loop.json")
 if dl is None:
-    print("data/gpu/device_loop.json is not recorded yet: run scripts/gpu_run.sh on a GPU")
+    print("data/gpu/device_loop.json is not recorded yet: decode-lab record device_loop on a GPU")
 else:
     for name in ("plain", "pdl", "fused", "fused+pdl"):
         if name not in dl:   # recorded before the fused step existed
@@ -363,8 +361,8 @@ print(f"stopped after {eng.position - (len(ids) - 1)} of {budget} tokens, {launc
 # threads. Run on the device loop it does not report a hazard: it crashes the process (a
 # segmentation fault right after the loop's launch), while the same tokens come out right
 # without it. Before concluding anything about the loop, take it apart and run each piece under
-# the tool (`scripts/sanitize_loop.py`'s modes, `scripts/sanitize_loop.sh` all at once): a loop
-# with nothing of the model in it, each kernel alone as the body, bodies of chosen kernels in
+# the tool (`decode-lab record sanitize_loop` runs each piece, a process each, all at once):
+# a loop with nothing of the model in it, each kernel alone as the body, bodies of chosen kernels in
 # chosen orders, and the loop's bodies as ordinary graphs. The H200's answers, from two leases:
 
 # %%

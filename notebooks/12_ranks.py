@@ -49,17 +49,15 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from lab import DecodeEngine, LabConfig, load_model, make_engine
 from lab.backend.costmodel import CollectiveCosts, CostModel, launch_bytes
 from lab.backend.cuda import CudaRanks
 from lab.backend.sim import SimRanks
-from lab.config import LabConfig
 from lab.engine.ranks import check_divisible
-from lab.engine.runner import DecodeEngine, make_engine
 from lab.errors import CollectiveError, LabError
 from lab.measure import report
 from lab.measure.report import show
 from lab.measure.stats import mean_sem
-from lab.model import load_model
 from lab.plan import plan_boundaries
 from lab.reference import generate as oracle_generate
 
@@ -79,9 +77,9 @@ def recorded(name):
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-rec = recorded("ranks.json")         # the H200 pair's recording (scripts/record_gpu_ranks.py)
+rec = recorded("ranks.json")         # the H200 pair's recording (decode-lab record ranks)
 if rec is None:
-    print("data/gpu/ranks.json is not recorded yet: scripts/record_gpu_ranks.py on a two-GPU host")
+    print("data/gpu/ranks.json is not recorded yet: decode-lab record ranks on a two-GPU host")
 
 def stepped_logits(eng, ids, n):
     """Reset `eng` with prompt `ids`, step through the prompt and n generated positions; the
@@ -98,7 +96,7 @@ def stepped_logits(eng, ids, n):
 # %% [markdown]
 # ## 1. The split, and the bill with ranks
 # Each rank's weights are slices of the one-GPU weights, uploaded once to its own device. The
-# shapes, from the engine's buffers (`engine.w[rank]`), for layer 0 and the model's ends:
+# shapes, from the engine's buffers (`engine.devices[rank].w`), for layer 0 and the model's ends:
 
 # %%
 eng2 = DecodeEngine(model, SIM2)
@@ -113,11 +111,12 @@ how = {"wqkv": "rows (column-parallel: its heads' q, k, v)",
        "tok_emb": "replicated", "attn_norm": "replicated"}
 for name in ("tok_emb", "layers.0.attn_norm", "layers.0.wqkv", "layers.0.wo", "layers.0.w_gate",
              "layers.0.w_up", "layers.0.w_down", "lm_head"):
-    shapes = [str(list(full[name].shape))] + [str(list(eng2.w[r][name].shape)) for r in (0, 1)]
+    shapes = [str(list(full[name].shape))] + [str(list(eng2.devices[r].w[name].shape))
+                                              for r in (0, 1)]
     print(f"{name:<18} {shapes[0]:>11} {shapes[1]:>11} {shapes[2]:>11}  "
           f"{how[name.split('.')[-1]]}")
-lm1 = eng2.backends[1].download(eng2.w[1]["lm_head"])
-print(f"vocabulary {model.cfg.vocab_size}: {eng2.w[0]['lm_head'].shape[0]} rows per rank; rank 1's "
+lm1 = eng2.backends[1].download(eng2.devices[1].w["lm_head"])
+print(f"vocabulary {model.cfg.vocab_size}: {eng2.devices[0].w['lm_head'].shape[0]} rows per rank; rank 1's "
       f"last {int((np.abs(lm1).sum(1) == 0).sum())} row(s) are zero padding")
 
 # %% [markdown]
@@ -128,7 +127,7 @@ print(f"vocabulary {model.cfg.vocab_size}: {eng2.w[0]['lm_head'].shape[0]} rows 
 # %%
 p0 = eng2.plan(0)
 one = eng1.step_launches(eng1.plan(0))
-rank0 = eng2.step_items(p0, 0)
+rank0 = eng2.issuer.step_items(p0, 0)
 per_layer_1 = [x.name for x in one if x.layer == 0]
 per_layer_r = [x.name for x in rank0 if x.layer == 0]
 kern_r = [x for x in per_layer_r if x not in COLLECTIVES]
@@ -142,7 +141,7 @@ print(f"one GPU: {len(per_layer_1)} kernels/layer x {layers} layers + {outside_1
 print(f"2 ranks: ({len(kern_r)} kernels/layer x {layers} layers + {outside_r}) x 2 ranks = "
       f"{2 * (len(kern_r) * layers + outside_r)} launches/token,")
 print(f"         plus {len(per_layer_r) - len(kern_r)} collectives/layer x {layers} + 1 = "
-      f"{len(eng2.step_collectives(p0))} collectives/token")
+      f"{len(eng2.issuer.step_collectives(p0))} collectives/token")
 print("\nengine.bill(plan):")
 for key, value in eng2.bill(p0).items():
     if key == "collectives":                     # a long list: one line per kind, with its count
@@ -257,7 +256,7 @@ for i in range(first - 3, first + 3):
 # at the recorded cost; the event nodes it neither models nor charges for.
 #
 # What capturing two ranks needs, in the words of the GPU pair's backend
-# (`lab/backend/cuda.py`, `CudaRanks`):
+# (`lab/backend/cuda/ranks.py`, `CudaRanks`):
 
 # %%
 show(inspect.getdoc(CudaRanks))
@@ -272,7 +271,9 @@ show(inspect.getdoc(CudaRanks))
 # library:
 
 # %%
-show(inspect.getdoc(DecodeEngine.warm_up_collectives))
+from lab.engine.ranks import warm_up_collectives
+
+show(inspect.getdoc(warm_up_collectives))
 
 # %% [markdown]
 # On the simulator a collective runs when both ranks' collective of the same sequence number is
@@ -494,8 +495,8 @@ if rec:
 # rep 1 brings the recorded graph-to-graph ratio down towards the simulated one, but not below
 # 1.5.
 #
-# The simulator now charges each collective node its recorded cost (the figures under the
-# timeline of section 3) — no longer a probe's upper bound. At those costs the nine collectives
+# The simulator charges each collective node its recorded cost (the figures under the
+# timeline of section 3). At those costs the nine collectives
 # of a token take less device time than the one-GPU step's kernels, yet the two-rank graph
 # still misses the target: the collectives come on top of kernels that did not get faster on
 # the half-size shards. Capture removes the host's work but not the collectives' device time.
@@ -669,7 +670,7 @@ except CollectiveError as exc:
     first = next(p for p in range(skew.position) if skew.collective_order(skew.plan(p)))
     bad = skew.ledger[first]
     k = int(re.search(r"collective #(\d+)", str(exc)).group(1))
-    per_step = len(skew.step_collectives(skew.plan(0)))
+    per_step = len(skew.issuer.step_collectives(skew.plan(0)))
     print()
     show(f"the host had issued {skew.position} steps (positions 0-{skew.position - 1}) when it "
          f"met the error; the first skewed step is position {bad.position} (ledger: "
@@ -687,8 +688,8 @@ except CollectiveError as exc:
 # waits in a collective the other has left, or never enters), or garbage in memory, long after
 # the host has moved on. So the engine, on a real GPU pair, runs `collective_order` for every
 # plan before it issues anything, and refuses with a `CollectiveError` rather than hang two
-# GPUs (`DecodeEngine._issue_step`); the simulator lets the steps run to show where NCCL would
-# meet the mismatch.
+# GPUs (the engine's issuer, `Issuer.issue_step`); the simulator lets the steps run to show
+# where NCCL would meet the mismatch.
 #
 # The fix is a rule, not a check: **every decision that changes a rank's collectives comes from
 # state every rank shares** — the position, the plan key, a configuration — never from one

@@ -47,15 +47,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from kernels import draft, verify_attention
+from lab import DecodeEngine, LabConfig, load_model
 from lab.backend.costmodel import cost_key, launch_bytes
-from lab.config import LabConfig
-from lab.engine.runner import DecodeEngine
 from lab.measure import bench, report, spec
 from lab.measure.arms import replay_fraction
 from lab.measure.report import show
-from lab.model import load_model
 from lab.teach import handson
-from lab.teach.verify import key_parts_beyond_plan
+from lab.measure.replay_check import key_parts_beyond_plan
 
 model = load_model()
 tok = model.tokenizer
@@ -204,8 +202,8 @@ for s in (1, 4, 16, 64):
 
 # %%
 def counts(eng):
-    """The device's counts (`spec_stats()`, one read), in a line."""
-    st = eng.spec_stats()
+    """The device's counts (`draft_stats()`, one read), in a line."""
+    st = eng.draft_stats()
     return (f"{st['verify steps']} steps that generated, {st['tokens generated']} tokens, "
             f"{st['tokens per step']:.2f} per step")
 
@@ -215,9 +213,9 @@ def one_verify_step(eng):
     p = eng.device_position()
     eng.backend.upload(eng.bufs[0].limit, np.array([p + eng.cfg.draft + 1], np.int32))
     eng.step()
-    eng.position = eng.device_position()
-    return p, eng.backend.download(eng.dev_spec.cols), eng.backend.download(eng.dev_spec.pred), \
-        eng.position
+    eng.track_position(eng.device_position(), 0)    # the host's mirror, set from the read
+    d = eng.draft_buffers
+    return p, eng.backend.download(d.cols), eng.backend.download(d.pred), eng.position
 
 
 ids = ver.encode(text)
@@ -260,7 +258,7 @@ handson.show("accept", stub=False)
 import numpy as np
 from numba import cuda
 
-from lab.engine.spec import SpecStep
+from lab.engine.draft import DraftStep
 from lab.engine.step import launch
 from lab.teach.handson import kernel
 
@@ -278,7 +276,7 @@ def accept_kernel(cols, pred, pos, n_prompt, limit, tokens, stats):
     pass
 
 
-class AcceptStep(SpecStep):
+class AcceptStep(DraftStep):
     def accept(self, plan):
         """The launch of accept_kernel after the verify step's columns."""
         # FILL ME IN: return launch(accept_kernel, ((1,), (1,)), (the seven buffers, in order))
@@ -324,8 +322,8 @@ for mode in ("eager", "graph"):
 for mode, (eng, gen) in runs.items():
     print(f"{mode}: {len(eng.ledger)} verify steps, ledger {eng.ledger_summary()}")
 (e_eng, e_gen), (g_eng, g_gen) = runs["eager"], runs["graph"]
-same_bytes = {name: e_eng.backend.download(getattr(e_eng.dev_spec, name)).tobytes()
-              == g_eng.backend.download(getattr(g_eng.dev_spec, name)).tobytes()
+same_bytes = {name: e_eng.backend.download(getattr(e_eng.draft_buffers, name)).tobytes()
+              == g_eng.backend.download(getattr(g_eng.draft_buffers, name)).tobytes()
               for name in ("logits", "pred", "cols", "stats")}
 print("tokens identical:", np.array_equal(e_gen.tokens, g_gen.tokens))
 print("the verify step's buffers identical:", same_bytes)
@@ -358,7 +356,8 @@ while pos < target:
     rounds += 1
     print(f"round {rounds:>2}: {steps:>2} step{'s' if steps > 1 else ' '}, position {pos:>2} -> "
           f"{new:>2} (+{new - pos})")
-    pos = eng.position = new
+    eng.track_position(new, 0)                       # the host's mirror of pos
+    pos = new
 print(f"{len(eng.ledger)} verify steps, {rounds} reads of pos")
 print(f"the counts, read once at the end: {counts(eng)}")
 
@@ -378,10 +377,10 @@ ops = eng.backend.ops[first:]
 reads = [o.detail for o in ops if o.kind == "download"]
 print(f"{len(eng.ledger)} steps; host operations: {len(reads)} downloads ({', '.join(set(reads))}),"
       f" {sum(o.kind == 'upload' for o in ops)} upload")
-print("spec_stats(), one read at the end:", counts(eng))
+print("draft_stats(), one read at the end:", counts(eng))
 
 # %% [markdown]
-# `spec_stats()` is the device's own count, kept by the acceptance kernel and read once; the host
+# `draft_stats()` is the device's own count, kept by the acceptance kernel and read once; the host
 # never needed it to run. It counts the steps that generated: the first step, all prompt
 # columns, made no token.
 #
@@ -491,12 +490,12 @@ print_pays(curve, "simulated")
 # them, which this build's kernels do; what they do not yet do is keep the per-column work off
 # the critical path).
 #
-# On the H200, recorded (`scripts/record_gpu_spec.py`, the same curve at contexts 64 and 900):
+# On the H200, recorded (`decode-lab record spec`, the same curve at contexts 64 and 900):
 
 # %%
 rec = recorded("spec.json")
 if rec is None:
-    print("data/gpu/spec.json is not recorded yet: run scripts/record_gpu_spec.py on a GPU")
+    print("data/gpu/spec.json is not recorded yet: run decode-lab record spec on a GPU")
 else:
     show(spec.format_curve(rec["curve"]))
     label = report.source_label(rec["source"])
@@ -557,7 +556,7 @@ print(f"the clean run: ledger {clean.ledger_summary()}, replay share "
 
 # %%
 if rec is None:
-    print("data/gpu/spec.json is not recorded yet: run scripts/record_gpu_spec.py on a GPU")
+    print("data/gpu/spec.json is not recorded yet: run decode-lab record spec on a GPU")
 else:
     for ctx in sorted({r["context"] for r in rec["curve"]["rows"]}):
         arm = {r["arm"]: r for r in rec["curve"]["rows"] if r["context"] == ctx}
