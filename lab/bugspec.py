@@ -77,7 +77,7 @@ RANK_BUGS: dict[str, Bug] = {b.name: b for b in (
         ("all_reduce",)),
 )}
 
-# Bugs of the speculative step (LAB_DRAFT>0, lab/engine/spec.py): an override of the verify step,
+# Bugs of the speculative step (LAB_DRAFT>0, lab/engine/draft.py): an override of the verify step,
 # so, like the rank bugs, apart from BUGS.
 SPEC_BUGS: dict[str, Bug] = {b.name: b for b in (
     Bug("spec_key", "unreplayed",

@@ -9,7 +9,7 @@ than one value under one plan files that plan's work under several graphs: each 
 once and looked up only when that value comes back (case study 004's question, "does the
 runtime replay what it captured?"). `key_changes` finds those parts, named or not, in any
 stretch of a ledger; the replay gate (lab/measure/arms.py) and `decode-lab audit`
-(lab/teach/audit.py) both read it.
+(lab/measure/audit.py) both read it.
 """
 from __future__ import annotations
 
