@@ -40,7 +40,10 @@ __version__ = "0.1.0"
 # The public surface that notebooks and exercise stubs import (`from lab import DecodeEngine`),
 # resolved by name on first use (PEP 562): `import lab.config` and `decode-lab --help` load no numba.
 _PUBLIC = {"DecodeEngine": "lab.engine.runner", "make_engine": "lab.engine.runner",
-           "LabConfig": "lab.config", "load_model": "lab.model", "LabError": "lab.errors"}
+           "LabConfig": "lab.config", "load_model": "lab.model", "LabError": "lab.errors",
+           # the step's pieces, for a variant of the step (an experiment, an exercise)
+           "Step": "lab.engine.step", "FusedStep": "lab.engine.step", "HostWork": "lab.engine.step",
+           "launch": "lab.engine.step", "DraftStep": "lab.engine.draft"}
 __all__ = sorted(_PUBLIC)
 
 

@@ -38,7 +38,7 @@
 
 # %%
 from lab import DecodeEngine, LabConfig, load_model
-from lab.engine.bugs import BUGS
+from lab.bugspec import BUGS
 from lab.measure.report import wrapped
 from lab.measure.audit import KIND_NOTES, audit, detect_lazy_init
 

@@ -27,7 +27,7 @@
 
 # %%
 from lab import DecodeEngine, LabConfig, load_model
-from lab.engine.bugs import BUGS
+from lab.bugspec import BUGS
 from lab.measure.report import wrapped
 from lab.measure.audit import bug_table
 from lab.measure.replay_check import replay_check

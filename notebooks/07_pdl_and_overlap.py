@@ -36,10 +36,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lab import DecodeEngine, LabConfig, load_model
+from lab import DecodeEngine, LabConfig, Step, load_model
 from lab.backend import StreamWait
 from lab.backend.sim import SimBackend
-from lab.engine.step import Step
 from lab.measure import bench, conformance, plots, report
 from kernels.pdl import LATE_TRIGGER
 from lab.pdl_check import late_trigger_violations, wait_first_violations

@@ -47,7 +47,7 @@ import numpy as np    # for your solutions
 
 from lab import DecodeEngine, LabConfig, load_model
 from lab import reference
-from lab.engine.bugs import BUGS
+from lab.bugspec import BUGS
 from lab.measure import stats
 from lab.measure.audit import audit, detect_lazy_init
 from lab.teach.selfcheck import (answer, ask, check_launch_bill, check_merge_partials,

@@ -95,7 +95,7 @@ show("advance", stub=False)
 import numpy as np
 from numba import cuda
 
-from lab.engine.step import Step, launch
+from lab import Step, launch
 from lab.teach.handson import kernel
 
 
@@ -128,7 +128,7 @@ result = check("advance", globals())
 show("prewarm", stub=False)
 
 # %%
-from lab.engine.step import HostWork
+from lab import HostWork
 from lab.plan import plan_boundaries
 
 
@@ -255,7 +255,7 @@ show("fission", stub=False)
 
 # %%
 from kernels import attention, matvec
-from lab.engine.step import Step, launch
+from lab import Step, launch
 
 
 class SplitCombine(Step):
@@ -281,7 +281,7 @@ show("fission_fused", stub=False)
 import numpy as np
 
 from kernels import attention, fused, fused_split
-from lab.engine.step import FusedStep, launch
+from lab import FusedStep, launch
 
 
 class SplitAttention(FusedStep):

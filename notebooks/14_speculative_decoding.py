@@ -258,8 +258,7 @@ handson.show("accept", stub=False)
 import numpy as np
 from numba import cuda
 
-from lab.engine.draft import DraftStep
-from lab.engine.step import launch
+from lab import DraftStep, launch
 from lab.teach.handson import kernel
 
 

@@ -75,8 +75,7 @@ STUB = '''
 import numpy as np
 from numba import cuda
 
-from lab.engine.draft import DraftStep
-from lab.engine.step import launch
+from lab import DraftStep, launch
 from lab.teach.handson import kernel
 
 
@@ -103,8 +102,7 @@ class AcceptStep(DraftStep):
 REFERENCE = '''
 from numba import cuda
 
-from lab.engine.draft import DraftStep
-from lab.engine.step import launch
+from lab import DraftStep, launch
 from lab.teach.handson import kernel
 
 

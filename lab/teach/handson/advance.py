@@ -57,7 +57,7 @@ STUB = '''
 import numpy as np
 from numba import cuda
 
-from lab.engine.step import Step, launch
+from lab import Step, launch
 from lab.teach.handson import kernel
 
 
@@ -83,7 +83,7 @@ class AdvanceStep(Step):
 REFERENCE = '''
 from numba import cuda
 
-from lab.engine.step import Step, launch
+from lab import Step, launch
 from lab.teach.handson import kernel
 
 
@@ -105,7 +105,7 @@ class AdvanceStep(Step):
 # the host writes the position before each step, no kernel advances it (LAB_BUG_POS_OUTSIDE_GRAPH)
 HOST_WRITE = '''
 import numpy as np
-from lab.engine.step import Step
+from lab import Step
 
 
 class AdvanceStep(Step):
@@ -123,7 +123,7 @@ BY_VALUE = '''
 import numpy as np
 from numba import cuda
 
-from lab.engine.step import Step, launch
+from lab import Step, launch
 from lab.teach.handson import kernel
 
 
@@ -149,7 +149,7 @@ class AdvanceStep(Step):
 EVERY_THREAD = '''
 from numba import cuda
 
-from lab.engine.step import Step, launch
+from lab import Step, launch
 from lab.teach.handson import kernel
 
 

@@ -47,7 +47,7 @@ captured. Calling Step.merge_then_project (the lab's own split) fails the check.
 
 STUB = '''
 from kernels import attention, matvec
-from lab.engine.step import Step, launch
+from lab import Step, launch
 
 
 class SplitCombine(Step):
@@ -59,7 +59,7 @@ class SplitCombine(Step):
 
 REFERENCE = '''
 from kernels import attention, matvec
-from lab.engine.step import Step, launch
+from lab import Step, launch
 
 
 class SplitCombine(Step):

@@ -58,7 +58,7 @@ STUB = '''
 import numpy as np
 
 from kernels import attention, fused, fused_split
-from lab.engine.step import FusedStep, launch
+from lab import FusedStep, launch
 
 
 class SplitAttention(FusedStep):
@@ -72,7 +72,7 @@ REFERENCE = '''
 import numpy as np
 
 from kernels import attention, fused, fused_split
-from lab.engine.step import FusedStep, launch
+from lab import FusedStep, launch
 
 
 class SplitAttention(FusedStep):

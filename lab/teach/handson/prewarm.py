@@ -41,7 +41,7 @@ a seek: take the boundaries from the engine you are given, not from the first mo
 """
 
 STUB = '''
-from lab.engine.step import HostWork
+from lab import HostWork
 from lab.plan import plan_boundaries
 
 
@@ -52,7 +52,7 @@ def pre_warm(engine):
 '''
 
 REFERENCE = '''
-from lab.engine.step import HostWork
+from lab import HostWork
 from lab.plan import plan_boundaries
 
 
