@@ -40,9 +40,14 @@ def ordered(experiments) -> list[Experiment]:
 
 # ---- the stamp ---------------------------------------------------------------------------------
 def revision(root: Path = REPO) -> dict:
-    """{"commit", "dirty"}: from git where `root` is a checkout; else from a REVISION file at
-    the root (`<commit>` or `<commit> dirty`, written where the tree is copied without .git);
-    else "unknown" (dirty None: nobody can tell)."""
+    """{"commit", "dirty"}: from a REVISION file at the root when there is one (`<commit>` or
+    `<commit> dirty`, written where the tree is copied for a run elsewhere: a copy may carry a
+    stale .git); else from git where `root` is a checkout; else "unknown" (dirty None)."""
+    rev = root / "REVISION"
+    if rev.is_file():
+        words = rev.read_text().split()
+        if words:
+            return {"commit": words[0], "dirty": len(words) > 1 and words[1] == "dirty"}
     if (root / ".git").exists():
         try:
             run = lambda *a: subprocess.run(("git", "-C", str(root)) + a, capture_output=True,  # noqa: E731
@@ -51,11 +56,6 @@ def revision(root: Path = REPO) -> dict:
                     "dirty": bool(run("status", "--porcelain", "--untracked-files=no"))}
         except (OSError, subprocess.SubprocessError):
             pass
-    rev = root / "REVISION"
-    if rev.is_file():
-        words = rev.read_text().split()
-        if words:
-            return {"commit": words[0], "dirty": len(words) > 1 and words[1] == "dirty"}
     return {"commit": "unknown", "dirty": None}
 
 

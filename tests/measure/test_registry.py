@@ -104,6 +104,8 @@ def test_revision_from_git_from_a_revision_file_or_unknown(tmp_path):
     assert registry.revision(tmp_path) == {"commit": "unknown", "dirty": None}
     (tmp_path / "REVISION").write_text("abc123 dirty\n")
     assert registry.revision(tmp_path) == {"commit": "abc123", "dirty": True}
+    (tmp_path / ".git").mkdir()     # a copy with a stale .git: the REVISION written for it wins
+    assert registry.revision(tmp_path) == {"commit": "abc123", "dirty": True}
 
 
 def test_write_json_stamps_converts_numpy_and_keeps_a_given_stamp(tmp_path):
