@@ -69,21 +69,25 @@ def _partial_twin(grid, block, q, k_cache, v_cache, L, part_o, part_ml, scale):
     n_head, splits, hd = part_o.shape                     # the geometry does not carry hd
     assert grid == (n_head, splits) and hd <= MAX_HEAD_DIM, "grid must be (n_head, splits)"
     scale = np.float32(scale)
+    bounds = [slice_bounds(L, splits, s) for s in range(splits)]
     for h in range(n_head):
-        qh = q[h * hd:(h + 1) * hd]                                          # [hd]
-        for s in range(splits):
-            t0, t1 = slice_bounds(L, splits, s)
+        cols = slice(h * hd, (h + 1) * hd)
+        qh, ml, po = q[cols], part_ml[h], part_o[h]                          # [hd], [splits, ..]
+        for s, (t0, t1) in enumerate(bounds):
             if t0 >= t1:  # empty slice
-                part_ml[h, s] = (-np.inf, 0.0)
-                part_o[h, s] = 0.0
+                ml[s] = (-np.inf, 0.0)
+                po[s] = 0.0
                 continue
-            k = k_cache[t0:t1, h * hd:(h + 1) * hd].astype(np.float32)       # [n, hd]
-            v = v_cache[t0:t1, h * hd:(h + 1) * hd].astype(np.float32)       # [n, hd]
-            sc = scale * (k @ qh)                                            # [n]
+            k = k_cache[t0:t1, cols].astype(np.float32)                      # [n, hd]
+            v = v_cache[t0:t1, cols].astype(np.float32)                      # [n, hd]
+            sc = k @ qh
+            sc *= scale                                                      # [n] scale * (k @ q)
             m = sc.max()
-            p = np.exp(sc - m)                                               # [n]
-            part_ml[h, s] = (m, p.sum(dtype=np.float32))
-            part_o[h, s] = p @ v
+            sc -= m
+            p = np.exp(sc)                                                   # [n] exp(score - m)
+            ml[s, 0] = m
+            ml[s, 1] = p.sum(dtype=np.float32)
+            po[s] = p @ v
 
 
 def attn_partial_twin(grid, block, q, k_cache, v_cache, pos, part_o, part_ml, scale):

@@ -30,12 +30,20 @@ ACCEPT_BLOCK = (1,)
 # ---------------------------------------------------------------- draft_lookup
 
 def latest_match(tokens, p: int) -> tuple[int, int]:
-    """(n, j): the longest n <= NGRAM with a match and its latest end j < p, or (0, -1)."""
-    for n in range(NGRAM, 0, -1):
-        tail = tokens[p - n + 1:p + 1]                       # [n] the text's last n tokens
-        for j in range(p - 1, n - 2, -1):                    # latest first, j >= n - 1
-            if np.array_equal(tokens[j - n + 1:j + 1], tail):
-                return n, j
+    """(n, j): the longest n <= NGRAM with a match and its latest end j < p, or (0, -1).
+    Every candidate end at once: after k steps, hit[i] says tokens[j-m] == tokens[p-m] for
+    m <= k at the end j = i + k (so j >= n - 1 for n = k + 1 tokens)."""
+    t = np.asarray(tokens)
+    hit = t[:p] == t[p] if p > 0 else np.zeros(0, bool)     # [p] n = 1: ends j = 0 .. p-1
+    latest = []
+    for k in range(min(NGRAM, p)):
+        if k:
+            hit = hit[1:] & (t[:p - k] == t[p - k])           # [p-k] ends j = k .. p-1
+        idx = np.flatnonzero(hit)
+        latest.append(int(idx[-1]) + k if idx.size else -1)
+    for n in range(len(latest), 0, -1):                      # a longer n-gram wins
+        if latest[n - 1] >= 0:
+            return n, latest[n - 1]
     return 0, -1
 
 

@@ -73,14 +73,25 @@ def _buffer(a):
     return a.buf if isinstance(a, RawArray) else a
 
 
+_ARG_KEYS: dict[tuple, str] = {}     # (shape, dtype) -> "256x64:float32", made once each
+
+
+def _arg_key(b: Buffer) -> str:
+    """A buffer's part of a cost key: its shape and its dtype's name."""
+    key = _ARG_KEYS.get((b.shape, b.dtype))
+    if key is None:
+        key = f"{'x'.join(map(str, b.shape))}:{np.dtype(b.dtype).name}"
+        _ARG_KEYS[(b.shape, b.dtype)] = key
+    return key
+
+
 def cost_key(launch: Launch) -> str:
     """What a launch's cost depends on besides the context: kernel, grid, block, the shapes and
     dtypes of its buffers (`attn_partial grid=(4, 4) block=(64,) [256:float32, ...]`). Kept in
     the launch's `prepared` slot: a clean engine issues the same Launch objects every step."""
     key = launch.prepared.get("cost_key")
     if key is None:
-        shapes = ", ".join(f"{'x'.join(map(str, b.shape))}:{np.dtype(b.dtype).name}"
-                           for b in map(_buffer, launch.args) if isinstance(b, Buffer))
+        shapes = ", ".join(_arg_key(b) for b in map(_buffer, launch.args) if isinstance(b, Buffer))
         key = launch.prepared["cost_key"] = (f"{launch.name} grid={tuple(launch.grid)} "
                                              f"block={tuple(launch.block)} [{shapes}]")
     return key

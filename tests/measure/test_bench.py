@@ -405,7 +405,7 @@ NARROW4 = dataclasses.replace(SMALL, n_layer=4)
 
 @pytest.mark.slow
 def test_aa_false_alarm_rate_is_nominal_over_seeds():
-    """Notebook 05's first A/A (eager, 5 reps x 24 tokens) over 50 simulator seeds: with the
+    """Notebook 05's first A/A (eager, 5 reps x 24 tokens) over 50 simulated A/As: with the
     measured noise model the gate fails about as often as its nominal rate promises (AA_ALPHA:
     |t| above the t distribution's two-sided 1% critical value at 4 degrees of freedom). Tested
     at the 1% level -- no more alarms than Binomial(50, 1%)'s 99th percentile -- so the test
@@ -415,24 +415,29 @@ def test_aa_false_alarm_rate_is_nominal_over_seeds():
     host's drift, so they are not independent, as the t-test assumes -- a real limit of a
     few-rep gate on a noisy host; test_aa_false_alarm_table_is_nominal measures it.)
 
+    The 50 A/As are aa_noise_times' draws, not 50 engines: the draws are the simulated engine's
+    own noise model, held to bench.run_aa on SimBackend seeds by
+    test_aa_noise_times_match_the_simulated_engine (means, spreads and the gate's failure
+    rates), so 50 draws judge the gate as 50 engine seeds do, at the same sample size and so
+    the same power, without running every kernel's twin 50 times. One engine A/A of the same
+    design checks what run_aa reports (alpha, df).
+
     Run on NARROW4, not the shipped model: the same 4 layers, so the same 37 launches per token,
     the same kernels and the same host cost and jitter per launch. An eager step is host-bound,
     so a rep's simulated time -- the only input of the statistic -- is the sum of those launch
-    costs with their jitter and the host's drift, whatever the widths; the widths only change
-    the NumPy twins' work (a third of this test's time at d_model 256)."""
+    costs with their jitter and the host's drift, whatever the widths."""
     from scipy import stats as st
     from lab.engine.runner import DecodeEngine
 
     narrow = random_model(NARROW4)
     eager = SIM.replace(graph=False)
     cost = CostModel.load()
-    alarms = 0
-    for seed in range(50):
-        engine = DecodeEngine(narrow, eager, backend=SimBackend(cost, seed=seed))
-        assert len(engine.step_launches(engine.plan(0))) == 37
-        aa, _ = bench.run_aa(narrow, eager, reps=5, tokens=24, pool={bench.pool_key(eager): engine})
-        assert aa["alpha"] == bench.AA_ALPHA and aa["df"] == 4
-        alarms += not aa["ok"]
+    engine = DecodeEngine(narrow, eager, backend=SimBackend(cost, seed=0))
+    assert len(engine.step_launches(engine.plan(0))) == 37
+    aa, _ = bench.run_aa(narrow, eager, reps=5, tokens=24, pool={bench.pool_key(eager): engine})
+    assert aa["alpha"] == bench.AA_ALPHA and aa["df"] == 4
+    a, a2 = bench.aa_noise_times(narrow, 5, 24, draws=50, seed=0, cfg=eager, cost=cost)
+    alarms = sum(not stats.aa_verdict(x, y).ok for x, y in zip(a, a2))
     assert alarms <= st.binom.ppf(0.99, 50, bench.AA_ALPHA), (alarms, bench.AA_ALPHA)
 
 
@@ -493,13 +498,29 @@ def test_aa_false_alarm_table_is_nominal():
     """The A/A gate's false-alarm rate under the simulator's recorded noise (the H200's), at 2,
     3, 5 and 8 reps of `bench ab`'s default 128 tokens, on the shipped model: within 1
     percentage point of nominal, with enough draws that 1 point is more than 4 standard
-    errors at any rate up to 2% (so the test tells a rate 1 point off from a nominal one)."""
-    rows = bench.aa_false_alarm_table(reps=(2, 3, 5, 8), tokens=128, draws=3200, seed=0)
-    assert [r["reps"] for r in rows] == [2, 3, 5, 8]
+    errors at any rate up to 2% (so the test tells a rate 1 point off from a nominal one).
+
+    The rep counts share one set of 3200 draws of 8 reps, each judged on its first r reps: the
+    rounds of an A/A run in order after the warm-ups and a later round changes no earlier one,
+    so the first r reps of an 8-rep A/A are an r-rep A/A (aa_false_alarm_table draws each count
+    on its own seed; the rate at each r has the same 3200 draws and the same power here, at
+    18 decode runs per draw instead of 44). The table itself: its rows on a few draws."""
+    from lab.model import DEFAULT_WEIGHTS, load_model
+
+    draws = 3200
+    a, a2 = bench.aa_noise_times(load_model(DEFAULT_WEIGHTS), 8, 128, draws, seed=0)
+    for r in (2, 3, 5, 8):
+        alarms = sum(not stats.aa_verdict(x[:r], y[:r]).ok for x, y in zip(a, a2))
+        rate = alarms / draws
+        sem = math.sqrt(rate * (1 - rate) / draws)
+        assert sem < 0.0025, (r, rate, sem)
+        assert abs(rate - bench.AA_ALPHA) <= 0.01, (r, rate, sem)
+    rows = bench.aa_false_alarm_table(reps=(2, 3), tokens=4, draws=40, seed=0)
+    assert [r["reps"] for r in rows] == [2, 3]
     for r in rows:
-        assert r["nominal"] == bench.AA_ALPHA and r["draws"] == 3200
-        assert r["sem"] < 0.0025, r
-        assert abs(r["rate"] - r["nominal"]) <= 0.01, r
+        assert r["nominal"] == bench.AA_ALPHA and r["draws"] == 40 and r["tokens"] == 4
+        assert r["rate"] == r["alarms"] / 40
+        assert r["sem"] == math.sqrt(r["rate"] * (1 - r["rate"]) / 40)
 
 
 def test_the_notebooks_printer_wraps_between_words_only():

@@ -157,11 +157,14 @@ class SimBackend(Backend):
         if launch.name not in self._compiled:
             self._op("compilation", launch.name)
             self._compiled.add(launch.name)
-        for a in launch.args:
-            if isinstance(a, RawArray):  # numba synchronises the array's stream before launching
-                self._op("array-interface sync", a.label)
-                self.captures.offend(f"array-interface synchronisation of raw argument {a.buf.label} "
-                             f"for {launch.name} (cudaErrorStreamCaptureIsolation)")
+        raw = launch.prepared.get("sim_raw")
+        if raw is None:                  # the raw arguments, found once per Launch (frozen)
+            raw = launch.prepared["sim_raw"] = tuple(a for a in launch.args
+                                                     if isinstance(a, RawArray))
+        for a in raw:                    # numba synchronises the array's stream before launching
+            self._op("array-interface sync", a.label)
+            self.captures.offend(f"array-interface synchronisation of raw argument {a.buf.label} "
+                                 f"for {launch.name} (cudaErrorStreamCaptureIsolation)")
         cap = self.captures.of(launch.stream)
         if cap is None and self.captures:
             self.captures.offend(f"launch of {launch.name} on stream {launch.stream!r}, which is not "

@@ -105,7 +105,13 @@ class Scheduler:
         if isinstance(prev, Collective):
             prev = None                     # a kernel after a collective: no switch cost known
         # a join: work on the origin stream waits for another stream's (the pair's one cost)
-        join = st == origin and any(self._stream_of.get(d, st) != st for d in deps)
+        join = False
+        if st == origin:
+            stream_of = self._stream_of
+            for d in deps:
+                if stream_of.get(d, st) != st:
+                    join = True
+                    break
         self._work[i] = Work(i, launch, deps, kind, host0, host1, lead, noise, pdl, prev,
                              early[1] if early else None, early[0] if early else None, join, seq)
         self._stream_of[i] = st
@@ -179,7 +185,12 @@ class Scheduler:
 
     def ready_at(self, w: Work) -> float:
         """When `w`'s dependencies that ran on this device ended (0: none)."""
-        return max((self._end[d] for d in w.deps if d in self._end), default=0.0)
+        end, latest = self._end, None
+        for d in w.deps:
+            t = end.get(d)
+            if t is not None and (latest is None or t > latest):
+                latest = t
+        return 0.0 if latest is None else latest
 
     def last_end(self, default: float) -> float:
         """The latest device end time of the work kept, or `default` when there is none."""
@@ -207,18 +218,9 @@ class Scheduler:
         launch = w.launch
         if w.early is not None:
             self._check_pdl(launch, w.early)
-        arrays = []
-        for idx, a in enumerate(launch.args):
-            if isinstance(a, RawArray):
-                a = a.buf
-            if early_view and idx in early_view:
-                arrays.append(early_view[idx])
-            elif isinstance(a, Buffer):
-                arrays.append(self.memory.resolve(a))
-            elif isinstance(a, np.ndarray):
-                raise TypeError(f"{launch.name}: host array passed as a kernel argument")
-            else:
-                arrays.append(a)
+        arrays = self._arrays(launch)
+        if early_view:
+            arrays = [early_view.get(idx, a) for idx, a in enumerate(arrays)]
         context = launch_context(launch, arrays)
         try:
             launch.kernel.twin(launch.grid, launch.block, *arrays)
@@ -235,6 +237,26 @@ class Scheduler:
             dev0 = max(ready, w.host1)
             dev1 = dev0 + self.cost.eager_us(launch, context, w.prev)
         self.finish(w, launch.name, dev0, dev1)
+
+    def _arrays(self, launch: Launch) -> list:
+        """The twin's arguments of `launch`: each buffer's view in this device's memory, the
+        other arguments as given. Kept in the launch's `prepared` slot with the memory they
+        resolve in: the same Launch objects run every step, and a view stays valid."""
+        kept = launch.prepared.get("sim_arrays")
+        if kept is not None and kept[0] is self.memory:
+            return kept[1]
+        arrays = []
+        for a in launch.args:
+            if isinstance(a, RawArray):
+                a = a.buf
+            if isinstance(a, Buffer):
+                arrays.append(self.memory.resolve(a))
+            elif isinstance(a, np.ndarray):
+                raise TypeError(f"{launch.name}: host array passed as a kernel argument")
+            else:
+                arrays.append(a)
+        launch.prepared["sim_arrays"] = (self.memory, arrays)
+        return arrays
 
     def _check_pdl(self, launch: Launch, prev: Launch) -> None:
         """Under PDL, a kernel's pre-wait part overlaps its predecessor: report a race if it
