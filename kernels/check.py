@@ -1063,9 +1063,11 @@ def run(ops=None, mode: str = "gpu", *, quick: bool = False, dump: str | None = 
     child process for all the ops; "gpu" runs here (numba must not be in simulator mode)."""
     ops = list(OPS) if not ops else list(ops)
     unknown = sorted(set(ops) - set(OPS))
-    if unknown or mode not in MODES:
-        raise ValueError(f"unknown ops {unknown} or mode {mode!r}; ops: {', '.join(OPS)}; "
-                         f"modes: {', '.join(MODES)}")
+    if unknown:
+        raise ValueError(f"unknown op{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                         f"the ops: {', '.join(OPS)}")
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; the modes: {', '.join(MODES)}")
     if mode == "gpu":
         if config.ENABLE_CUDASIM:
             raise RuntimeError("mode 'gpu' in a process whose numba is the CUDA simulator")
@@ -1086,15 +1088,26 @@ def run(ops=None, mode: str = "gpu", *, quick: bool = False, dump: str | None = 
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m kernels.check",
+                                 description="Every op's kernels against their NumPy twins and "
+                                             "contracts, on numba's CUDA simulator or a GPU.")
+    where = ap.add_mutually_exclusive_group()
+    for m, what in (("cudasim", "numba's CUDA simulator with its own reduction trees (default)"),
+                    ("shuffles", "the simulator with lane-exact warp shuffles"),
+                    ("gpu", "kernels compiled for the device, plus the model's dims")):
+        where.add_argument(f"--{m}", dest="mode", action="store_const", const=m, help=what)
+    ap.add_argument("--quick", action="store_true",
+                    help="attention and spec_cols on one case per code path")
+    ap.add_argument("--dump", metavar="PATH", help="every kernel output, labelled, to PATH (.npz)")
+    ap.add_argument("ops", nargs="*", metavar="OP", help=f"ops to run (all by default): "
+                                                          f"{', '.join(OPS)}")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     # the simulator runs a Python thread per CUDA thread, which does not unwind promptly on
     # Ctrl-C; nothing here needs cleaning up: stop at once, as a shell would
     signal.signal(signal.SIGINT, lambda *_: os._exit(130))
-    mode = next((m for m in MODES if f"--{m}" in argv), "cudasim")
-    dump = argv[argv.index("--dump") + 1] if "--dump" in argv else None
-    ops = [a for a in argv if not a.startswith("--") and a != dump]
     try:
-        result = run(ops, mode, quick="--quick" in argv, dump=dump)
+        result = run(args.ops, args.mode or "cudasim", quick=args.quick, dump=args.dump)
     except (ValueError, RuntimeError) as e:
         print(f"kernels.check: {e}", file=sys.stderr)
         return 2

@@ -490,3 +490,18 @@ def test_the_harness_block_pool_keeps_the_simulators_semantics():
                          env=_cudasim_env(), text=True, capture_output=True,
                          timeout=120)
     assert res.returncode == 0 and "pool ok" in res.stdout, res.stderr[-3000:]
+
+
+def test_the_check_command_line_says_its_usage_and_refuses_an_unknown_op():
+    """python -m kernels.check: --help prints its usage (and runs nothing); an unknown op or flag
+    is one line naming it, exit 2."""
+    import subprocess
+    import sys
+    run = lambda *a: subprocess.run([sys.executable, "-m", "kernels.check", *a],  # noqa: E731
+                                    capture_output=True, text=True, cwd=ROOT, timeout=60)
+    usage = run("--help")
+    assert usage.returncode == 0 and "usage: python -m kernels.check" in usage.stdout
+    assert "ok" not in usage.stdout.split("positional arguments")[0]
+    bad = run("nosuch")
+    assert bad.returncode == 2 and "unknown op nosuch; the ops: embed" in bad.stderr
+    assert run("--bogus").returncode == 2
