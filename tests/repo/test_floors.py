@@ -66,3 +66,18 @@ def test_every_folder_says_what_it_owns():
         subs = [p for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
         for sub in sorted(subs):
             assert sub.name in doc, f"{folder.name}/__init__.py does not name {sub.name}/"
+
+
+def test_no_class_over_250_lines_and_the_runner_reads_in_one_sitting():
+    """A class a reader holds in mind at once: none in lab/ or kernels/ over 250 lines, and the
+    engine's runner (lab/engine/runner.py, the token path's entry) at most 250 lines in all."""
+    import ast
+    root = LAB.parent
+    big = []
+    for path in sorted([*LAB.rglob("*.py"), *(root / "kernels").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > 250:
+                big.append(f"{path.relative_to(root)}:{node.lineno} {node.name} "
+                           f"({node.end_lineno - node.lineno + 1} lines)")
+    assert not big, big
+    assert len((LAB / "engine" / "runner.py").read_text().splitlines()) <= 250
