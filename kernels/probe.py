@@ -1,4 +1,4 @@
-"""Probe kernels for the cost recorder (scripts/record_gpu_costs.py): no part of a decode step.
+"""Probe kernels for the cost recorder (decode-lab record costs): no part of a decode step.
 
 Owns `empty` (does nothing but its PDL wait: a graph of N of them measures the per-node floor
 and the inter-node gap, with and without PDL), `spin` (one thread runs a dependent loop of

@@ -111,7 +111,7 @@ plt.show()
 
 # %% [markdown]
 # ## Recorded GPU figures
-# What the same step costs on the project's H200, recorded by `scripts/record_gpu.py`
+# What the same step costs on the project's H200, recorded by `decode-lab record decode`
 # (if the file is present).
 
 # %%

@@ -138,7 +138,7 @@ plt.show()
 
 # %% [markdown]
 # ## What the H200 measured
-# Recorded by `scripts/record_gpu.py` on the project's H200 (interleaved, paired reps): eager
+# Recorded by `decode-lab record decode` on the project's H200 (interleaved, paired reps): eager
 # (the launch mechanism is printed with each arm) against graph.
 
 # %%
@@ -197,7 +197,7 @@ def ladder_table(sim, gpu):
         print(line)
     if stand_ins:
         show(f"* simulated from a STAND-IN, not a prediction: the cost file has no recorded cost "
-             f"for {', '.join(sorted(stand_ins))} (scripts/record_gpu_costs.py records it on a "
+             f"for {', '.join(sorted(stand_ins))} (decode-lab record costs records it on a "
              f"GPU)")
     for label, res in (("simulated", sim), ("measured", gpu)):
         if res is None:

@@ -212,7 +212,7 @@ print(f"simulated: eager {sims[False]:.1f} us/token, graph {sims[True]:.1f} us/t
 # %% [markdown]
 # ## Recorded on the H200
 # Interleaved, paired eager vs graph ms/token at short context, recorded by
-# `scripts/record_gpu.py` (present once a GPU run has been recorded).
+# `decode-lab record decode` (present once a GPU run has been recorded).
 
 # %%
 rec = Path("../data/gpu/decode_eager_vs_graph.json")

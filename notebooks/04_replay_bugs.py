@@ -106,7 +106,7 @@ for r in rows:
 
 # %% [markdown]
 # ## The same table, recorded on the H200
-# Recorded by `scripts/record_gpu_bugs.py`; any row where the simulator and the GPU disagree
+# Recorded by `decode-lab record bugs`; any row where the simulator and the GPU disagree
 # would be a simulator bug.
 
 # %%

@@ -378,7 +378,7 @@ if rec_path.exists():
              f"{rs[-1]['tok_per_s'] / rs[0]['tok_per_s']:.2f}; max - min {spread:.1f} us/token "
              f"(median sem {sem:.1f})")
 else:
-    print("no recorded GPU sweep yet (run scripts/record_gpu_bench.py on a GPU)")
+    print("no recorded GPU sweep yet (run decode-lab record bench on a GPU)")
 
 # %% [markdown]
 # The crossover lies far beyond this model's `max_seq`: at every context it can run, eager decode
@@ -575,7 +575,7 @@ plt.show()
 
 # %% [markdown]
 # ## Recorded GPU figures
-# `scripts/record_gpu_bench.py --out data/gpu` records the same three measurements on a GPU
+# `decode-lab record bench --backend cuda --out DIR` records the same three measurements on a GPU
 # (`bench_ab.json`, `bench_sweep.json`, `bench_loo.json`, each with its GPU, versions and date).
 # They are shown here next to the simulated ones when present.
 
@@ -585,7 +585,7 @@ FORMAT = {"bench_ab": report.format_ab, "bench_sweep": report.format_sweep,
 SIMULATED = {"bench_ab": ab, "bench_sweep": sweep, "bench_loo": loo}
 recorded = sorted(glob.glob("../data/gpu/bench_*.json"))
 if not recorded:
-    print("no recorded GPU figures yet (run scripts/record_gpu_bench.py on a GPU)")
+    print("no recorded GPU figures yet (run decode-lab record bench on a GPU)")
 for path in recorded:
     name = Path(path).stem
     try:
@@ -623,7 +623,7 @@ for path in recorded:
 # %% [markdown]
 # ## Why arms share one engine
 # Identical graph engines — same config, same weights — run interleaved on the H200, each one's
-# ms/token with its standard error (`scripts/record_gpu_instances.py`). If instances differ by
+# ms/token with its standard error (`decode-lab record instances`). If instances differ by
 # more than their noise, an A/B between two engines would report that difference as an effect
 # of the toggle; one engine run twice shows the run-to-run part alone.
 

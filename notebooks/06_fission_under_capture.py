@@ -248,7 +248,7 @@ for mode, est in zip(("eager", "graph"), fused_est):
 # arm drift apart on a noisy host: set it beside the size of `B - A` before reading the sign.
 #
 # ## Recorded on the H200
-# The same A/B on the GPU (`scripts/record_gpu_costs.py`, `fission.json["fused"]`), both arms
+# The same A/B on the GPU (`decode-lab record costs`, `fission.json["fused"]`), both arms
 # on one shared engine (the eager line names the launch path the host used).
 
 # %%
@@ -415,7 +415,7 @@ print(f"captured, H200: {g['diff_b_minus_a_ms'] / g['diff_sem_ms']:+.0f} standar
 # end of the node before it, and the split's `attn_combine` waits for `attn_partial` in
 # hardware (`griddepcontrol.wait`, `pdl_wait` in the kernels) rather than on a counter. The
 # H200 also timed the whole step in several arms at a short and a long context
-# (`data/gpu/fused_tails.json`, `scripts/record_gpu_tails.py` in the same pass:
+# (`data/gpu/fused_tails.json`, `decode-lab record tails` in the same pass:
 # `lab.measure.bench.run_sweep`, means of independent reps, not a paired A/B):
 
 # %%

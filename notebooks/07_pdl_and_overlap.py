@@ -252,7 +252,7 @@ show(report.format_loo(loo))
 # the H200, separate but identical graph engines differ by a steady amount, up to about a
 # microsecond per token, from buffer placement alone (`engine_instances.json`, notebook 05),
 # enough to fail the A/A gate and to swamp an effect of overlap's size.
-# `scripts/record_gpu_overlap.py`: leave-one-out with 5 paired reps; graph vs graph + PDL with
+# `decode-lab record overlap`: leave-one-out with 5 paired reps; graph vs graph + PDL with
 # the captured graph's edge types (programmatic edges counted through cuda-bindings); graph vs
 # graph + overlap.
 
@@ -382,7 +382,7 @@ print("(each: graph+pdl - graph per chained step)")
 
 # %% [markdown]
 # Why a chain and not a decode: the same pass also timed graph and graph + PDL as decodes at
-# both contexts (`pdl_sweep.json`, `scripts/record_gpu_overlap.py`, the two arms interleaved on
+# both contexts (`pdl_sweep.json`, `decode-lab record overlap`, the two arms interleaved on
 # one engine). There PDL saves more than in the chain, because that engine's graph step
 # WITHOUT PDL ran slower than its kernels add up to — by buffer placement alone, which moves
 # from engine to engine and which PDL hides (notebook 05: the engine-instance A/A and the

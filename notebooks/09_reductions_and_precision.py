@@ -435,7 +435,7 @@ show(f"verdict: {verdict(dead)}")
 
 # %% [markdown]
 # ## 8. Recorded on the H200
-# `scripts/record_gpu_precision.py --out DIR` records the same measurements on a GPU: the
+# `decode-lab record precision --backend cuda --out DIR` records the same measurements on a GPU: the
 # 200-token decode, a 1000-character passage, and the kernels' order with the GPU's fused fma
 # (`data/gpu/precision.json`, with the GPU, versions and date). Shown beside this notebook's run.
 
@@ -444,7 +444,7 @@ rec_path = DATA_DIR / "gpu" / "precision.json"
 rec = None
 if not rec_path.exists():
     show("no GPU recording yet: data/gpu/precision.json is absent "
-         "(scripts/record_gpu_precision.py --out DIR writes it on a GPU host)")
+         "(decode-lab record precision --backend cuda --out DIR writes it on a GPU host)")
 else:
     try:
         rec = json.loads(rec_path.read_text())

@@ -20,7 +20,7 @@
 # is left is **device time**. This notebook takes it apart.
 #
 # 1. **Kernel by kernel**: each kernel's time as a node of a graph, recorded on the H200 by
-#    `scripts/record_gpu_costs.py` — the same numbers the simulator's cost model is built from.
+#    `decode-lab record costs` — the same numbers the simulator's cost model is built from.
 # 2. **Two floors** no kernel work can go below: the *empty-node floor* (a graph of empty
 #    kernels, per node) and the *weight-bytes floor* (every weight read once, at the memory's
 #    bandwidth).
@@ -182,7 +182,7 @@ for name, cfg in (("unfused", unfused), ("fused", fused), ("fused split", fused_
         print(f"{name:<11} {c:>7} {n:>5} {empty:>15.1f} {empty_pdl:>6.1f} {mb:>9.2f} "
               f"{mb / HBM_TB_S:>15.2f} {model_us:>14.1f}")
 show(f"floors: {recorded_costs['source']}, {recorded_costs['date']} "
-     f"(scripts/record_gpu_costs.py); bandwidth: H200 datasheet")
+     f"(decode-lab record costs); bandwidth: H200 datasheet")
 
 # %% [markdown]
 # ## 3. Fusion: fewer nodes, the same tokens
@@ -320,7 +320,7 @@ show(f"us per node, per layer; blocks: those the work after the partials runs on
 
 # %% [markdown]
 # The same pass also timed whole steps of the attention forms side by side
-# (`scripts/record_gpu_tails.py`, `data/gpu/fused_tails.json`), with two arms the peer table
+# (`decode-lab record tails`, `data/gpu/fused_tails.json`), with two arms the peer table
 # lacks: the fused step without PDL and with the heads tail. Another harness (`bench.run_sweep`:
 # 5 reps of 32 tokens from a zeroed cache, not the peer's 64 tokens after a real prompt), so
 # read its arms against each other, and against the peer table only roughly:
@@ -537,7 +537,7 @@ show(f"source: data/gpu/peer_reps.json, {more['source']}, {more['date']}")
 #
 # The launch bill drops to 1 and the graph to one node. What that is worth is not obvious: a
 # grid barrier costs about 1.6 us on the H200 at 132 blocks of 512 threads
-# (`data/gpu/grid_barrier.json`, recorded by `scripts/record_gpu_barrier.py`), more
+# (`data/gpu/grid_barrier.json`, recorded by `decode-lab record barrier`), more
 # than a graph node boundary (section 2's per-node floor: about half a microsecond, less under
 # PDL), so the kernel can win only what the heads-tail step's 18 launches cost beyond their
 # boundaries (launch latency, tails), not the boundaries themselves. On the simulator (its twin
@@ -583,7 +583,7 @@ if rec_nodes:
     show(f"source: data/gpu/kernel_costs.json, {recorded_costs['source']}, {recorded_costs['date']}")
 else:
     show("step_persistent as a graph node: not recorded yet in kernel_costs.json "
-         "(scripts/record_gpu_costs.py records it); the simulator's figure for it is a stand-in")
+         "(decode-lab record costs records it); the simulator's figure for it is a stand-in")
 recorded = GPU / "persistent.json"
 rows = []
 if recorded.is_file():

@@ -524,7 +524,7 @@ print(f"the clean run, mode graph too: {g_clean.ms_per_token * 1000:.1f} us/toke
 nodes = len(mystery.step_launches(mystery.plan()))
 if cost.capture_us is None:
     show("this simulator's cost file predates the capture costs (floors.capture, recorded by "
-         "scripts/record_gpu_costs.py): a capture costs it nothing, so here the two runs cost "
+         "decode-lab record costs): a capture costs it nothing, so here the two runs cost "
          "about the same. On a GPU they do not (below).")
 else:
     show(f"the simulator charges a capture and an instantiation what the H200 measured "

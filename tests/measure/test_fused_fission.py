@@ -2,7 +2,7 @@
 LAB_FUSION=1: attn_partial_wide, attn_merge, attn_project_heads; the same bits, 8 more launches
 per token).
 
-Device-free: the cost recorder (scripts/record_gpu_costs.py) measures every launch of both arms
+Device-free: the cost recorder (decode-lab record costs) measures every launch of both arms
 at every plan; on the simulator, from the recorded component costs, eagerly the split LOSES (more
 host launches on a host-bound step) and captured it WINS, each A/B behind a passing A/A gate --
 skipped, naming the launches, while data/gpu/kernel_costs.json has no recorded cost for some
@@ -56,7 +56,7 @@ def test_the_simulator_shows_the_sign_flip_from_the_recorded_costs(model):
     if missing:
         pytest.skip(f"{COSTS_FILE.name} has no recorded cost for {len(missing)} launch(es) of the "
                     f"fused arms ({', '.join(sorted({k.split(' ')[0] for k in missing}))}): "
-                    f"record them with scripts/record_gpu_costs.py on a GPU")
+                    f"record them with decode-lab record costs on a GPU")
     diffs = {}
     for mode in ("eager", "graph"):
         a = FUSED.replace(graph=(mode == "graph"))
@@ -72,7 +72,7 @@ def test_the_simulator_shows_the_sign_flip_from_the_recorded_costs(model):
 @pytest.mark.xdist_group("conformance")   # re-uses the conformance tests' simulation
 def test_conformance_holds_the_fused_fission_rows_against_a_recording(model, tmp_path):
     """The two rows appear when fission.json records the fused arms (here: a recording made the
-    way scripts/record_gpu_costs.py makes one, on the simulator with its noise) and pass when
+    way decode-lab record costs makes one, on the simulator with its noise) and pass when
     the prediction matches it; a fission.json without them gives no such row."""
     data = tmp_path / "gpu"
     shutil.copytree(COSTS_FILE.parent, data)

@@ -77,3 +77,16 @@ def test_the_scan_tells_inside_from_outside():
     assert outside(f"see {up}/{up}/x/y.md", nb) == [f"{up}/{up}/x/y.md"]
     assert outside(f"written by {home}/main/lab/x.py", ROOT) == [f"{home}/main/lab/x.py"]
     assert outside("cached in ~/.decode-lab and /dev/null", ROOT) == []
+
+
+def test_every_script_the_text_names_exists():
+    """A script named in code, docs or a notebook (a path under scripts/ ending .py or .sh) exists: a
+    moved or retired tool leaves no pointer behind (docs/moved.md, which lists what moved, aside)."""
+    import re
+    named = re.compile(r"\bscripts/([A-Za-z0-9_]+\.(?:py|sh))\b")
+    stale = [f"{p.relative_to(ROOT)}: scripts/{m.group(1)}"
+             for p in tracked() if p.name != "moved.md" and p.suffix != ".ipynb"
+             and not p.is_relative_to(ROOT / "data")
+             for m in named.finditer(p.read_text(errors="replace"))
+             if not (ROOT / "scripts" / m.group(1)).is_file()]
+    assert not stale, stale
