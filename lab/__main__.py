@@ -233,7 +233,7 @@ def cmd_record(args) -> int:
     if bool(args.names) == args.all:
         raise LabError("record: name experiments or give --all (not both)")
     return record(args.names, args.backend, args.out, all_=args.all, quick=args.quick,
-                  archive=args.archive, weights=args.weights)
+                  archive=args.archive, weights=args.weights, resume=args.resume)
 
 
 def _check_bench_args(args) -> None:
@@ -442,6 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="output folder (created)")
     r.add_argument("--archive", default=None, help="pack the folder into this FILE.tar.gz")
     r.add_argument("--quick", action="store_true", help="fewer reps and tokens (a dry run)")
+    r.add_argument("--resume", action="store_true",
+                   help="keep what an earlier run into --out finished for this commit (clean "
+                        "tree), backend and settings; run the rest")
     r.add_argument("--weights", default=None, help="weights .npz (default: data/tiny_model.npz)")
     r.set_defaults(fn=cmd_record)
 

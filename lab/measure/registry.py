@@ -25,6 +25,7 @@ from lab.measure.experiment import REGISTRY, REPO, Experiment, experiment, now, 
 
 PROBE_FILE = "host_probe.json"
 LOG_FILE = "record.log"
+DONE_FILE = "record_done.json"   # the experiments this pass finished: what --resume keeps
 PROBE_LAUNCHES, PROBE_ROUNDS = 2000, 7
 
 
@@ -246,11 +247,13 @@ def make_stamp(backend_name: str, out: Path, probe: dict | None) -> dict:
 
 
 def record(names, backend: str, out, all_: bool = False, quick: bool = False,
-           archive=None, weights=None) -> int:
+           archive=None, weights=None, resume: bool = False) -> int:
     """Run the chosen experiments (priority order) into `out`: the host probe first
     (host_probe.json), in-process experiments in this process, isolated ones each in a child
     with its limit; one log (out/record.log); a summary table; `archive` packs `out`. The exit
-    status: 0 when every experiment that ran wrote its files, else 1."""
+    status: 0 when every experiment that ran wrote its files, else 1. `resume`: keep what an
+    earlier run into `out` finished for the same commit, backend and settings (DONE_FILE), and
+    run the rest: a pass cut short (a lease that ended) goes on where it stopped."""
     chosen = choose(names, all_)
     if backend not in ("cuda", "sim"):
         raise LabError(f"--backend {backend}: choose cuda or sim")
@@ -261,16 +264,29 @@ def record(names, backend: str, out, all_: bool = False, quick: bool = False,
         stdout, stderr = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = _Tee(stdout, log), _Tee(stderr, log)
         try:
-            rows = _record(chosen, backend, out, all_, quick, weights)
+            rows = _record(chosen, backend, out, all_, quick, weights, resume)
         finally:
             sys.stdout, sys.stderr = stdout, stderr
     if archive is not None:
         pack(out, archive)
         print(f"archive: {archive}")
-    return 0 if all(r[3] in ("ok",) or r[3].startswith("skipped") for r in rows) else 1
+    return 0 if all(r[3] == "ok" or r[3].startswith(("skipped", "kept")) for r in rows) else 1
 
 
-def _record(chosen, backend, out, all_, quick, weights) -> list:
+def _done(out: Path, stamp: dict, backend: str, quick: bool, resume: bool) -> dict:
+    """The experiments this pass has finished (DONE_FILE): with `resume`, those an earlier run
+    into `out` finished for the same commit (a clean tree), backend and settings; else none."""
+    mine = {"commit": stamp["commit"], "backend": backend, "quick": quick, "done": []}
+    try:
+        earlier = json.loads((out / DONE_FILE).read_text()) if resume else None
+    except (OSError, ValueError):
+        earlier = None
+    same = (isinstance(earlier, dict) and stamp["dirty"] is False and stamp["commit"] != "unknown"
+            and all(earlier.get(k) == mine[k] for k in ("commit", "backend", "quick")))
+    return {**mine, "done": list(earlier.get("done", []))} if same else mine
+
+
+def _record(chosen, backend, out, all_, quick, weights, resume=False) -> list:
     ctx = Context(backend, out, weights=weights, quick=quick)
     ctx.progress(f"record {', '.join(e.name for e in chosen)} on {backend} into {out}")
     from lab.backend import make_backend
@@ -284,13 +300,23 @@ def _record(chosen, backend, out, all_, quick, weights) -> list:
                  f"({probe['clock']} clock); commit {ctx.stamp['commit']}"
                  f"{' (dirty)' if ctx.stamp['dirty'] else ''}")
     gpus = gpu_count(backend)
+    state = _done(out, ctx.stamp, backend, quick, resume)
+    if resume:
+        ctx.progress(f"resume: {', '.join(state['done']) or 'nothing'} kept from an earlier run "
+                     f"of this commit")
     rows = []
     for exp in chosen:
         t0 = time.time()
+        if exp.name in state["done"] and all((out / f).is_file() for f in exp.files):
+            rows.append((exp.name, len(exp.files), 0.0, "kept: done earlier in this pass"))
+            continue
         status = _run_one(exp, ctx, backend, gpus, all_)
         missing = [f for f in exp.files if status == "ok" and not _written(out / f, t0)]
         if missing:
             status = f"failed: did not write {', '.join(missing)}"
+        if status == "ok":
+            state["done"].append(exp.name)
+            atomic_write_text(out / DONE_FILE, json.dumps(state, indent=1) + "\n")
         rows.append((exp.name, len(exp.files) - len(missing) if status == "ok" else 0,
                      time.time() - t0, status))
         ctx.progress(f"{exp.name}: {status} ({time.time() - t0:.0f} s)")

@@ -64,6 +64,29 @@ def test_record_on_the_simulator_writes_stamped_files_and_the_archive(tmp_path, 
     assert {"gpu/engine_instances.json", "gpu/host_probe.json", "gpu/record.log"} <= names
 
 
+def test_resume_keeps_what_this_commit_finished_and_runs_the_rest(tmp_path, monkeypatch):
+    """--resume after a pass cut short: an experiment the same commit (clean tree), backend and
+    settings finished is kept, not run again; the rest run. Another commit, a dirty tree or no
+    --resume keeps nothing."""
+    out, ran = tmp_path / "gpu", []
+    monkeypatch.setattr(registry, "revision", lambda: {"commit": "c1", "dirty": False})
+    for name in ("alpha", "beta"):
+        monkeypatch.setitem(registry.REGISTRY, name, registry.Experiment(
+            name, (f"{name}.json",), 900, lambda ctx, n=name: (ran.append(n),
+                                                              ctx.write_json(f"{n}.json", {}))))
+    rec = lambda *a: registry.record(list(a[0]), "sim", out, quick=True, **a[1])  # noqa: E731
+    assert rec(["alpha"], {}) == 0 and ran == ["alpha"]
+    assert rec(["alpha", "beta"], {"resume": True}) == 0 and ran == ["alpha", "beta"]
+    assert "kept: done earlier" in (out / registry.LOG_FILE).read_text()
+    assert rec(["alpha", "beta"], {"resume": True}) == 0 and ran == ["alpha", "beta"]
+    assert rec(["alpha"], {}) == 0 and ran[-1] == "alpha"                 # no --resume: runs
+    monkeypatch.setattr(registry, "revision", lambda: {"commit": "c2", "dirty": False})
+    assert rec(["beta"], {"resume": True}) == 0 and ran[-1] == "beta"     # another commit
+    monkeypatch.setattr(registry, "revision", lambda: {"commit": "c2", "dirty": True})
+    n = len(ran)
+    assert rec(["beta"], {"resume": True}) == 0 and len(ran) == n + 1      # a dirty tree
+
+
 def test_an_unknown_name_is_one_line_naming_the_choices(tmp_path, capsys, listing):
     assert main(["record", "nope", "--backend", "sim", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
