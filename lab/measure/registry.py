@@ -25,7 +25,7 @@ from lab.measure.experiment import REGISTRY, REPO, Experiment, experiment, now, 
 
 PROBE_FILE = "host_probe.json"
 LOG_FILE = "record.log"
-DONE_FILE = "record_done.json"   # the experiments this pass finished: what --resume keeps
+DONE_FILE = "record_done.json"   # the experiments a recording finished: what --resume keeps
 PROBE_LAUNCHES, PROBE_ROUNDS = 2000, 7
 
 
@@ -274,7 +274,7 @@ def record(names, backend: str, out, all_: bool = False, quick: bool = False,
 
 
 def _done(out: Path, stamp: dict, backend: str, quick: bool, resume: bool) -> dict:
-    """The experiments this pass has finished (DONE_FILE): with `resume`, those an earlier run
+    """The experiments this recording has finished (DONE_FILE): with `resume`, those an earlier run
     into `out` finished for the same commit (a clean tree), backend and settings; else none."""
     mine = {"commit": stamp["commit"], "backend": backend, "quick": quick, "done": []}
     try:
