@@ -4,14 +4,20 @@
   REGISTRY                 every experiment declared so far (lab/measure/registry.py's `load`
                            imports the listing, which fills it)
   versions, today, now     the software's versions and the date stamps a recording carries
+  run_child                a command in a child process at the repo root, stopped at its limit
 """
 from __future__ import annotations
 
 import datetime as dt
+import os
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from lab.config import child_env, python_path
 from lab.errors import LabError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,3 +79,52 @@ def today() -> str:
 
 def now() -> str:
     return dt.datetime.now().isoformat(timespec="seconds")
+
+
+def run_child(argv: list[str], limit_s: int, log=None, **env: str) -> int:
+    """`argv` in a child process at the repository's root (on its path, `env` set), in a
+    session of its own; its output streamed to this process's stdout, or written to the open
+    file `log`; stopped after `limit_s`, its whole process group killed: status 124."""
+    env = child_env(PYTHONUNBUFFERED="1", PYTHONPATH=python_path(str(REPO)), **env)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if log is not None:
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            return proc.wait(timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return 124
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace",
+                            start_new_session=True)
+    deadline, timed_out = time.monotonic() + limit_s, False
+    import selectors
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        if sel.select(timeout=min(left, 1.0)):
+            line = proc.stdout.readline()
+            if not line:
+                break
+            sys.stdout.write(line)
+            sys.stdout.flush()
+    if timed_out:
+        print(f"  stopped after {limit_s} s", flush=True)
+        _kill_group(proc)
+    proc.wait()
+    proc.stdout.close()
+    return 124 if timed_out else proc.returncode
+
+
+def _kill_group(proc) -> None:
+    try:
+        os.killpg(proc.pid, 9)
+    except OSError:
+        pass
+    proc.wait()

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -18,10 +17,10 @@ import tarfile
 import time
 from pathlib import Path
 
-from lab.config import child_env, python_path
 from lab.errors import LabError
 from lab.files import atomic_write_text
-from lab.measure.experiment import REGISTRY, REPO, Experiment, experiment, now, today, versions  # noqa: F401
+from lab.measure.experiment import (REGISTRY, REPO, Experiment, experiment, now,  # noqa: F401
+                                   run_child, today, versions)
 
 PROBE_FILE = "host_probe.json"
 LOG_FILE = "record.log"
@@ -144,39 +143,6 @@ class Context:
         """`argv` in a child process (the repo root its folder and on its path), its output in
         this run's output; stopped after `limit_s` (status 124)."""
         return run_child(argv, limit_s)
-
-
-def run_child(argv: list[str], limit_s: int) -> int:
-    env = child_env(PYTHONUNBUFFERED="1", PYTHONPATH=python_path(str(REPO)))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace",
-                            start_new_session=True)
-    deadline, timed_out = time.monotonic() + limit_s, False
-    import selectors
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            timed_out = True
-            break
-        if sel.select(timeout=min(left, 1.0)):
-            line = proc.stdout.readline()
-            if not line:
-                break
-            sys.stdout.write(line)
-            sys.stdout.flush()
-    if timed_out:
-        print(f"  stopped after {limit_s} s", flush=True)
-        try:
-            os.killpg(proc.pid, 9)
-        except OSError:
-            pass
-    proc.wait()
-    proc.stdout.close()
-    return 124 if timed_out else proc.returncode
 
 
 # ---- the run -----------------------------------------------------------------------------------

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from lab.config import child_env, python_path
 from lab.errors import LabError
-from lab.measure.experiment import REPO, experiment
+from lab.measure.experiment import REPO, experiment, run_child
 
 NOT_IN_GPU_TESTS = ("test_notebooks.py", "test_handson.py")
 
@@ -37,19 +34,11 @@ def logged(ctx, argv: list[str], limit_s: int, log: str) -> int:
     """`argv` in a child process at the repository's root, its output to ctx.out/log (its last
     lines to the run's log too); stopped after `limit_s` (status 124). The status."""
     path = ctx.out / log
-    env = child_env(PYTHONUNBUFFERED="1", PYTHONPATH=python_path(str(REPO)))
     t0 = time.perf_counter()
     with open(path, "w") as f:
         f.write(f"$ {' '.join(argv)}\n")
         f.flush()
-        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            code = proc.wait(timeout=limit_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            code = 124
+        code = run_child(argv, limit_s, log=f)
         f.write(f"== exit {code} ({time.perf_counter() - t0:.0f} s)\n")
     tail = path.read_text(errors="replace").splitlines()[-3:]
     ctx.progress(f"{log}: exit {code}; " + " | ".join(tail))

@@ -29,7 +29,6 @@ experiment writes OUT/sanitize/<piece>.log and OUT/sanitize_loop.txt: per piece 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -39,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from lab.config import LabConfig
-from lab.measure.experiment import REPO, experiment
+from lab.measure.experiment import experiment, run_child
 from lab.model import load_model
 
 PROMPT = "ROMEO.\n"
@@ -260,13 +259,9 @@ def pieces() -> dict[str, tuple[list[str], dict]]:
 
 def _piece(log: Path, argv: list[str], env: dict) -> int:
     """One piece under racecheck, its output to `log`: the exit status (124: past its limit)."""
-    cmd = [*TOOL, sys.executable, "-X", "faulthandler", "-c", PIECE, *argv]
     with open(log, "w") as f:
-        try:
-            return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO,
-                                  env=child_env(**env), timeout=PIECE_LIMIT_S).returncode
-        except subprocess.TimeoutExpired:
-            return 124
+        return run_child([*TOOL, sys.executable, "-X", "faulthandler", "-c", PIECE, *argv],
+                         PIECE_LIMIT_S, log=f, **env)
 
 
 def _first_line(cmd: list[str], pattern: str) -> str:
