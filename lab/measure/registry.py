@@ -205,10 +205,9 @@ def out_dir(path) -> Path:
     return p
 
 
-def make_stamp(backend_name: str, out: Path, probe: dict | None) -> dict:
-    from lab.backend import make_backend
-    from lab.config import LabConfig
-    be = make_backend(LabConfig(backend=backend_name))
+def make_stamp(be, probe: dict | None) -> dict:
+    """A recording's provenance: the commit and dirtiness, the date, the versions (with backend
+    `be`'s description) and the run's host probe."""
     return {**revision(), "date": now(), "versions": versions(be), "host_probe": probe}
 
 
@@ -259,7 +258,7 @@ def _record(chosen, backend, out, all_, quick, weights, resume=False) -> list:
     from lab.config import LabConfig
     be = make_backend(LabConfig(backend=backend))
     probe = host_probe(be, launches=200 if quick else PROBE_LAUNCHES)
-    ctx.stamp = {**revision(), "date": now(), "versions": versions(be), "host_probe": probe}
+    ctx.stamp = make_stamp(be, probe)
     ctx.write_json(PROBE_FILE, {"what": "host probe: pre-bound eager launches of an empty "
                                 "kernel, host us per launch", **probe})
     ctx.progress(f"host probe: {probe['us_per_launch']:.3f} us per pre-bound launch "
@@ -326,8 +325,11 @@ def child_main(argv: list[str]) -> int:
     probe_file = Path(out) / PROBE_FILE
     probe = json.loads(probe_file.read_text()) if probe_file.is_file() else None
     ctx = Context(backend, Path(out), weights=Path(weights), quick=quick == "quick")
-    ctx.stamp = make_stamp(backend, Path(out), {k: v for k, v in (probe or {}).items()
-                                                if k not in ("what", "provenance")} or None)
+    from lab.backend import make_backend
+    from lab.config import LabConfig
+    ctx.stamp = make_stamp(make_backend(LabConfig(backend=backend)),
+                           {k: v for k, v in (probe or {}).items()
+                            if k not in ("what", "provenance")} or None)
     try:
         exp.run(ctx)
     except LabError as exc:
