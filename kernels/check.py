@@ -39,6 +39,7 @@ from numba import config, cuda
 
 from kernels import (REGISTRY, attention, draft, embed, fused, fused_split, matvec, mlp,
                      persistent, position, probe, reduce, rmsnorm, rope, sample)
+from kernels import cudasim
 from kernels import verify as VK
 from kernels import verify_attention as VKA
 from kernels.attention import combine_grid, merge_elem, merge_grid, partial_grid
@@ -1076,11 +1077,9 @@ def run(ops=None, mode: str = "gpu", *, quick: bool = False, dump: str | None = 
         out = Path(tmp) / "result.json"
         code = _CHILD.format(path=str(Path(__file__).with_name("cudasim.py")),
                              shuffles=mode == "shuffles")
-        root = str(Path(__file__).resolve().parents[1])
-        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
-                   PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
         proc = subprocess.run([sys.executable, "-c", code, str(out), mode, "1" if quick else "0",
-                               dump or "", *ops], env=env, capture_output=True, text=True)
+                               dump or "", *ops], env=cudasim.child_env(), capture_output=True,
+                              text=True)
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"kernels.check child (mode {mode}) failed, rc {proc.returncode}:"
                                f"\n{proc.stdout}\n{proc.stderr[-4000:]}")

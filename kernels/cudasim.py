@@ -476,7 +476,7 @@ class Simulator:
         with spawning():
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "kernels.cudasim", self.scratch, str(self.memory)],
-                cwd=self.scratch, env=_child_env(), stdin=subprocess.PIPE,
+                cwd=self.scratch, env=child_env(), stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         proc, lines = self.proc, self.lines
 
@@ -578,7 +578,9 @@ def _plain(v):
     return v.item() if isinstance(v, np.generic) else v
 
 
-def _child_env() -> dict:
+def child_env() -> dict:
+    """The environment of a child that runs kernels on numba's simulator: the flag set before
+    numba loads, the repository on the path."""
     return dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONDONTWRITEBYTECODE="1",
                 PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", ""))
                                            if p))
@@ -640,7 +642,7 @@ class ForkServer:
         self.folder = tempfile.mkdtemp(prefix="cudasim-fork.")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kernels.cudasim", "--fork-server", self.folder],
-            cwd=self.folder, env=_child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            cwd=self.folder, env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             text=True)
         line = self.proc.stdout.readline().split()
         if line[:1] != ["@ready"]:
