@@ -18,7 +18,6 @@ so prompt lookup finds what it finds on text like the model's own.
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
 import numpy as np
 
@@ -27,9 +26,10 @@ from lab.engine.runner import DecodeEngine
 from lab.errors import LabError
 from lab.measure.arms import replay_fraction
 from lab.measure.compare import STANDARD_PROMPTS
+from lab.model import DATA_DIR
 from lab.reference import Reference
 
-CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus.txt"
+CORPUS = DATA_DIR / "corpus.txt"
 TIE_MARGIN = 1e-3       # the lecture's near-tie: an oracle margin below this is rounding's to break
 
 

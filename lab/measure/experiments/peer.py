@@ -26,9 +26,10 @@ import numpy as np
 from lab.errors import LabError
 from lab.measure.experiments.persistent import held
 from lab.measure.experiment import experiment
+from lab.model import DATA_DIR
 
 INSTALL_HINT = 'pip install -e ".[peer]"'
-CORPUS = Path(__file__).resolve().parents[3] / "data" / "corpus.txt"
+CORPUS = DATA_DIR / "corpus.txt"
 LAB_ARMS = ("graph", "graph+pdl", "graph+pdl+fusion", "graph+pdl+fusion+split", "persistent")
 
 
