@@ -14,6 +14,9 @@ from lab.backend import Launch
 from lab.backend.costmodel import cost_key
 
 N1, N2 = 8, 24               # chain lengths (both long enough to keep the device busy)
+REPLAYS = 200                # replays per timed batch ...
+MIN_REPLAYS = 20             # ... or fewer, never below this, where REPLAYS of the longest
+BATCH_S = 0.05               # chain would last past BATCH_S (a 300 us node: 20 replays, not 200)
 CHAIN_TOKENS = 1 << 17       # token slots for chains of a launch that advances pos (below)
 _chain_tokens: dict = {}     # backend id -> that tokens buffer, allocated on first need
 
@@ -69,10 +72,26 @@ def replay_us(be, graph, reps: int) -> float:
     return 1e6 * (time.perf_counter() - t0) / reps
 
 
-def chain_fit(be, items, nodes_per_unit: int, pdl: bool, reps: int = 200, rounds: int = 3,
+def batch_replays(be, graph, reps: int = REPLAYS) -> int:
+    """Replays per timed batch of `graph`: `reps`, or as many as fill BATCH_S (at least
+    MIN_REPLAYS) where one replay is long. Sized by one untimed replay (which also warms it).
+    A long node's slope is large against the timer's resolution and the host's noise, so a
+    batch of BATCH_S fixes it as well as 200 replays do; the cost file's slowest rows (verify
+    attention at position 1000, ~0.3 ms a node) took minutes at a fixed 200."""
+    be.synchronize()
+    t0 = time.perf_counter()
+    graph.launch()
+    be.synchronize()
+    one = time.perf_counter() - t0
+    return max(min(MIN_REPLAYS, reps), min(reps, int(BATCH_S / max(one, 1e-9))))
+
+
+def chain_fit(be, items, nodes_per_unit: int, pdl: bool, reps: int = REPLAYS, rounds: int = 3,
               lengths=(N1, N2)) -> dict:
-    """Per-node time (slope) and per-replay overhead (intercept) of chains of `items`."""
+    """Per-node time (slope) and per-replay overhead (intercept) of chains of `items`: each
+    length's graph replayed in `rounds` alternating batches (`batch_replays` of the longest)."""
     graphs = {n: capture_chain(be, items, n, pdl) for n in lengths}
+    reps = batch_replays(be, graphs[max(lengths)], reps)
     times = {n: [] for n in lengths}
     for _ in range(rounds):                    # alternate the lengths: drift hits all alike
         for n in lengths:
@@ -82,7 +101,7 @@ def chain_fit(be, items, nodes_per_unit: int, pdl: bool, reps: int = 200, rounds
     y = np.array([med[n] for n in lengths])
     slope, intercept = np.polyfit(x, y, 1)
     be.pdl = False
-    return {"per_node_us": float(slope), "intercept_us": float(intercept),
+    return {"per_node_us": float(slope), "intercept_us": float(intercept), "replays": reps,
             "replay_us": {str(n): [round(t, 4) for t in times[n]] for n in lengths}}
 
 

@@ -37,8 +37,9 @@ from lab.config import LabConfig
 from lab.errors import LabError
 from lab.measure import bench, report
 from lab.measure.arms import FISSION
-from lab.measure.chains import (N1, N2, as_in_step, capture_chain, chain_fit, distinct_launches,
-                                for_chains, host_per_call, main_stream, set_pos, step_instances)
+from lab.measure.chains import (BATCH_S, MIN_REPLAYS, N1, N2, REPLAYS, as_in_step, capture_chain,
+                                chain_fit, distinct_launches, for_chains, host_per_call,
+                                main_stream, set_pos, step_instances)
 from lab.measure.experiment import today
 
 PROMPT = "ROMEO.\n"
@@ -105,6 +106,7 @@ def measure_kernels(eng, cfgs, progress, seen: set | None = None) -> list[dict]:
             fit = chain_fit(eng.backend, same, len(same), pdl)
             row["node_pdl_us" if pdl else "node_us"] = fit["per_node_us"]
             row["intercept_pdl_us" if pdl else "intercept_us"] = fit["intercept_us"]
+            row["replays_pdl" if pdl else "replays"] = fit["replays"]
         rows.append(row)
         progress(f"  {launch.name:<16} pos {position:>4}: {row['node_us']:.3f} us/node, "
                  f"{row['node_pdl_us']:.3f} with PDL   [{key}]")
@@ -604,7 +606,9 @@ def record_costs(ctx) -> None:
         "launches_per_token": len(eng.step_launches(eng.plan(BASE_POSITION))),
         "what": "component costs for the simulator's cost model (lab/backend/costmodel.py)",
         "source": eng.backend.describe(), "date": today(),
-        "method": {"chains": f"graphs of n = {N1} and {N2} copies of one launch, replayed 200x, "
+        "method": {"chains": f"graphs of n = {N1} and {N2} copies of one launch, replayed "
+                             f"{REPLAYS}x (or fewer, at least {MIN_REPLAYS}, where that would "
+                             f"last past {BATCH_S} s a batch: each row's `replays`), "
                              f"3 alternating rounds, medians; per-node time = slope",
                    "positions": list(POSITIONS), "base_position": BASE_POSITION},
         "floors": floors, "kernels": kernels, "switches": switches, "host": host,

@@ -188,6 +188,28 @@ def test_the_relay_floor_chains_relays_that_read_what_the_node_before_wrote():
         assert set(fit["replay_us"]) == {"1", "2"} and fit["per_node_us"] == fit["per_node_us"]
 
 
+def test_a_chain_batch_is_200_replays_or_fewer_where_one_replay_is_long(monkeypatch):
+    """chains.batch_replays: 200 replays a batch where they fit in BATCH_S, else as many as fill
+    it, never fewer than MIN_REPLAYS (and never more than asked)."""
+    from lab.measure import chains
+
+    class Clocked:                                   # a graph whose replay takes `s` seconds
+        def __init__(self, s):
+            self.s = s
+
+        def launch(self):
+            clock[0] += self.s
+
+    clock = [0.0]
+    monkeypatch.setattr(chains.time, "perf_counter", lambda: clock[0])
+    be = type("Be", (), {"synchronize": lambda self: None})()
+    assert chains.batch_replays(be, Clocked(1e-6)) == chains.REPLAYS
+    assert chains.batch_replays(be, Clocked(chains.BATCH_S / 50)) == 50
+    assert chains.batch_replays(be, Clocked(0.03)) == chains.MIN_REPLAYS
+    assert chains.batch_replays(be, Clocked(1e-6), reps=2) == 2
+    assert chains.batch_replays(be, Clocked(0.03), reps=5) == 5
+
+
 def test_the_relay_floor_refuses_relays_that_do_not_chain(monkeypatch):
     from dataclasses import replace
 
