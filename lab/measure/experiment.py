@@ -33,6 +33,8 @@ class Experiment:
     backends: tuple[str, ...] = ("cuda", "sim")   # backends it means something on
     isolated: bool = False          # runs in a child process of its own, stopped after limit_s
     limit_s: int = 600
+    check: bool = False             # untimed (a pass/fail check): under one run, the checks go
+                                    # first, side by side, before any timed experiment
     doc: str = ""                   # one line: what it records and which notebook shows it
 
 

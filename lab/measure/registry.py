@@ -5,7 +5,8 @@
   revision                 the commit and dirtiness of the tree
   host_probe               pre-bound back-to-back launches of an empty kernel: host us per launch
   Context                  what an experiment gets: backend, output folder, model, engines, writers
-  record                   run experiments in priority order: one log, a summary, an archive
+  record                   run experiments: the checks side by side, then the timed ones in
+                           priority order; one log, a summary, an archive
 """
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import statistics
 import subprocess
 import sys
 import tarfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lab.errors import LabError
@@ -35,7 +38,8 @@ def load() -> dict[str, Experiment]:
 
 
 def ordered(experiments) -> list[Experiment]:
-    return sorted(experiments, key=lambda e: (e.priority, e.name))
+    """The run's order: the checks first (side by side), then by priority."""
+    return sorted(experiments, key=lambda e: (not e.check, e.priority, e.name))
 
 
 # ---- the stamp ---------------------------------------------------------------------------------
@@ -213,8 +217,9 @@ def make_stamp(be, probe: dict | None) -> dict:
 
 def record(names, backend: str, out, all_: bool = False, quick: bool = False,
            archive=None, weights=None, resume: bool = False) -> int:
-    """Run the chosen experiments (priority order) into `out`: the host probe first
-    (host_probe.json), in-process experiments in this process, isolated ones each in a child
+    """Run the chosen experiments into `out`: the host probe first (host_probe.json); then the
+    checks (Experiment.check: untimed) side by side; then the others in priority order, nothing
+    beside them. In-process experiments run in this process, isolated ones each in a child
     with its limit; one log (out/record.log); a summary table; `archive` packs `out`. The exit
     status: 0 when every experiment that ran wrote its files, else 1. `resume`: keep what an
     earlier run into `out` finished for the same commit, backend and settings (DONE_FILE), and
@@ -269,22 +274,30 @@ def _record(chosen, backend, out, all_, quick, weights, resume=False) -> list:
     if resume:
         ctx.progress(f"resume: {', '.join(state['done']) or 'nothing'} kept from an earlier run "
                      f"of this commit")
-    rows = []
-    for exp in chosen:
+    lock = threading.Lock()
+
+    def attempt(exp):
         t0 = time.time()
         if exp.name in state["done"] and all((out / f).is_file() for f in exp.files):
-            rows.append((exp.name, len(exp.files), 0.0, "kept: done earlier in this pass"))
-            continue
+            return exp.name, len(exp.files), 0.0, "kept: done earlier in this pass"
         status = _run_one(exp, ctx, backend, gpus, all_)
         missing = [f for f in exp.files if status == "ok" and not _written(out / f, t0)]
         if missing:
             status = f"failed: did not write {', '.join(missing)}"
         if status == "ok":
-            state["done"].append(exp.name)
-            atomic_write_text(out / DONE_FILE, json.dumps(state, indent=1) + "\n")
-        rows.append((exp.name, len(exp.files) - len(missing) if status == "ok" else 0,
-                     time.time() - t0, status))
+            with lock:
+                state["done"].append(exp.name)
+                atomic_write_text(out / DONE_FILE, json.dumps(state, indent=1) + "\n")
         ctx.progress(f"{exp.name}: {status} ({time.time() - t0:.0f} s)")
+        return (exp.name, len(exp.files) - len(missing) if status == "ok" else 0,
+                time.time() - t0, status)
+
+    checks = [e for e in chosen if e.check]
+    if len(checks) > 1:
+        ctx.progress(f"checks side by side (untimed): {', '.join(e.name for e in checks)}")
+    with ThreadPoolExecutor(max_workers=max(1, len(checks))) as pool:
+        rows = list(pool.map(attempt, checks))
+    rows += [attempt(e) for e in chosen if not e.check]
     print("\n" + summary(rows), flush=True)
     return rows
 
@@ -364,6 +377,7 @@ def docs_table(experiments) -> str:
     GPUs, backends and what it records."""
     lines = ["| priority | experiment | files | GPUs | backends | what |", "|---|---|---|---|---|---|"]
     for e in ordered(experiments):
-        lines.append(f"| {e.priority} | `{e.name}`{' (isolated)' if e.isolated else ''} | "
+        tag = " (check)" if e.check else " (isolated)" if e.isolated else ""
+        lines.append(f"| {e.priority} | `{e.name}`{tag} | "
                      f"{', '.join(e.files)} | {e.gpus} | {', '.join(e.backends)} | {e.doc} |")
     return "\n".join(lines)

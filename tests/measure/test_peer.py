@@ -148,10 +148,12 @@ def test_the_persistent_arm_only_where_its_check_held(tmp_path):
 
 def test_the_peer_runs_after_every_judged_figure():
     """The peer (torch, an optional extra) runs after the persistent check it reads and every
-    figure conformance judges; after it come only the checks no lesson is judged on."""
+    figure conformance judges; after it come only the figures no lesson is judged on (the
+    checks run before everything, side by side)."""
     reg = registry.load()
-    later = {e.name for e in reg.values() if e.priority > reg["peer"].priority}
-    assert later == {"pdl_context_none", "sanitize_loop", "ranks", "handson_gpu", "peer_reps"}
+    order = [e.name for e in registry.ordered(reg.values())]
+    later = set(order[order.index("peer") + 1:])
+    assert later == {"pdl_context_none", "ranks", "peer_reps"}
     assert reg["peer"].isolated and reg["persistent"].priority < reg["peer"].priority
 
 

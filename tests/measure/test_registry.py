@@ -87,6 +87,36 @@ def test_resume_keeps_what_this_commit_finished_and_runs_the_rest(tmp_path, monk
     assert rec(["beta"], {"resume": True}) == 0 and len(ran) == n + 1      # a dirty tree
 
 
+def test_the_checks_run_side_by_side_before_every_timed_experiment(tmp_path, monkeypatch):
+    """Experiment.check: the checks start together (each waits at a barrier the other must
+    reach: run one after the other, the first would time out) and all end before the first
+    timed experiment starts, whatever the priorities."""
+    import threading
+    meet, seen = threading.Barrier(2, timeout=10), []
+
+    def check(name):
+        def run(ctx):
+            meet.wait()
+            seen.append(name)
+            ctx.write_json(f"{name}.json", {})
+        return run
+
+    def timed(ctx):
+        seen.append(("timed", sorted(seen)))
+        ctx.write_json("timed.json", {})
+    for name, run, prio, chk in (("chk_a", check("chk_a"), 900, True), ("timed", timed, 1, False),
+                                 ("chk_b", check("chk_b"), 950, True)):
+        monkeypatch.setitem(registry.REGISTRY, name, registry.Experiment(
+            name, (f"{name}.json",), prio, run, check=chk))
+    assert registry.record(["timed", "chk_b", "chk_a"], "sim", tmp_path, quick=True) == 0
+    assert seen[-1] == ("timed", ["chk_a", "chk_b"])
+    log = (tmp_path / registry.LOG_FILE).read_text()
+    assert "checks side by side (untimed): chk_a, chk_b" in log
+    assert [e.name for e in registry.ordered(registry.REGISTRY[n] for n in
+                                             ("timed", "chk_b", "chk_a"))] == ["chk_a", "chk_b",
+                                                                               "timed"]
+
+
 def test_an_unknown_name_is_one_line_naming_the_choices(tmp_path, capsys, listing):
     assert main(["record", "nope", "--backend", "sim", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -48,14 +48,14 @@ def logged(ctx, argv: list[str], limit_s: int, log: str) -> int:
 def _pytest(*args: str) -> list[str]:
     """pytest over `args`, on half the host's cores where pytest-xdist is there: the GPU tests
     and the hands-on checks spend most of their time compiling, on the CPU, and nothing here
-    is timed (they run before or after the measurements, never beside them)."""
+    is timed (they run side by side, before the measurements, never beside them)."""
     workers = []
     if importlib.util.find_spec("xdist") is not None and (os.cpu_count() or 1) >= 4:
         workers = ["-n", str(min(8, (os.cpu_count() or 1) // 2))]
     return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers, *args]
 
 
-@experiment("gpu_tests", files=("gpu_tests.log",), priority=1, backends=("cuda",),
+@experiment("gpu_tests", files=("gpu_tests.log",), priority=1, backends=("cuda",), check=True,
             doc="the GPU-marked tests (pytest -m gpu), the notebooks and hands-on checks aside")
 def gpu_tests(ctx) -> None:
     ignore = [f"--ignore={test_file(n).relative_to(REPO)}" for n in NOT_IN_GPU_TESTS]
@@ -71,7 +71,8 @@ def demo(ctx) -> None:
         raise LabError("FAIL (demo.log)")
 
 
-@experiment("handson_gpu", files=("handson_gpu.log",), priority=240, backends=("cuda",),
+@experiment("handson_gpu", files=("handson_gpu.log",), priority=4, backends=("cuda",),
+            check=True,
             doc="each hands-on exercise's reference solution checked on the GPU, a process each")
 def handson_gpu(ctx) -> None:
     path = test_file("test_handson.py").relative_to(REPO)

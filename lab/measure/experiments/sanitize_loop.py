@@ -273,8 +273,8 @@ def _first_line(cmd: list[str], pattern: str) -> str:
     return m.group(0) if m else text.strip().splitlines()[0] if text.strip() else "?"
 
 
-@experiment("sanitize_loop", files=("sanitize_loop.txt",), priority=220, backends=("cuda",),
-            limit_s=360, doc="the device loop under compute-sanitizer racecheck, piece by piece "
+@experiment("sanitize_loop", files=("sanitize_loop.txt",), priority=2, backends=("cuda",),
+            check=True, doc="the device loop under compute-sanitizer racecheck, piece by piece "
                              "(notebook 11)")
 def record(ctx) -> None:
     logs = ctx.out / "sanitize"
