@@ -356,7 +356,7 @@ def summary(rows) -> str:
     w = max([len("experiment")] + [len(r[0]) for r in rows])
     lines = [f"{'experiment':<{w}} {'files':>5} {'seconds':>8}  status"]
     lines += [f"{n:<{w}} {f:>5} {s:>8.0f}  {st}" for n, f, s, st in rows]
-    failed = sum(not (st == "ok" or st.startswith("skipped")) for *_, st in rows)
+    failed = sum(not (st == "ok" or st.startswith(("skipped", "kept"))) for *_, st in rows)
     lines.append(f"{len(rows)} experiments, {failed} failed, {sum(r[2] for r in rows):.0f} s")
     return "\n".join(lines)
 

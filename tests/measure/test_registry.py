@@ -141,8 +141,9 @@ def test_a_failure_a_missing_file_and_too_few_gpus_are_statuses(tmp_path):
     assert registry._run_one(wide, ctx, "cuda", 1, False).startswith("failed: needs 2 GPUs")
     gpu_only = _fake("gpu_only", lambda c: None, backends=("cuda",))
     assert registry._run_one(gpu_only, ctx, "sim", 1, True).startswith("skipped")
-    rows = [("a", 1, 2.0, "ok"), ("b", 0, 1.0, "failed: x"), ("c", 0, 0.0, "skipped: y")]
-    assert "3 experiments, 1 failed" in registry.summary(rows)
+    rows = [("a", 1, 2.0, "ok"), ("b", 0, 1.0, "failed: x"), ("c", 0, 0.0, "skipped: y"),
+            ("d", 1, 0.0, "kept: done earlier in this pass")]
+    assert "4 experiments, 1 failed" in registry.summary(rows)
 
 
 def test_a_child_past_its_limit_is_stopped(capsys):
