@@ -687,12 +687,12 @@ for r in failed:
 # A failing row that the data folder explains is a **recorded finding**
 # (`data/gpu/conformance_findings.json`: the lesson and the measured reason, printed under the
 # table). It still fails; the file says the failure is understood, not that it is fine, and a
-# finding whose row starts passing is reported as stale. Here both findings have one cause: a
-# graph step without PDL runs slower than its components add up to, on every engine of this
-# recording's process (the engine-instance A/A above), and PDL hides most of it. An eager row
-# needs many paired reps on a noisy host: the fused grid tail's fission, recorded with 40
-# paired reps, resolves its difference (+27.68 ± 2.98 us/token) and passes (notebook 06); 15
-# reps could not tell it from zero.
+# finding whose row starts passing is reported as stale. Here every finding but the eager one
+# traces to one cause: a graph step without PDL runs slower than its components add up to, on
+# every engine of this recording (the engine-instance A/A above), and PDL hides most of it. The
+# other is an eager, host-paced row, whose reason says how far it sits from the prediction in
+# standard errors: an eager row needs many paired reps on a noisy host (the fission recording
+# takes 40; notebook 06).
 #
 # ## What you should now be able to do
 # - Run an A/B the way this lab does — one process, one shared engine, interleaved and paired

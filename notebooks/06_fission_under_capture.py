@@ -493,12 +493,12 @@ plt.show()
 # capture and PDL: the heads tail is the slowest arm, the grid tail beats the unfused step at the
 # short context and not at the long one, and the grid tail's split beats everything at both. So even
 # the one-kernel form that fills the grid loses to its split once the step is captured, on this GPU:
-# without PDL in the fission recording, and in this sweep with PDL by more, at both contexts, than
-# that recording measured. Eagerly the split loses, as the simulator says (one more host submit
-# per layer on a host-bound step): the recording, 40 paired reps, measured +27.68 ± 2.98
-# us/token against +32.85 simulated, and its conformance row (above) passes. With 15 paired
-# reps this A/B could not tell its difference from zero (+14.65 ± 11.52, t = 1.3): on a host
-# whose speed drifts, a host-bound difference of this size takes many paired reps to resolve.
+# without PDL in the fission recording, and in this sweep with PDL, at both contexts (the
+# differences printed above). Eagerly the split loses, as the simulator says (one more host
+# submit per layer on a host-bound step): the recording's 40 paired reps resolve that
+# difference, and its conformance row (above) sets it against the simulated figure. On a host
+# whose speed drifts, a host-bound difference of this size takes many paired reps: its standard
+# error shrinks only as one over the square root of their number.
 #
 # Why, as these measurements read: inside one kernel, the tail blocks learn that the partials
 # are written by polling a counter, a memory round trip per read with a nanosleep between reads,

@@ -483,9 +483,10 @@ def pdl_rows(rec: dict, sim: dict, rows: list) -> None:
     """PDL's effect at each context of pdl_context.json (lab/measure/pdl_edges.py: the unfused
     step chained without its advance, every launch programmatic or none): graph+pdl - graph,
     us per step (negative: PDL saves), with the recording's paired standard error. Not the
-    decode's whole step: a graph step without PDL moves with buffer placement from engine to
-    engine and PDL hides most of that (pdl_edges' docstring), so a decode's A/B holds a
-    placement effect the component costs do not model; the chain, on one engine, does not."""
+    decode's whole step, which adds the advance and the host. A graph step without PDL moves
+    with buffer placement from engine to engine and PDL hides most of that (pdl_edges'
+    docstring): on an engine where the step without PDL runs above its components, this row
+    misses too, and conformance_findings.json says by how much."""
     by_pos = {int(c["position"]): c for c in sim["contexts"]}
     for c in rec["contexts"]:
         p = int(c["position"])
