@@ -102,7 +102,7 @@ print(f"  the budget reaches {BUDGET_RULE_US:.0f} us at "
 # At both speeds each launch may still take more than 10 us, so the bill is not yet the step —
 # but the launches do not shrink as the kernels speed up, and a few more wins put the budget
 # under the line, where the host's submits dominate. That engine captured its decode step into
-# one graph per rank. This lab's step is tiny by comparison: its pre-bound budget is under the
+# one graph per rank. This lab's step is tiny by comparison: its pre-bound budget is at the
 # line from the start (the bills above, and the H200's below).
 
 # %% [markdown]
@@ -281,10 +281,10 @@ for name, toggles, what in bench.LADDER:
 
 # %% [markdown]
 # - **dispatcher**: every launch goes through numba's dispatcher, which types and flattens every
-#   argument, every time. On the H200 host this cost tens of microseconds per launch (65 us
-#   within a step's sequence in this recording; the figure moves from process to process),
-#   so 37 launches are about 2.4 ms per token of pure host work: nearly the whole
-#   step (the ladder's dispatcher rung ran at 2.50 ms/token).
+#   argument, every time. On the H200 host this cost tens of microseconds per launch (the
+#   table below prints it within a step's sequence; the figure moves from process to process),
+#   so 37 launches are milliseconds per token of pure host work: about the whole step (the
+#   table's host share on the dispatcher rung).
 # - **prebound** removes the typing and flattening: the kernel handle and the flattened argument
 #   list are prepared once per plan, and each launch is one submit through `cuda.core`. One host
 #   submit per kernel remains — several microseconds, in a budget near the ~10 us line — so
@@ -298,8 +298,8 @@ for name, toggles, what in bench.LADDER:
 # - **persistent** removes the node boundaries themselves: the whole step is one cooperative
 #   kernel (`LAB_PERSISTENT=1`, notebook 10, section 7), one launch and one graph node per
 #   token, its phases separated by 16 grid barriers instead. A grid barrier costs more than a
-#   node boundary (about 1.3 us against 0.56 on the H200), so what it can win is the launches'
-#   latency and tails, not the boundaries.
+#   node boundary on the H200 (notebook 10, section 7, reads both from the recordings), so what
+#   it can win is the launches' latency and tails, not the boundaries.
 #
 # How much of each rung's budget the host takes: the host cost per launch measured on the H200
 # (`kernel_costs.json`: each mechanism's host time per launch within a step's sequence of
@@ -331,7 +331,7 @@ else:
 # %% [markdown]
 # On both eager rungs the host's cost per launch is about the whole budget (the printed host
 # share): the step is the host's submits, whichever mechanism issues them. The pre-bound budget
-# is at the ~10 us line (10.9 us on the ladder, 8.5 in the eager-vs-graph recording above),
+# is at the ~10 us line (the `budget us` column here, and the eager-vs-graph recording above),
 # where the rule of thumb says capture pays — and the graph rung is the proof. (The
 # dispatcher's budget is far above the line only because its own host cost inflates the step:
 # the rule is a quick test, the host share is the diagnosis.) A graph's single submit, spread

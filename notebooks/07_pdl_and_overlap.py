@@ -296,15 +296,16 @@ show(f"H200: {table['gpu_source']}; simulator: {table['cost_source']}")
 
 # %% [markdown]
 # ## PDL at long context: where the trigger goes
-# A PDL gain measured at one context is a claim about that context. The H200 once recorded
-# graph + PDL *slower* than the plain graph at context 900 while it saved 10 us per token at
-# 64. `decode-lab record pdl_context` finds the edge: the unfused step captured as a chain
+# A PDL gain measured at one context is a claim about that context. With every kernel
+# triggering right after its wait, the H200 records graph + PDL *slower* than the plain graph
+# at context 900 while it saves time at 64 (the `trigger early` rows below).
+# `decode-lab record pdl_context` finds the edge: the unfused step captured as a chain
 # (its `advance` left out, so every step attends over the same context), every launch
 # programmatic except one kernel's, arms interleaved. An arm minus graph + PDL is what the edge
 # into that kernel saves (positive) or costs (negative). It runs three times, each a process
 # with the kernels compiled another way: the lab's kernels (the attention partials trigger
-# after their partials), `--trigger early` (every kernel triggers right after its wait, as
-# `attn_partial` once did), `--trigger none` (no kernel triggers: a dependent launches when
+# after their partials), `--trigger early` (every kernel triggers right after its wait, the
+# attention partials included), `--trigger none` (no kernel triggers: a dependent launches when
 # its predecessor exits).
 
 # %%
@@ -365,7 +366,7 @@ if runs["lab kernels"] and runs["trigger early"]:
 # `kernels/pdl.py` (`LATE_TRIGGER`) and held to it by `lab/pdl_check.py`.
 #
 # The simulator prices a PDL edge from chains of two adjacent kernels (`switches` in
-# `kernel_costs.json`), now measured at context 1000 as well as 64 for the unfused step's pairs
+# `kernel_costs.json`), measured at context 1000 as well as 64 for the unfused step's pairs
 # into and out of attention, since the keys there carry the long plan's grid; it records PDL
 # launch by launch in a capture, as CUDA does, so it can run the same protocol
 # (`lab/measure/pdl_edges.py`) on its own clock. Conformance holds its graph + PDL - graph per
@@ -377,16 +378,23 @@ if not pdl_table["rows"]:
     print("pdl_context.json not recorded yet")
 for row in pdl_table["rows"]:
     print(f"{row.lesson.split(': ')[0]:<32} simulated {row.sim:+6.2f}, H200 {row.gpu:+6.2f} "
-          f"± {row.gpu_sem:.2f} us/step, ratio {row.ratio:4.2f}  {row.verdict}")
-print("(each: graph+pdl - graph per chained step)")
+          f"± {row.gpu_sem:.2f}, ratio {row.ratio:4.2f}  {row.verdict}")
+    if row.finding and not row.ok:
+        show(f"  finding ({conformance.FINDINGS_FILE}): {row.finding}")
+print("(each: graph+pdl - graph per chained step, us/step)")
 
 # %% [markdown]
-# Why a chain and not a decode: the same pass also timed graph and graph + PDL as decodes at
-# both contexts (`pdl_sweep.json`, `decode-lab record overlap`, the two arms interleaved on
-# one engine). There PDL saves more than in the chain, because that engine's graph step
-# WITHOUT PDL ran slower than its kernels add up to — by buffer placement alone, which moves
-# from engine to engine and which PDL hides (notebook 05: the engine-instance A/A and the
-# recorded findings of the conformance table):
+# Why a chain and not a decode: a chain holds every step at one context and lets one edge be
+# left out at a time. It does not hold buffer placement: in this recording both rows are
+# findings (printed under each), the chain's graph step WITHOUT PDL running slower than its
+# kernels add up to while its graph + PDL step comes close to them. That step without PDL also ran
+# some microseconds slower in the lab kernels' process than in the other two (the `graph`
+# column of the first table): it moves with buffer placement from engine to engine, and PDL
+# hides most of it (notebook 05: the engine-instance A/A and the recorded findings of the
+# conformance table). A decode shows the same: the same pass also timed graph and graph + PDL
+# as decodes at both contexts (`pdl_sweep.json`, `decode-lab record overlap`, the two arms
+# interleaved on one engine), and PDL saves there about what it saves in the lab kernels'
+# chain:
 
 # %%
 sweep_file = Path("../data/gpu/pdl_sweep.json")
@@ -408,8 +416,9 @@ else:
 # the parts add up to the whole; a failing row is a finding, not a rounding error: the whole
 # step gains more (ratio below 1) or less (above 1) than its measured parts predict, and the
 # ratio says by how much. At the ladder's short context the sign is clear on both: PDL saves
-# time, while overlap, on this model, costs time captured: about half a microsecond per token
-# in its A/B (`overlap.json`), a microsecond in the leave-one-out beside PDL and the split.
+# time, while overlap, on this model, costs time captured: under a microsecond per token in
+# its A/B (`overlap.json`), a little more in the leave-one-out beside PDL and the split (both
+# printed above).
 # PDL's gain is not a constant of the kernels: it depends on where each kernel triggers and on
 # how much of the GPU its grid fills (above), so a PDL claim holds for the contexts it was
 # measured at.

@@ -340,9 +340,10 @@ show(f"source: data/gpu/fused_tails.json, {tails['source']}, {tails['date']}")
 # %% [markdown]
 # What the tables say:
 # - **The fused step (grid tail) pays at context 64, not at 900.** The fused step
-#   has about half the unfused step's nodes, so about half its floor, and at context 64 its
-#   kernel work is below the unfused step's too: the fused graph is the faster one in the peer
-#   table and in the tails recording. At context 900 the one-launch form is the slower one in
+#   has about half the unfused step's nodes, so about half its floor, and at context 64 the
+#   kernel work it adds over the unfused step under PDL is less than the floor it saves (the
+#   first table): the fused graph is the faster one in the peer table and in the tails
+#   recording. At context 900 the one-launch form is the slower one in
 #   both: its attention node costs more than the unfused attention's two nodes together, and
 #   more so at the longer context (the second table).
 # - **The heads tail was the slow one.** `attn_fused` (`LAB_ATTN_TAIL=heads`, the fused
@@ -462,9 +463,7 @@ print_targets(step_targets(lambda a, c: tail_rows[(a, c)]["mean_ms"], tails["arm
 show(f"source: data/gpu/fused_tails.json, {tails['source']}, {tails['date']}")
 
 # %% [markdown]
-# The table counts two targets as met: **fused against unfused** at both contexts, and **against
-# torch.compile** at context 64, the latter on torch.compile's mean only (the next subsection
-# reads it against torch.compile's median and fastest reps, where it is missed). The rest are
+# The table counts one target as met: **fused against unfused**, at both contexts. The rest are
 # MISSED, and the table says by how much; each has its measured reason:
 # - **Fused against unfused.** Met by the split grid tail, the faster fused arm at both
 #   contexts, in the peer table and in the tails recording; the one-launch grid tail alone
@@ -479,25 +478,25 @@ show(f"source: data/gpu/fused_tails.json, {tails['source']}, {tails['date']}")
 #   then a dependent store. Its excess over the relay, a node with one round trip through
 #   memory, is what its reduction costs; several of the unfused step's other small nodes are
 #   over the limit too, by less (section 1's table against the floor).
-# - **Against torch.compile.** Met at context 64, missed at 900: between the two contexts the
-#   best arm grows by its attention nodes (section 5's second table), while torch.compile's
-#   time stays where it was. Neither verdict is firm in this recording: torch.compile's reps spread
-#   widely (the spread under the table: one rep at each context ran at about two thirds of the
-#   others' time), so the ratio carries a wide error. Against its mean the best arm is under 0.4
-#   by less than one of the ratio's standard errors at context 64, and over it by about 1.3 at
-#   900; against its slowest rep it would be below 0.4 at both contexts, against its fastest
-#   above 0.5 at both. The next subsection times torch.compile over 15 reps.
+# - **Against torch.compile.** Missed at both contexts, by more at 900: between the two
+#   contexts the best arm grows by its attention nodes (section 5's second table), while
+#   torch.compile's time stays about where it was. Neither verdict is firm in this recording:
+#   torch.compile's reps spread widely (the spread under the table), so the ratio carries a wide
+#   error. Against its mean the best arm is over 0.4 by less than one of the ratio's standard
+#   errors at context 64, and by more at 900 (the distance in standard errors is printed under
+#   the table); against its slowest rep it would be below 0.4 at both contexts, against its
+#   fastest above 0.5 at both. The next subsection times torch.compile over 15 reps.
 # A missed target is a measurement, not a failure of the method: each row names the next thing
 # to work on.
 
 # %% [markdown]
 # ### torch.compile over more reps
-# A ratio to a reference is only as firm as the reference. After the pass, the peer ran again
-# with 15 reps and torch.compile alone (`data/gpu/peer_reps.json`: the same recorder, the lab's
-# code unchanged, the same day on the same kind of H200). Its reps spread over a factor of two
-# while the lab's best arm holds within a few percent, so the mean says little about what
-# torch.compile can do. Below, the best arm against torch.compile's mean, its median and its
-# fastest reps:
+# A ratio to a reference is only as firm as the reference. In the same pass, right after the peer,
+# the recorder ran again with 15 reps and torch.compile alone (`decode-lab record peer_reps`,
+# `data/gpu/peer_reps.json`: the same recorder on the same H200). Its reps spread widely (the
+# ranges printed below) while the lab's best arm holds within a few percent, so the mean says
+# little about what torch.compile can do. Below, the best arm against torch.compile's mean, its
+# median and its fastest reps:
 
 # %%
 more = json.loads((GPU / "peer_reps.json").read_text())
@@ -514,13 +513,12 @@ for c in CONTEXTS:
 show(f"source: data/gpu/peer_reps.json, {more['source']}, {more['date']}")
 
 # %% [markdown]
-# Against torch.compile's mean the best arm meets 0.4 at context 64 here as in the pass; against
-# its median or its fastest reps, what it does when nothing slows it, it misses the target at
-# both contexts. The lab's arm replays one CUDA graph per token and barely moves from rep to rep.
-# torch.compile (`mode="reduce-overhead"`) runs Python around its graph at every step, which
-# would move with the host's speed: the likely reason for its spread, not measured here. Read
-# the target against torch.compile's fastest reps: by that reading it is missed at both
-# contexts.
+# Against torch.compile's mean the best arm misses 0.4 at both contexts here, as in the peer
+# table; against its median or its fastest reps, what it does when nothing slows it, it misses the
+# target by more. The lab's arm replays one CUDA graph per token and barely moves from rep to rep.
+# torch.compile (`mode="reduce-overhead"`) runs Python around its graph at every step, which would
+# move with the host's speed: the likely reason for its spread, not measured here. Read the target
+# against torch.compile's fastest reps: by that reading it is missed at both contexts.
 
 # %% [markdown]
 # ## 7. The megakernel rung: the whole step in one launch (`LAB_PERSISTENT=1`)
@@ -536,8 +534,8 @@ show(f"source: data/gpu/peer_reps.json, {more['source']}, {more['date']}")
 # producers (a head's merge, the argmax) it keeps the heads tail's "last block done" election.
 #
 # The launch bill drops to 1 and the graph to one node. What that is worth is not obvious: a
-# grid barrier costs about 1.6 us on the H200 at 132 blocks of 512 threads
-# (`data/gpu/grid_barrier.json`, recorded by `decode-lab record barrier`), more
+# grid barrier on the H200 at this kernel's grid (`data/gpu/grid_barrier.json`, recorded by
+# `decode-lab record barrier`; its cost is printed with the H200's timings below) costs more
 # than a graph node boundary (section 2's per-node floor: about half a microsecond, less under
 # PDL), so the kernel can win only what the heads-tail step's 18 launches cost beyond their
 # boundaries (launch latency, tails), not the boundaries themselves. On the simulator (its twin
@@ -602,6 +600,15 @@ if any(r["arm"] == "persistent graph" for r in rows):
               f"{1000 * r['sem_ms']:>9.2f}")
     ms = {(r["arm"], r["context"]): 1000 * r["mean_ms"] for r in rows}
     fl = recorded_costs["floors"]
+    barrier_file = GPU / "grid_barrier.json"          # decode-lab record barrier
+    b_rows = json.loads(barrier_file.read_text())["rows"] if barrier_file.is_file() else []
+    b_row = next((b for b in b_rows if [b["grid"]] == persist_rec["grid"]
+                  and [b["block"]] == persist_rec["block"]), None)
+    if b_row is not None:
+        n_bar = persist_rec["barriers_per_token"]
+        show(f"one grid barrier at grid {b_row['grid']}, block {b_row['block']}: "
+             f"{b_row['per_barrier_us']:.2f} us (data/gpu/grid_barrier.json); {n_bar} per "
+             f"token: {n_bar * b_row['per_barrier_us']:.1f} us")
     for c in CONTEXTS:
         extra = ms[("persistent graph", c)] - ms[("fused graph", c)]
         n_heads_step = len(step_at(fused_heads, c))
@@ -615,17 +622,17 @@ else:
          "writes it; data/gpu/persistent.json)")
 
 # %% [markdown]
-# The megakernel LOSES on this GPU, and the measurement says why. Against the step whose bits
-# it writes (the heads-tail fused graph) it removes 17 of 18 node boundaries, worth the
-# empty-node floor printed above, and adds 16 grid barriers, each about 1.6 us on the H200 at 132
-# blocks of 512 threads (`data/gpu/grid_barrier.json`): about 26 us. Its phases do the heads-tail kernels' work
-# (the same device functions, the same bits), so what is left is that exchange, and the table
-# shows it. In the peer table (section 4) it is the
-# slowest lab arm, about twice the split grid tail's time. Worse, most phases occupy few of the
-# 132 blocks (4 x splits attention items, 384 rotate-half pairs, 71 logits) while every block
-# waits at every barrier. A persistent kernel pays when it removes barriers rather than trading node
-# boundaries for them: waits on per-dependency counters (a head's attention needs only that
-# head's q, k and v) instead of grid-wide barriers, which is where this rung would go next.
+# The megakernel LOSES on this GPU, and the measurement says why. Against the step whose bits it
+# writes (the heads-tail fused graph) it removes 17 of 18 node boundaries, worth the empty-node
+# floor printed above, and adds 16 grid barriers, each costing on the H200 at its grid what is
+# printed above (`data/gpu/grid_barrier.json`): several times the boundaries' floor. Its phases do
+# the heads-tail kernels' work (the same device functions, the same bits), so what is left is that
+# exchange, and the table shows it. In the peer table (section 4) it is the slowest lab arm, more
+# than twice the split grid tail's time. Worse, most phases occupy few of the 132 blocks (4 x
+# splits attention items, 384 rotate-half pairs, 71 logits) while every block waits at every
+# barrier. A persistent kernel pays when it removes barriers rather than trading node boundaries
+# for them: waits on per-dependency counters (a head's attention needs only that head's q, k and
+# v) instead of grid-wide barriers, which is where this rung would go next.
 
 # %% [markdown]
 # ## What you should now be able to do

@@ -122,7 +122,7 @@ else:
 # %% [markdown]
 # Read the table from the top. Capturing the 37 launches is most of what a plan change costs;
 # instantiation is the rest, and an update replaces only that second part. Keeping each plan's
-# captured graph turns a switch back into an update alone, about 15 microseconds. Setting the
+# captured graph turns a switch back into an update alone (the `update only` row). Setting the
 # parameters of just the kernel nodes that differ (`cudaGraphExecKernelNodeSetParams`) costs
 # about as much as the whole update here, and it is the floor of an in-place switch: with the
 # new parameters in hand (here taken from a captured graph), no capture is needed at all.
@@ -162,8 +162,9 @@ print("updated == clean:", np.array_equal(right, clean.tokens))
 # %% [markdown]
 # Both designs are correct; they differ in who pays. The device-resident position costs one tiny
 # kernel per step and nothing on the host; the update costs host time before every launch (on
-# the H200 table above: about 15 microseconds for an update from a kept graph, over 200 with a
-# capture), and the host must stay in the loop — which the next section removes altogether.
+# the H200 table above: the `update only` row for an update from a kept graph, the `capture +
+# update` row with a capture), and the host must stay in the loop — which the next section
+# removes altogether.
 #
 # ## 3. The whole generation in one launch
 # The ladder so far, counted from the launch log of one generation each: eagerly the host
@@ -363,7 +364,7 @@ print(f"stopped after {eng.position - (len(ids) - 1)} of {budget} tokens, {launc
 # without it. Before concluding anything about the loop, take it apart and run each piece under
 # the tool (`decode-lab record sanitize_loop` runs each piece, a process each, all at once):
 # a loop with nothing of the model in it, each kernel alone as the body, bodies of chosen kernels in
-# chosen orders, and the loop's bodies as ordinary graphs. The H200's answers, from two leases:
+# chosen orders, and the loop's bodies as ordinary graphs. The H200's answers:
 
 # %%
 san = (GPU / "sanitize_loop.txt").read_text().splitlines()
@@ -371,14 +372,17 @@ rows = [ln.split(" / ")[0].split() for ln in san
         if ln[:1].isalpha() and ln.split(" / ")[0].split()[-1:] in (["0"], ["1"])
         and len(ln.split(" / ")[0].split()) == 3]
 pieces = {piece: int(code) for piece, code, _ in rows}
+SEGFAULT = (11, 139)      # the file's header: exit 11 or 139 is a segmentation fault
 for piece in ("minimal", "shared", "kernel-embed", "kernel-rmsnorm", "body", "one-body", "loop",
               "kernels-embed-rmsnorm", "kernels-rmsnorm-embed", "kernels-matvec-rmsnorm",
               "kernels-rmsnorm-matvec", "kernels-rmsnorm-matvec-swiglu_up",
               "kernels-matvec-matvec-matvec", "prefix-2-warm", "prefix-2-eager"):
     if piece in pieces:
         code = pieces[piece]
-        print(f"{piece:<34} exit {code:>3}  {'clean, 0 hazards' if code == 0 else 'CRASHED'}")
-show(f"source: data/gpu/sanitize_loop.txt ({san[0][:60]}...)")
+        verdict = ("clean, 0 hazards" if code == 0 else "CRASHED" if code in SEGFAULT
+                   else f"FAILED (exit {code})")
+        print(f"{piece:<34} exit {code:>3}  {verdict}")
+show(f"source: data/gpu/sanitize_loop.txt: {san[0]}")
 
 # %% [markdown]
 # Read it as a bisection. The conditional nodes themselves are fine (`minimal`, `shared`: a

@@ -503,11 +503,12 @@ else:
     show(f"source: {rec['source']}, {rec['date']}")
 
 # %% [markdown]
-# The H200 says the same: at contexts 64 and 900 a verify step costs 2.2 to 3.2 one-token steps
-# and yields 1.1 to 1.2 tokens; drafting loses at every k. The tokens per step depend on the
-# text and the model only, not on the machine (here 24 tokens were generated, there 64: other
-# counts); `decode-lab conformance --only spec` re-runs the recording's own settings on the
-# simulator, finds the same tokens per step, and puts each ms/token difference beside the H200's.
+# The H200 says the same: at contexts 64 and 900 a verify step costs more than two one-token steps
+# and yields fewer than two tokens (the lines above); drafting loses at every k. The tokens per
+# step depend on the text and the model only, not on the machine (here 24 tokens were generated,
+# there 64: other counts); `decode-lab conformance --only spec` re-runs the recording's own
+# settings on the simulator, finds the same tokens per step, and puts each ms/token difference
+# beside the H200's.
 #
 # ## 7. Case study 004 on the lab's own ground: `LAB_BUG_SPEC_KEY`
 # Here is a speculative decode configured for graphs. Its label says `graph`, its tokens are

@@ -62,12 +62,13 @@ def load(name: str) -> dict:
 
 
 def origin(d: dict) -> str:
-    """The GPU, versions and date a recording carries (its `provenance` stamp when it has one)."""
+    """The GPU, versions and date a recording carries; its commit stays in the file's
+    `provenance` stamp (the docs name no commit: the history lint)."""
     prov = d.get("provenance") or {}
     src = d.get("source") or prov.get("source") or prov.get("describe") or "source not recorded"
     date = d.get("date") or prov.get("date") or "date not recorded"
-    commit = prov.get("commit")
-    return f"{src}; {str(date)[:10]}" + (f"; commit {commit}" if commit else "")
+    return f"{src}; {str(date)[:10]}" + ("; its commit in `provenance`" if prov.get("commit")
+                                          else "")
 
 
 def f(x: float, nd: int = 4) -> str:
