@@ -346,13 +346,13 @@ show(f"source: data/gpu/fused_tails.json, {tails['source']}, {tails['date']}")
 #   recording. At context 900 the one-launch form is the slower one in
 #   both: its attention node costs more than the unfused attention's two nodes together, and
 #   more so at the longer context (the second table).
-# - **The heads tail was the slow one.** `attn_fused` (`LAB_ATTN_TAIL=heads`, the fused
-#   attention of the build before this one) ends in a serial tail: after the partials, the last
+# - **The heads tail is the slow one.** `attn_fused` (`LAB_ATTN_TAIL=heads`, the other fused
+#   attention) ends in a serial tail: after the partials, the last
 #   block of each head merges that head and projects it through its columns of `Wo` — the tail
 #   on as many blocks as there are heads, 4 of 132 SMs busy — then the last head adds the heads
 #   into the residual. As a node it costs twice the grid tail's at context 65 and still far more
 #   at 1001, and the heads arm is the slowest graph + PDL arm of the tails recording at both contexts, well
-#   behind the unfused step: while this was the fused step's attention, fusion lost. The grid
+#   behind the unfused step: with this attention, fusion loses. The grid
 #   tail gives the same work the unfused attention's shape: `attn_partial`'s blocks, then tail
 #   blocks that each take a few rows of `Wo`, merge all of `o` as `attn_combine` does and add
 #   their rows' dots to `x` — the tail on dozens of blocks (the blocks column), with the unfused

@@ -353,7 +353,7 @@ show(f"    from data/gpu/ranks.json: {cc.source}")
 # Four arms, each on its own warm engine, reps interleaved: simulated here, and recorded on the
 # H200 pair (`data/gpu/ranks.json`), which keeps every rep's ms/token. The simulated arms run
 # the recording's own reps and tokens per rep (so the same positions, and the same plans), with
-# a warm-up over the timed length, as the recorder now does. First each one's reps, and which
+# a warm-up over the timed length, as the recorder does. First each one's reps, and which
 # plans each one's warm-up had captured:
 
 # %%
@@ -560,8 +560,9 @@ show(f"launch shapes of the rank step that kernel_costs.json does not hold, pric
 rec_cc = CollectiveCosts.load()                  # data/gpu/ranks.json (the probe if absent)
 ar_now = float(rec_cc.graph_us["all_reduce"])
 ar_probe = float(CollectiveCosts.PROBE["graph_us"]["all_reduce"])
-marks = {ar_now: "<- recorded (ranks.json): used now" if rec else "<- the simulator's now",
-         ar_probe: "<- the probe's upper bound: used before"}
+marks = {ar_now: "<- recorded (ranks.json): the simulator's" if rec
+         else "<- the simulator's figure",
+         ar_probe: "<- the probe's bound (no recording)"}
 sweep = sorted({0.0, 2.0, 10.0, *marks})
 one_gpu = sim_rows["1 rank graph"][0] * 1000
 what_if = []
@@ -604,8 +605,8 @@ plt.show()
 # all-reduces below the break-even printed above the figure: the recorded cost (red) is above
 # it, which is why the target is missed, simulated — and on the pair itself, where the
 # recorded two-rank arm is further above the one-GPU arm than the simulated one (section 4).
-# The probe's bound (grey), which the simulator used before the recording, put two ranks far
-# beyond the target; the recorded figure brings them close to it, but not within it.
+# The probe's bound (grey), which the simulator falls back on without a recording, puts two
+# ranks far beyond the target; the recorded figure brings them close to it, but not within it.
 #
 # The arithmetic of when it pays: split perfectly over two ranks, a layer's kernels would take
 # half their one-GPU time, and the layer pays two all-reduces. Per layer, from the same replayed
