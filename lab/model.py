@@ -2,13 +2,16 @@
 
 `load_model()` reads `data/tiny_model.json` (shapes, vocabulary, checksum) and
 `data/tiny_model.npz` (float32 weights) and refuses anything that does not match: a missing
-file, a checksum mismatch, a missing or extra array, a wrong shape or dtype. Every refusal is a
-`LabError` that says which file and what is wrong.
+file, a checksum mismatch, a missing or extra array, a wrong shape or dtype, sizes past
+SIZE_BOUNDS or past the memory the machine has, and weights whose float64 probe step
+(`probe`) leaves float32's range. Every refusal is a `LabError` that says which file
+and what is wrong.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,6 +120,56 @@ def _check_fields(meta: dict, name: str) -> None:
             raise LabError(f"{name}: {field} = {v!r} must be a finite number > 0")
 
 
+# the largest value of each size a description may declare: the lab's kernels and its float64
+# reference are written for small models (data/tiny_model.json), and a size past these is a typo
+# or another file, refused before anything is allocated for it
+SIZE_BOUNDS = {"d_model": 1 << 14, "n_layer": 1 << 8, "n_head": 1 << 10, "d_ff": 1 << 16,
+               "max_seq": 1 << 20, "vocab": 1 << 16}
+
+
+def bytes_needed(cfg: ModelConfig) -> int:
+    """Bytes a model of this shape takes to decode, counting what the lab allocates for it: the
+    float32 weights and the reference's float64 copy, the engine's float32 KV cache and the
+    reference's float64 one (two tensors of n_layer x max_seq x d_model each), and the rope
+    tables (float64 angles, cos and sin, and the engine's float32 pair)."""
+    params = sum(int(np.prod(s)) for s in cfg.weight_shapes().values())
+    kv = 2 * cfg.n_layer * cfg.max_seq * cfg.d_model
+    rope = cfg.max_seq * (cfg.head_dim // 2)
+    return params * (4 + 8) + kv * (4 + 8) + rope * (3 * 8 + 2 * 4)
+
+
+def available_bytes() -> int | None:
+    """Memory this machine can give (MemAvailable, else the physical memory); None if unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_sizes(cfg: ModelConfig, name: str) -> None:
+    """Refuse (a LabError naming the file) a size past SIZE_BOUNDS, or a model whose decode
+    would need more memory than the machine has (bytes_needed against available_bytes)."""
+    for field, bound in SIZE_BOUNDS.items():
+        v = cfg.vocab_size if field == "vocab" else getattr(cfg, field)
+        if v > bound:
+            what = "vocab has" if field == "vocab" else f"{field} ="
+            raise LabError(f"{name}: {what} {v}{' characters' if field == 'vocab' else ''}, past "
+                           f"the lab's bound {bound} for it (a model of the lab's size: "
+                           f"data/tiny_model.json)")
+    need, have = bytes_needed(cfg), available_bytes()
+    if have is not None and need > have:
+        raise LabError(f"{name}: a model of max_seq {cfg.max_seq}, d_model {cfg.d_model}, "
+                       f"n_layer {cfg.n_layer} needs about {need / 2**30:.1f} GiB of memory to "
+                       f"decode (weights, KV caches, rope tables), more than the "
+                       f"{have / 2**30:.1f} GiB this machine has available; lower max_seq")
+
+
 def _read_config(meta_path: Path) -> tuple[ModelConfig, str | None]:
     if not meta_path.is_file():
         raise LabError(f"model description {meta_path.name} not found next to the weights")
@@ -136,6 +189,7 @@ def _read_config(meta_path: Path) -> tuple[ModelConfig, str | None]:
         raise LabError(f"{meta_path.name}: vocab must be a non-empty string of distinct characters")
     if cfg.d_model % cfg.n_head or cfg.head_dim % 2:
         raise LabError(f"{meta_path.name}: d_model must split into n_head heads of even size")
+    check_sizes(cfg, meta_path.name)
     return cfg, meta.get("sha256")
 
 
@@ -164,7 +218,9 @@ def load_model(path: str | Path = DEFAULT_WEIGHTS, verify_checksum: bool = True)
         why = ("not an .npz archive (numpy read it as a pickle)" if "allow_pickle" in str(exc)
                else str(exc))
         raise LabError(f"weights file {path.name} is unreadable: {why}") from None
-    return Model(cfg, validate_weights(cfg, arrays), Tokenizer(cfg.vocab), str(path.name))
+    model = Model(cfg, validate_weights(cfg, arrays), Tokenizer(cfg.vocab), str(path.name))
+    probe(model)
+    return model
 
 
 def validate_weights(cfg: ModelConfig, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -213,3 +269,48 @@ def check_request(cfg: ModelConfig, prompt_ids, n_tokens: int) -> np.ndarray:
         raise LabError(f"prompt ({ids.size}) + tokens ({n_tokens}) = {ids.size + n_tokens} "
                        f"exceeds the model's max_seq {cfg.max_seq}")
     return ids
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def probe(model: Model) -> None:
+    """One decode step at position 0 for every token of the vocabulary at once, in float64, each
+    intermediate held against float32's range: the engine computes in float32, so weights whose
+    activations leave that range (or hold NaN) decode NaN logits and an argmax of garbage.
+    Returns None for weights that stay in range; else a LabError naming the layer and the part
+    where the step first leaves it. At position 0 rope is the identity (cos 1, sin 0) and each
+    token attends to itself alone, so attention's output is its value row."""
+    c = model.cfg
+    D, H, hd = c.d_model, c.n_head, c.head_dim
+
+    def w(name):
+        return model.weights[name].astype(np.float64)
+
+    def seen(a, where):
+        m = float(np.max(np.abs(a)))
+        if not m <= F32_MAX:        # NaN fails this too
+            raise LabError(f"{model.source}: the weights' probe step (position 0, float64) "
+                           f"reaches {m:.3g} at {where}, past float32's range ({F32_MAX:.3g}): "
+                           f"the float32 engine would decode NaN or inf logits; weights refused")
+        return a
+
+    def norm(x, g, where):          # row-wise rmsnorm; its sum of squares is float32 on a device
+        ss = seen(np.sum(x * x, axis=-1, keepdims=True), f"{where} (sum of squares)")
+        return x / np.sqrt(ss / D + c.norm_eps) * g
+
+    with np.errstate(all="ignore"):
+        x = seen(w("tok_emb"), "tok_emb")                                   # [V, D]
+        for i in range(c.n_layer):
+            at = f"layer {i}"
+            h = norm(x, w(f"layers.{i}.attn_norm"), f"{at} attn_norm")
+            qkv = seen(h @ w(f"layers.{i}.wqkv").T, f"{at} wqkv")
+            q, k, v = (qkv[:, j * D:(j + 1) * D].reshape(-1, H, hd) for j in range(3))
+            seen((q * k).sum(axis=-1) / np.sqrt(hd), f"{at} attention scores")
+            x = seen(x + v.reshape(-1, D) @ w(f"layers.{i}.wo").T, f"{at} wo (residual)")
+            h = norm(x, w(f"layers.{i}.mlp_norm"), f"{at} mlp_norm")
+            g = seen(h @ w(f"layers.{i}.w_gate").T, f"{at} w_gate")
+            u = seen(h @ w(f"layers.{i}.w_up").T, f"{at} w_up")
+            act = seen(g / (1.0 + np.exp(-g)) * u, f"{at} swiglu")
+            x = seen(x + act @ w(f"layers.{i}.w_down").T, f"{at} w_down (residual)")
+        seen(norm(x, w("final_norm"), "final_norm") @ w("lm_head").T, "lm_head (logits)")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lab import schema
 from lab.errors import LabError
 from .base import Buffer, Launch, RawArray
 
@@ -37,6 +38,7 @@ CONTEXT_KERNELS = ("attn_partial", "attn_partial_len", "attn_fused", "attn_fused
 WHOLE_STEP_KERNELS = ("step_persistent",)
 
 
+MISSING = "missing key {!r} (re-record it with decode-lab record costs on a GPU)"
 SUPPLEMENT = "spec_costs.json"   # measured costs a cost file lacks, beside it (decode-lab record spec_costs)
 
 
@@ -176,8 +178,7 @@ def _get(data: dict, path: str, source: Path):
     cur = data
     for part in path.split("."):
         if not isinstance(cur, dict) or part not in cur:
-            raise LabError(f"{source}: missing key {path!r} (re-record it with "
-                           f"decode-lab record costs on a GPU)")
+            raise LabError(f"{source}: " + MISSING.format(path))
         cur = cur[part]
     return cur
 
@@ -218,10 +219,10 @@ class CollectiveCosts:
         if not path.is_file():
             return cls.from_dict(cls.PROBE)
         try:
-            data = json.loads(path.read_text())["collectives"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
             raise LabError(f"{path}: no readable 'collectives' section ({exc!r})") from None
-        return cls.from_dict(data)
+        return cls.from_dict(schema.check(data, schema.RANKS, path.name)["collectives"])
 
     @classmethod
     def from_dict(cls, d: dict) -> "CollectiveCosts":
@@ -315,7 +316,9 @@ class CostModel:
     # ---- loading ---------------------------------------------------------------------------
     @classmethod
     def load(cls, path=None) -> "CostModel":
-        """Read a kernel_costs.json; a missing or malformed file is a LabError naming it."""
+        """Read a kernel_costs.json (and the SUPPLEMENT beside it), each checked against its
+        schema (lab/schema.py) before use: a missing or malformed file, or a field of the wrong
+        type or range, is a LabError naming the file and the field."""
         path = Path(path) if path is not None else COSTS_FILE
         try:
             data = json.loads(path.read_text())
@@ -324,12 +327,15 @@ class CostModel:
                            f"by decode-lab record costs") from None
         except (OSError, ValueError) as exc:
             raise LabError(f"the simulator's cost file {path} is unreadable: {exc}") from None
+        schema.check(data, schema.KERNEL_COSTS, path.name, MISSING)
         extra = path.with_name(SUPPLEMENT)
         if extra.is_file():
             try:
-                data = with_supplement(data, json.loads(extra.read_text()))
+                more = json.loads(extra.read_text())
             except (OSError, ValueError) as exc:
                 raise LabError(f"the cost file's supplement {extra} is unreadable: {exc}") from None
+            data = with_supplement(data, schema.check(more, schema.SPEC_COSTS, extra.name,
+                                                      MISSING.replace("costs", "spec_costs")))
         return cls.from_dict(data, path)
 
     @classmethod
@@ -475,17 +481,12 @@ class CostModel:
 
 
 def _fields(data: dict, path: Path) -> dict:
-    """CostModel's fields from a cost file's content; a LabError names what is missing."""
-    if not isinstance(data, dict):
-        raise LabError(f"{path}: expected a JSON object")
-    rows = _get(data, "kernels", path)
-    if not isinstance(rows, list) or not rows:
-        raise LabError(f"{path}: 'kernels' must be a non-empty list of measured launches")
+    """CostModel's fields from a cost file's content, checked against schema.KERNEL_COSTS
+    first: a LabError names the field that is missing or of the wrong type or range (an empty
+    kernels table included: the model would be placeholders only)."""
+    schema.check(data, schema.KERNEL_COSTS, Path(path).name, MISSING)
     by_key: dict[str, list] = {}
-    for i, r in enumerate(rows):
-        for k in ("key", "context", "node_us", "node_pdl_us", "bytes"):
-            if k not in r:
-                raise LabError(f"{path}: kernels[{i}] has no {k!r}")
+    for r in data["kernels"]:
         by_key.setdefault(r["key"], []).append(r)
     kernels = {k: _fit(v) for k, v in by_key.items()}
     empty = _num(data, "floors.empty.per_node_us", path)
@@ -495,12 +496,8 @@ def _fields(data: dict, path: Path) -> dict:
                  / _num(data, f"host.{m}_alone_over_step_us", path))
         host[m] = {k: float(v) * scale for k, v in _get(data, f"host.{m}", path).items()}
     switches = {}
-    for i, r in enumerate(_get(data, "switches", path)):
-        if not all(k in r for k in ("prev", "key", "extra_us", "extra_pdl_us")):
-            raise LabError(f"{path}: switches[{i}] needs prev, key, extra_us, extra_pdl_us")
+    for r in data["switches"]:
         switches[(r["prev"], r["key"])] = (float(r["extra_us"]), float(r["extra_pdl_us"]))
-    if not switches:
-        raise LabError(f"{path}: 'switches' is empty")
     lpt = _num(data, "launches_per_token", path)
     pre, graph = (_get(data, f"noise.{k}", path) for k in ("prebound", "graph"))
     tok_cv = _num(data, "noise.prebound.token_cv_robust", path, positive=False)

@@ -44,6 +44,7 @@ from .arms import DEVICE_LOOP, FISSION, OVERLAP, Pair
 from .registry import probe_us
 from lab.backend.costmodel import COSTS_FILE, CostModel
 from lab.config import CONFORMANCE_CACHE_ENV, LabConfig, conformance_cache, lab_environment
+from lab import schema
 from lab.errors import LabError
 from lab.files import atomic_write
 
@@ -125,6 +126,9 @@ def findings_problems(report: dict) -> list[str]:
     return out
 
 
+MISSING = "no field {!r} (recorded by another version of the lab, or not this lesson's recording?)"
+
+
 class _Recorded(dict):
     """A recorded file's JSON object: a missing field is a LabError naming the file and the
     field's path (a file of the wrong shape, `{}` say), not a KeyError from deep in a reader.
@@ -137,8 +141,7 @@ class _Recorded(dict):
     def __getitem__(self, key):
         where = f"{self.path}.{key}" if self.path else str(key)
         if key not in self:
-            raise LabError(f"{self.file}: no field {where!r} (recorded by another version of the "
-                           f"lab, or not this lesson's recording?)")
+            raise LabError(f"{self.file}: " + MISSING.format(where))
         return _recorded(super().__getitem__(key), self.file, where)
 
 
@@ -150,7 +153,7 @@ class _RecordedList(list):
         self.file, self.path = file, path
 
     def __getitem__(self, i):
-        where = f"{self.path}.{i}"
+        where = f"{self.path}[{i}]"     # the field paths of lab/schema.py: rows[0].arm
         try:
             return _recorded(super().__getitem__(i), self.file, where)
         except IndexError:
@@ -170,6 +173,10 @@ def _recorded(value, file: str, path: str):
 
 
 def _load(data_dir: Path, name: str) -> dict:
+    """A recording of the data folder, checked against its schema (lab/schema.py RECORDINGS: the
+    fields conformance reads, their types and ranges) before any figure of it is judged: a
+    string, null or NaN where a time goes, a negative mean, a dict for a list is a LabError
+    naming the file and the field."""
     path = data_dir / name
     try:
         data = json.loads(path.read_text())
@@ -181,6 +188,8 @@ def _load(data_dir: Path, name: str) -> dict:
         raise LabError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise LabError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    if name in schema.RECORDINGS:
+        schema.check(data, schema.RECORDINGS[name], name, missing=MISSING)
     return _Recorded(data, name)
 
 

@@ -45,7 +45,7 @@ def test_malformed_file_is_a_clear_error(tmp_path, recorded):
     broken = json.loads(json.dumps(recorded))
     broken["floors"]["graph_submit_us"] = -1
     bad.write_text(json.dumps(broken))
-    with pytest.raises(LabError, match="graph_submit_us = -1 is not a positive number"):
+    with pytest.raises(LabError, match=r"bad.json: floors.graph_submit_us: must be a finite number > 0, got -1"):
         CostModel.load(bad)
 
 

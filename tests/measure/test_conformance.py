@@ -170,7 +170,7 @@ def test_a_subset_of_lessons_gives_the_same_rows_as_the_whole_table(model, repor
     ("ladder.json", {}, "ladder.json: no field 'tokens'"),
     ("ladder.json", [], "ladder.json: expected a JSON object, got list"),
     ("overlap.json", {}, "overlap.json: no field 'tokens'"),
-    ("bench_sweep.json", {"rows": [{"arm": "x"}]}, "bench_sweep.json: no field 'rows.0.toggles'"),
+    ("bench_sweep.json", {"rows": [{"arm": "x"}]}, "bench_sweep.json: no field 'rows[0].toggles'"),
 ])
 def test_a_recording_of_the_wrong_shape_is_a_clear_error(tmp_path, capsys, name, content, needle):
     """Valid JSON of the wrong shape (`{}` for ladder.json): one line naming the file and the

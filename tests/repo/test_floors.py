@@ -9,8 +9,8 @@ from test_imports import lab_graph
 
 LAB = Path(__file__).resolve().parents[2] / "lab"
 FLOORS = {
-    0: {"errors", "config", "bugspec", "files", "model", "reference", "plan", "pdl_check",
-        "ledger"},
+    0: {"errors", "config", "bugspec", "files", "exits", "schema", "model", "reference", "plan",
+        "pdl_check", "ledger"},
     1: {"backend"},
     2: {"engine"},
     3: {"measure"},
