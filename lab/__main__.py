@@ -26,6 +26,7 @@ import math
 import sys
 import warnings
 
+from lab import exits
 from lab.config import describe, from_env
 from lab.errors import LabError
 from lab.files import atomic_write_text
@@ -57,9 +58,47 @@ def _print_ledger(engine) -> None:
     print("summary:", engine.ledger_summary())
 
 
+def _weights_read(args, flag: str = "--weights", attr: str = "weights") -> dict:
+    """The weights a command reads and the description beside them, by the flag that names
+    them (an empty path is refused, not read as the default)."""
+    from pathlib import Path
+
+    from lab.files import refuse_empty
+    from lab.model import DEFAULT_WEIGHTS
+    given = getattr(args, attr, None)
+    refuse_empty({flag: given})
+    path = Path(DEFAULT_WEIGHTS if given is None else given)
+    name = flag if given is not None else f"{flag} (default)"
+    return {name: path, f"the description of {name}": path.with_suffix(".json")}
+
+
+def _refuse_io(outputs: dict, inputs: dict) -> None:
+    """Before any work: no output is an input, a file the lab reads, or another output."""
+    from lab.files import refuse_overlap
+    refuse_overlap(outputs, inputs)
+
+
+def _numbered(path, count: int = 64) -> dict:
+    """--save-dot's names when a run captures several graphs: NAME.0.dot, NAME.1.dot, ..."""
+    from pathlib import Path
+    base = Path(path)
+    return {f"--save-dot (graph {i})": base.with_name(f"{base.stem}.{i}{base.suffix}")
+            for i in range(count)}
+
+
+def _positive_seconds(flag: str, value) -> None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise LabError(f"{flag} {value:g}: give a time limit in seconds, a finite number > 0")
+
+
 def cmd_generate(args) -> int:
     if args.tokens < 1:
         raise LabError(f"--tokens {args.tokens}: give at least 1 token to generate")
+    from lab.files import refuse_empty
+    refuse_empty({"--save-dot": args.save_dot})
+    outputs = {} if args.save_dot is None else {"--save-dot": args.save_dot,
+                                                **_numbered(args.save_dot)}
+    _refuse_io(outputs, _weights_read(args))
     if args.save_dot:                          # before the run, not after it
         from lab.files import check_output
         check_output(args.save_dot, "--save-dot")
@@ -97,6 +136,7 @@ def cmd_generate(args) -> int:
 def cmd_audit(args) -> int:
     from lab.measure.audit import audit, detect_lazy_init, run_checks
 
+    _weights_read(args)
     eng = _engine(args)
     if eng.cfg.ranks > 1:
         raise LabError("audit inspects one device's step: run it with LAB_RANKS=1 (for ranks, "
@@ -116,14 +156,21 @@ def cmd_audit(args) -> int:
 def cmd_selfcheck(args) -> int:
     from lab.teach.selfcheck.run import run_selfcheck
 
+    _positive_seconds("--timeout", args.timeout)
+    _refuse_io({"--attempts": args.attempts},
+               {"--answers": args.answers, "--solutions": args.solutions})
     return run_selfcheck(args.answers, args.solutions, explain=args.explain,
-                         attempts_path=args.attempts, student=args.student)
+                         attempts_path=args.attempts, student=args.student,
+                         timeout_s=args.timeout)
 
 
 def cmd_exercise(args) -> int:
     """`exercise list|show|check`: the hands-on exercises of lab/teach/handson (exit 1: not passed)."""
     from lab.teach import handson
+    from lab.files import refuse_empty
 
+    _positive_seconds("--timeout", args.timeout)
+    refuse_empty({"--solution": args.solution})
     if args.action == "list":
         print(handson.listing())
         return 0
@@ -176,6 +223,7 @@ def cmd_demo(args) -> int:
 
     if args.tokens < 1:
         raise LabError("--tokens must be at least 1")
+    _weights_read(args)
     eng = _engine(args, graph=False)
     if eng.cfg.ranks > 1:
         return _demo_ranks(eng, args)
@@ -219,6 +267,10 @@ def cmd_conformance(args) -> int:
     from lab.measure.conformance import findings_problems, format_report, run
     from lab.model import DEFAULT_WEIGHTS, load_model
 
+    from lab.files import refuse_empty
+
+    refuse_empty({"--data": args.data})
+    _weights_read(args)
     only = [x.strip() for x in args.only.split(",")] if args.only else None
     report = run(load_model(args.weights or DEFAULT_WEIGHTS), data_dir=args.data,
                  progress=args.progress, only=only)
@@ -229,9 +281,14 @@ def cmd_conformance(args) -> int:
 
 
 def cmd_record(args) -> int:
-    from lab.measure.registry import record
+    from lab.files import refuse_folder_over
+    from lab.measure.registry import check_fresh_out, record
     if bool(args.names) == args.all:
         raise LabError("record: name experiments or give --all (not both)")
+    weights = _weights_read(args)
+    _refuse_io({"--archive": args.archive}, weights)
+    refuse_folder_over("--out", args.out, weights)
+    check_fresh_out(args.out, replace=args.replace, resume=args.resume)
     return record(args.names, args.backend, args.out, all_=args.all, quick=args.quick,
                   archive=args.archive, weights=args.weights, resume=args.resume)
 
@@ -250,10 +307,55 @@ def _check_bench_args(args) -> None:
     if threshold is not None and not (math.isfinite(threshold) and threshold > 0):
         raise LabError(f"--aa-threshold {threshold}: must be a finite number > 0 (or leave it "
                        f"out: the t critical value for the reps at hand)")
+    _refuse_io({"--json": args.json, "--plot": args.plot}, _weights_read(args))
     if args.json:
         check_output(args.json, "--json")
     if args.plot:
         check_output(args.plot, "--plot", plot_formats())
+
+
+def toggles_once(flag: str, text: str) -> None:
+    """A LabError when one arm (`LAB_GRAPH=0,LAB_SPLIT_COMBINE=1`) sets a toggle twice."""
+    seen = set()
+    for item in (x.strip() for x in text.split(",")):
+        if "=" not in item:
+            continue
+        name = item.split("=", 1)[0].strip().upper()
+        name = name if name.startswith("LAB_") else f"LAB_{name}"
+        if name in seen:
+            raise LabError(f"{flag} {text!r}: {name} is given twice; give each toggle once")
+        seen.add(name)
+
+
+def bench_can_time(who: str, cfg, base) -> None:
+    """A LabError, in the user's words, for an arm bench cannot time: several ranks (the command
+    for them: `decode-lab demo`), or a draft length other than the environment's (bench's arms
+    share one engine, which allocates for one draft length: `decode-lab spec --curve` compares
+    draft lengths). LAB_DRAFT in the environment times every arm drafting."""
+    if cfg.ranks > 1:
+        raise LabError(f"{who}: LAB_RANKS={cfg.ranks} runs on {cfg.ranks} devices, and "
+                       f"bench times arms on one device each; time ranks with "
+                       f"`LAB_RANKS={cfg.ranks} decode-lab demo` (eager and graph ms/token)")
+    if cfg.draft != base.draft:
+        raise LabError(f"{who}: LAB_DRAFT={cfg.draft} where the environment has "
+                       f"LAB_DRAFT={base.draft}: bench's arms share one engine, allocated for one "
+                       f"draft length; set LAB_DRAFT in the environment to time every arm "
+                       f"drafting, or compare draft lengths with `decode-lab spec --curve` "
+                       f"(k = 0, 2, 4, 8 against context)")
+
+
+def _bench_arms(args, base) -> dict:
+    """The arms of `bench ab` (A, B) or `bench sweep` (each text), parsed and checked."""
+    from lab.measure import bench
+
+    texts = ({"--a": args.a, "--b": args.b} if args.bench == "ab" else
+             {f"--arms {t}": t for t in args.arms} if args.bench == "sweep" else {})
+    arms = {}
+    for flag, text in texts.items():
+        toggles_once(flag.split()[0], text)
+        arms[flag] = bench.parse_arm(text, base)
+        bench_can_time(f"{flag.split()[0]} {text!r}", arms[flag], base)
+    return arms
 
 
 def cmd_bench(args) -> int:
@@ -265,10 +367,12 @@ def cmd_bench(args) -> int:
     base = from_env()
     if args.backend:
         base = base.replace(backend=args.backend)
+    bench_can_time("the environment (LAB_*)", base, base)
+    arms = _bench_arms(args, base)
     model = load_model(args.weights or DEFAULT_WEIGHTS)
     common = dict(progress=args.progress, kv_init=args.kv_init)   # progress None: on a terminal
     if args.bench == "ab":
-        a, b = bench.parse_arm(args.a, base), bench.parse_arm(args.b, base)
+        a, b = arms["--a"], arms["--b"]
         if a == b:
             raise LabError(f"--a {args.a!r} and --b {args.b!r} are the same configuration: an A/B "
                            f"of an arm against itself is the A/A gate, which every A/B runs "
@@ -280,13 +384,31 @@ def cmd_bench(args) -> int:
         res = bench.run_loo(model, args.factors, base=base, reps=args.reps, tokens=args.tokens, **common)
         print(report.format_loo(res))
     else:
-        arms = {text: bench.parse_arm(text, base) for text in args.arms}
+        arms = {text: arms[f"--arms {text}"] for text in args.arms}
         res = bench.run_sweep(model, arms, bench.parse_contexts(args.contexts), reps=args.reps,
                               tokens=args.tokens, **common)
         print(report.format_sweep(res))
     for path in report.save(res, args.json, args.plot):
         print(f"wrote {path}")
     return 0
+
+
+SPEC_TOKENS = 256          # `spec`: generated tokens per prompt
+SPEC_CURVE_TOKENS = 64     # `spec --curve`: timed tokens per rep (context 900 + 64 fits max_seq)
+
+
+def _spec_curve_args(args) -> list[int]:
+    """`spec --curve`'s contexts (whole numbers) and reps (at least 2), checked before the run."""
+    if args.reps < 2:
+        raise LabError(f"--reps {args.reps}: the curve's error bars need at least 2 reps")
+    try:
+        contexts = [int(x) for x in args.contexts.split(",") if x.strip()]
+    except ValueError:
+        raise LabError(f"--contexts {args.contexts!r}: give whole numbers separated by commas, "
+                       f"e.g. 64,900") from None
+    if not contexts:
+        raise LabError(f"--contexts {args.contexts!r}: give at least one context, e.g. 64,900")
+    return contexts
 
 
 def cmd_spec(args) -> int:
@@ -297,8 +419,12 @@ def cmd_spec(args) -> int:
     from lab.measure.compare import _prompt_set
     from lab.model import DEFAULT_WEIGHTS, load_model
 
+    if args.tokens is None:
+        args.tokens = SPEC_CURVE_TOKENS if args.curve else SPEC_TOKENS
     if args.tokens < 1:
         raise LabError(f"--tokens {args.tokens}: give at least 1 token to generate")
+    contexts = _spec_curve_args(args) if args.curve else None
+    _refuse_io({"--json": args.json}, _weights_read(args))
     if args.json:
         from lab.files import check_output
         check_output(args.json, "--json")
@@ -308,11 +434,14 @@ def cmd_spec(args) -> int:
     base = base.replace(draft=0, bugs=frozenset())
     model = load_model(args.weights or DEFAULT_WEIGHTS)
     if args.curve:
-        contexts = [int(x) for x in args.contexts.split(",") if x.strip()]
         limit = model.cfg.max_seq - args.tokens
-        if not contexts or any(not 1 <= c <= limit for c in contexts):
-            raise LabError(f"--contexts {args.contexts!r}: each in [1, {limit}] (max_seq minus "
-                           f"--tokens)")
+        if any(not 1 <= c <= limit for c in contexts):
+            raise LabError(f"--contexts {args.contexts!r} with --tokens {args.tokens}: each "
+                           f"context in [1, {limit}] (max_seq {model.cfg.max_seq} minus --tokens);"
+                           + (f" at context {max(contexts)} at most --tokens "
+                              f"{model.cfg.max_seq - max(contexts)} fit"
+                              if max(contexts) < model.cfg.max_seq else
+                              f" each context must be below {model.cfg.max_seq}"))
         res = spec.curve(model, drafts=(0, 2, 4, 8), contexts=contexts, new_tokens=args.tokens,
                          reps=args.reps, base=base, bug=args.draft, progress=args.progress)
         print(spec.format_curve(res))
@@ -419,14 +548,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "near-ties), or --curve: ms per generated token against context")
     sp.add_argument("--draft", type=int, choices=(2, 4, 8), default=4,
                     help="tokens drafted per step (the curve: its bug arm's)")
-    sp.add_argument("--tokens", type=int, default=256, help="generated tokens per prompt (the "
-                    "curve: per rep)")
+    sp.add_argument("--tokens", type=int, default=None, help="generated tokens per prompt "
+                    f"(default {SPEC_TOKENS}; the curve: per rep, default {SPEC_CURVE_TOKENS})")
     sp.add_argument("--prompts", default="standard",
                     help="'standard' (five prompts) or prompts separated by ';'")
     sp.add_argument("--curve", action="store_true", help="time k = 0, 2, 4, 8 (and the "
                     "LAB_BUG_SPEC_KEY arm) at each of --contexts, interleaved")
     sp.add_argument("--contexts", default="64,900", help="the curve's contexts (corpus text)")
-    sp.add_argument("--reps", type=int, default=3, help="the curve's interleaved reps")
+    sp.add_argument("--reps", type=int, default=3, help="the curve's interleaved reps (at "
+                    "least 2: its error bars)")
     sp.add_argument("--json", metavar="PATH", help="also write the result as JSON")
     common(sp)
     sp.set_defaults(fn=cmd_spec)
@@ -439,12 +569,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("names", nargs="*", metavar="NAME", help="experiments to run")
     r.add_argument("--all", action="store_true", help="every experiment, in priority order")
     r.add_argument("--backend", choices=("cuda", "sim"), required=True)
-    r.add_argument("--out", required=True, help="output folder (created)")
+    r.add_argument("--out", required=True, help="output folder: written in a temporary folder "
+                   "beside it and renamed to OUT when the run ends (an existing non-empty OUT is "
+                   "refused unless --replace or --resume)")
     r.add_argument("--archive", default=None, help="pack the folder into this FILE.tar.gz")
     r.add_argument("--quick", action="store_true", help="fewer reps and tokens (a dry run)")
     r.add_argument("--resume", action="store_true",
                    help="keep what an earlier run into --out finished for this commit (clean "
-                        "tree), backend and settings; run the rest")
+                        "tree), backend and settings; run the rest (writes into --out as it "
+                        "goes)")
+    r.add_argument("--replace", action="store_true",
+                   help="replace an existing --out whole when the run ends")
     r.add_argument("--weights", default=None, help="weights .npz (default: data/tiny_model.npz)")
     r.set_defaults(fn=cmd_record)
 
@@ -466,6 +601,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "terminal) and remembered in ~/.decode-lab/student")
     s.add_argument("--attempts", metavar="PATH", help="the file that keeps your attempts "
                    "(default: ~/.decode-lab/selfcheck.json)")
+    s.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="each exercise's time limit in seconds, as `exercise check` (default: "
+                   "the exercise's)")
     s.set_defaults(fn=cmd_selfcheck)
     x = sub.add_parser("exercise", help="hands-on exercises, one or more per checklist step: "
                        "list them, show one (spec + stub), check your solution (exit 1 when it "
@@ -489,18 +627,14 @@ def _warning_line(message, category, filename, lineno, file=None, line=None) -> 
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
+    """Parse `argv`, run the command; every way it can end is an exit code of lab/exits.py."""
+    def command() -> int:
+        args = build_parser().parse_args(argv)
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             warnings.showwarning = _warning_line
             return args.fn(args)
-    except LabError as exc:
-        print(f"decode-lab: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("decode-lab: interrupted", file=sys.stderr)
-        return 130
+    return exits.run(command, argv)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping
 
 from lab.bugspec import (BUGS, RANK_BUGS, SPEC_BUGS, draft_refusal, fusion_refusal, loop_refusal,
@@ -238,3 +239,13 @@ def nccl_env() -> None:
     this host (NVLink or PCIe between them), so NCCL's probe for InfiniBand adapters
     (NCCL_IB_DISABLE=1 skips it) would only cost start-up time."""
     os.environ.setdefault("NCCL_IB_DISABLE", "1")
+
+
+STATE_ENV = "DECODE_LAB_STATE"   # the per-user state folder (default ~/.decode-lab)
+
+
+def state_folder() -> Path:
+    """The per-user folder of the lab's own state: the journal of temporary files (lab/files.py)
+    and the saved tracebacks of internal errors (lab/exits.py). DECODE_LAB_STATE when set and
+    not empty, else ~/.decode-lab (HOME decides ~). Not created here."""
+    return Path(os.environ.get(STATE_ENV) or Path.home() / ".decode-lab")

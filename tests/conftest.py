@@ -48,6 +48,17 @@ def conformance_cache(tmp_path_factory):
     os.environ.pop("DECODE_LAB_CONFORMANCE_CACHE", None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def state_folder(tmp_path_factory):
+    """The lab's state folder (lab.config.STATE_ENV: the temporary files' journal, the saved
+    tracebacks of internal errors) in the run's temporary folder, never the user's ~/.decode-lab."""
+    from lab.config import STATE_ENV
+    folder = tmp_path_factory.mktemp("state")
+    os.environ[STATE_ENV] = str(folder)
+    yield folder
+    os.environ.pop(STATE_ENV, None)
+
+
 @pytest.fixture(scope="session")
 def model():
     """The shipped tiny model (data/tiny_model.npz), validated."""

@@ -1,6 +1,6 @@
 """What an engine does with a request, on top of its reset / step: drivers that take an engine.
 
-  generate     reset, decode, read the tokens (a Generation)
+  generate     reset, decode, read the tokens and check the last logits (a Generation)
   decode       N steps on the backend's clock: host steps, the device loop, or drafting's rounds
   check_seek   what `DecodeEngine.seek` refuses, and what a seek is a fixture for
   tokens       device memory, read only when asked (rank_tokens, tokens, logits)
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lab.errors import LabError
+from lab.errors import LabError, NumericFault
 from . import device_loop, draft
 
 
@@ -45,12 +45,17 @@ def generate(eng, prompt: str, n_tokens: int, progress: bool | None = False) -> 
     shows a bar, None shows one on a terminal once the decode takes over a second.
     LAB_LOOP=device: one launch of the device loop runs every step (no bar: the host waits).
     LAB_DRAFT=k: `steps` positions in rounds of verify steps; `Generation.draft` holds the
-    device's counts (verify steps, tokens generated), read once at the end."""
+    device's counts (verify steps, tokens generated), read once at the end. The last step's
+    logits are read after the tokens (once, off the steps' clock) and must be finite
+    (check_finite): a NaN propagates through the KV cache to every later step, so a decode
+    whose arithmetic overflowed is refused, not returned as text."""
     ids = eng.encode(prompt)
     eng.reset(ids, n_tokens)
     steps = ids.size - 1 + n_tokens
     seconds = decode(eng, steps, progress)
     tokens = eng.tokens(ids.size + n_tokens)
+    if steps:
+        check_finite(logits(eng), f"the last decode step's (position {eng.position - 1})")
     text = eng.model.tokenizer.decode(tokens[ids.size:])
     return Generation(prompt, text, tokens, steps, seconds, eng.describe(),
                       draft.read_stats(eng) if eng.cfg.draft else None)
@@ -108,6 +113,17 @@ def tokens(eng, count: int | None = None) -> np.ndarray:
         if not np.array_equal(t, toks[0]):
             raise LabError(f"rank {r}'s tokens differ from rank 0's: the ranks disagree")
     return toks[0]
+
+
+def check_finite(values: np.ndarray, what: str) -> np.ndarray:
+    """`values` (logits the host has read) if every one is finite; else a NumericFault saying `what`
+    they are (the step's position) and how many are NaN or infinite."""
+    bad = ~np.isfinite(values)
+    if bad.any():
+        raise NumericFault(f"{what} logits hold {int(np.isnan(values).sum())} NaN and "
+                       f"{int(np.isinf(values).sum())} infinite value(s) of {values.size}: the "
+                       f"float32 arithmetic overflowed, so its tokens are no result")
+    return values
 
 
 def logits(eng, rank: int = 0) -> np.ndarray:

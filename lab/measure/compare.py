@@ -45,7 +45,7 @@ from .compare_evidence import path_checks
 from .compare_sides import REFERENCE, Run, RunSpec, parse_spec, run_side
 from lab.config import LabConfig
 from lab.errors import LabError
-from lab.files import check_output
+from lab.files import check_output, refuse_empty, refuse_overlap
 from lab.model import DEFAULT_WEIGHTS, Model, check_request, load_model
 from .report import save
 
@@ -299,8 +299,15 @@ def format_prompts(res: dict) -> str:
     lines.append(f"thresholds: {Thresholds(**res['thresholds']).describe()}; alone: identical "
                  f"ids, or a first divergence at a near-tie")
     v = res["verdict"]
-    lines.append("verdict: PASS" if v["ok"] else f"verdict: FAIL on {len(v['failed'])} prompt(s)")
+    lines.append(_verdict_line(v, "PASS" if v["ok"] else f"FAIL on {len(v['failed'])} prompt(s)"))
     return "\n".join(lines)
+
+
+def _verdict_line(v: dict, said: str) -> str:
+    """The verdict's line; an A/A control's says so (its PASS is not a plain PASS)."""
+    if v.get("control"):
+        return f"verdict: A/A control {said}: {v['control']}"
+    return f"verdict: {said}"
 
 
 # ---- output ------------------------------------------------------------------------------------
@@ -348,24 +355,71 @@ def format_compare(res: dict, rows: int | None = None) -> str:
                      f"{d['max_dlogit']:.3g}")
     lines.append(f"thresholds: {Thresholds(**res['thresholds']).describe()}")
     v = res["verdict"]
-    lines.append("verdict: PASS" if v["ok"] else "verdict: FAIL: " + "; ".join(v["reasons"]))
+    lines.append(_verdict_line(v, "PASS" if v["ok"] else "FAIL: " + "; ".join(v["reasons"])))
     return "\n".join(lines)
+
+
+AA_CONTROL = ("an A/A control: --a and --b are one configuration on one weights file, so this "
+              "checks that a run repeats itself, not a difference between two paths")
+
+
+def _checked_sides(args, base: LabConfig) -> bool:
+    """--a and --b checked before any work (each toggle once; no draft length: compare steps
+    one token per step); whether they are one configuration on one weights file (A/A)."""
+    specs = {}
+    for flag, text in (("--a", args.a), ("--b", args.b)):
+        seen = set()
+        for item in (x.strip() for x in str(text).split(",")):
+            if "=" in item:
+                name = item.split("=", 1)[0].strip().upper()
+                name = name if name.startswith("LAB_") else f"LAB_{name}"
+                if name in seen:
+                    raise LabError(f"{flag} {text!r}: {name} is given twice; give each toggle once")
+                seen.add(name)
+        specs[flag] = parse_spec(text, base)
+        cfg = specs[flag].cfg
+        if cfg is not None and cfg.draft:
+            raise LabError(f"{flag} {text!r}: LAB_DRAFT={cfg.draft} drafts several tokens per "
+                           f"step, and compare feeds one token per step; check a draft length's "
+                           f"tokens with `decode-lab spec --draft {cfg.draft}` (the same greedy "
+                           f"tokens as one token per step)")
+    weights_a = Path(args.weights or DEFAULT_WEIGHTS)
+    weights_b = weights_a if args.weights_b is None else Path(args.weights_b)
+    same_weights = weights_a.resolve() == weights_b.resolve()
+    return specs["--a"].cfg == specs["--b"].cfg and same_weights
+
+
+def _inputs(args) -> dict:
+    """The files compare reads, by flag: each side's weights and the description beside them."""
+    weights_a = Path(args.weights or DEFAULT_WEIGHTS)
+    out = {"--weights" if args.weights else "--weights (default)": weights_a}
+    if args.weights_b is not None:
+        out["--weights-b"] = Path(args.weights_b)
+    return {**out, **{f"the description of {k}": v.with_suffix(".json") for k, v in out.items()}}
 
 
 def main_compare(args, base: LabConfig) -> int:
     """`decode-lab compare`: check every argument, run, print, write --json; exit 0 on PASS,
-    1 on FAIL (bad input raises a LabError: exit 2)."""
+    1 on FAIL (bad input raises a LabError: exit 2). --a and --b one configuration is run and
+    reported as an A/A control, never as a plain PASS."""
     th = Thresholds(args.max_kld, args.min_top1, args.max_dlogit, args.tie_margin)
+    refuse_empty({"--weights": args.weights, "--weights-b": args.weights_b})
+    refuse_overlap({"--json": args.json}, _inputs(args))
+    aa = _checked_sides(args, base)
     if args.json:
         check_output(args.json, "--json")
     if args.prompts is not None:
         res = compare_prompts(args.a, args.b, _prompt_set(args.prompts), args.tokens,
                               args.weights or DEFAULT_WEIGHTS, args.weights_b, base, th,
                               progress=args.progress)
+        if aa:
+            res["verdict"]["control"] = AA_CONTROL
         print(format_prompts(res))
     else:
         res = compare(args.a, args.b, args.prompt, args.tokens, args.weights or DEFAULT_WEIGHTS,
                       args.weights_b, base, th, progress=args.progress)
+        if aa:
+            res["verdict"]["control"] = AA_CONTROL
         print(format_compare(res))
     for path in save(res, args.json):
         print(f"wrote {path}")

@@ -209,6 +209,41 @@ def out_dir(path) -> Path:
     return p
 
 
+def check_fresh_out(path, replace: bool = False, resume: bool = False) -> None:
+    """`decode-lab record`'s rule for --out, before any work: an existing non-empty folder is
+    refused unless `replace` (replaced whole when the run ends) or `resume` (continued into)."""
+    if replace and resume:
+        raise LabError("record: --replace starts a fresh --out and --resume continues one: "
+                       "give one of them")
+    p = Path(path)
+    if p.is_dir() and not replace and not resume and any(p.iterdir()):
+        raise LabError(f"--out {path}: the folder exists and is not empty; give --replace to "
+                       f"replace it when the run ends, or --resume to continue a pass into it")
+
+
+def _fresh_dir(final: Path) -> Path:
+    """A new empty folder beside `final` (the run's files go there until it ends)."""
+    import tempfile
+    if final.exists() and not final.is_dir():
+        raise LabError(f"--out {final}: is a file, give a folder")
+    out_dir(final.parent if str(final.parent) else Path("."))
+    return Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial",
+                                 dir=final.parent if str(final.parent) else ".")).resolve()
+
+
+def _put_in_place(work: Path, final: Path) -> None:
+    """Rename the finished folder `work` to `final`; an existing `final` is moved aside first
+    and removed only once `work` holds its name."""
+    import shutil
+    old = None
+    if final.exists():
+        old = final.with_name(f".{final.name}.{work.name.split('.')[-2]}.old")
+        final.rename(old)
+    work.rename(final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def make_stamp(be, probe: dict | None) -> dict:
     """A recording's provenance: the commit and dirtiness, the date, the versions (with backend
     `be`'s description) and the run's host probe."""
@@ -223,20 +258,35 @@ def record(names, backend: str, out, all_: bool = False, quick: bool = False,
     with its limit; one log (out/record.log); a summary table; `archive` packs `out`. The exit
     status: 0 when every experiment that ran wrote its files, else 1. `resume`: keep what an
     earlier run into `out` finished for the same commit, backend and settings (DONE_FILE), and
-    run the rest: a pass cut short (a lease that ended) goes on where it stopped."""
+    run the rest: a pass cut short (a lease that ended) goes on where it stopped; it writes into
+    `out` as it goes. Without `resume` the run writes into a fresh folder beside `out`, renamed
+    to `out` (replacing one there: `decode-lab record` refuses a non-empty one unless --replace,
+    check_fresh_out) only when the run ends: a run cut short leaves `out` as it was."""
     chosen = choose(names, all_)
     if backend not in ("cuda", "sim"):
         raise LabError(f"--backend {backend}: choose cuda or sim")
     if archive is not None and not str(archive).endswith(".tar.gz"):
         raise LabError(f"--archive {archive}: give a FILE.tar.gz")
-    out = out_dir(out)
+    final = Path(out)
+    out = out_dir(final) if resume else _fresh_dir(final)
     with open(out / LOG_FILE, "a") as log:
         stdout, stderr = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = _Tee(stdout, log), _Tee(stderr, log)
         try:
+            if not resume:
+                print(f"record: writing into {out}, renamed to {final} when the run ends",
+                      file=sys.stderr, flush=True)
             rows = _record(chosen, backend, out, all_, quick, weights, resume)
+        except BaseException:
+            if not resume:
+                print(f"record: stopped; {final} is left as it was, the unfinished run's files "
+                      f"are in {out}", file=stderr)
+            raise
         finally:
             sys.stdout, sys.stderr = stdout, stderr
+    if not resume:
+        _put_in_place(out, final)
+        out = final
     if archive is not None:
         pack(out, archive)
         print(f"archive: {archive}")

@@ -23,6 +23,7 @@ file, is a failing line that names the cause.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.machinery
 import importlib.util
 import json
@@ -30,7 +31,7 @@ import sys
 from pathlib import Path
 
 from lab.errors import LabError
-from lab.teach.exercise import CheckResult
+from lab.teach.exercise import CheckResult, Exercise, Fail
 from .bank import QUESTIONS
 from .checkers import EXERCISES
 from .questions import Attempts, answer
@@ -112,6 +113,66 @@ def check_exercises(module, source: str) -> list[CheckResult]:
     return results
 
 
+class _SolutionsFile:
+    """A solutions file as a check's solution: each check's child process imports it itself
+    (load_solutions), so the file's code never runs in the process that judges it."""
+
+    def __init__(self, path: Path, shown: str):
+        self.path, self.shown = path, shown
+
+    def module(self):
+        return load_solutions(self.path)
+
+
+def _importing(name: str = "import") -> Exercise:
+    """A check whose one case is importing the solutions file (its LabError, the verdict)."""
+    def cases(file: _SolutionsFile, backend: str = "sim"):
+        try:
+            file.module()
+        except LabError as exc:
+            raise Fail(str(exc).replace(str(file.path), file.shown, 1)) from None
+        yield "import"
+    return Exercise(name, None, "import the solutions file", "", "", "", (), cases)
+
+
+def _from_file(exercise: Exercise, source: str) -> Exercise:
+    """`exercise` checked on a _SolutionsFile: imported in the check's child, its functions
+    named as check_exercises names them."""
+    def cases(file: _SolutionsFile, backend: str = "sim"):
+        module = file.module()
+        fns, why = _functions(module, exercise.names, source)
+        if fns is None:
+            raise Fail(why)
+        yield from exercise.cases(module, backend)
+    return dataclasses.replace(exercise, cases=cases)
+
+
+def solutions_file(path, timeout_s: float | None = None) -> _SolutionsFile:
+    """The solutions file at `path`, imported once in a child process (as check_solutions runs
+    each check) to see that it imports: one that does not (or does not return from its import
+    within the time limit, or ends the process) is a LabError."""
+    from lab.teach.handson.base import check_in_child
+
+    file = _SolutionsFile(_existing(path, "--solutions").resolve(), str(path))
+    first = check_in_child(_importing(), file, "sim", timeout_s, echo=False)
+    if not first.passed:
+        why = first.message
+        raise LabError(why if why.startswith("--solutions ") else f"--solutions {path}: {why}")
+    return file
+
+
+def check_solutions(file: _SolutionsFile, timeout_s: float | None = None) -> list[CheckResult]:
+    """Every exercise's check on a solutions file, each in a child process of its own as
+    `decode-lab exercise check` runs one (lab/teach/handson/base.py check_in_child): the
+    exercise's time limit (or `timeout_s`), a memory limit, a scratch folder. A solution that
+    loops is stopped, and one that ends the process (os._exit) gives no verdict: each is a
+    failing line, never a pass."""
+    from lab.teach.handson.base import check_in_child
+
+    return [check_in_child(_from_file(e, Path(file.shown).name), file, "sim", timeout_s)
+            for e in EXERCISES.values()]
+
+
 def usage(record: Attempts) -> str:
     """The ten questions, in the student's order, and how to answer them from the command
     line."""
@@ -140,27 +201,29 @@ def terminal_prompt():
 
 
 def run_selfcheck(answers_path=None, solutions_path=None, explain: bool = False,
-                  attempts_path=None, student: str | None = None, prompt="terminal") -> int:
+                  attempts_path=None, student: str | None = None, prompt="terminal",
+                  timeout_s: float | None = None) -> int:
     """Check the answers file and the solutions file; print the verdicts and the score.
     Returns 0 when all TOTAL pass, 1 otherwise; with neither file, print usage() and return 0.
     `prompt` asks for the student's name when none is given or remembered ("terminal": `input`
-    on a terminal, nothing elsewhere)."""
+    on a terminal, nothing elsewhere). The solutions run in child processes, each exercise with
+    its time limit (`timeout_s`, or the exercise's): check_solutions_file."""
     record = Attempts(attempts_path, student,
                       terminal_prompt() if prompt == "terminal" else prompt)
     if answers_path is None and solutions_path is None:
         print(usage(record))
         return 0
     answers = load_answers(answers_path) if answers_path is not None else None
-    module = load_solutions(solutions_path) if solutions_path is not None else None
+    file = solutions_file(solutions_path, timeout_s) if solutions_path is not None else None
     results = []
     print(f"questions ({answers_path or 'no --answers'}; student {record.student!r}):")
     for qid in QUESTIONS:
         results.append(answer(qid, (answers or {}).get(qid), explain=explain, record=record))
     print(f"exercises ({solutions_path or 'no --solutions'}):")
-    if module is None:
+    if solutions_path is None:
         print(f"  not checked: give --solutions FILE defining the functions "
               f"(0 of {len(EXERCISES)})")
     else:
-        results += check_exercises(module, Path(solutions_path).name)
+        results += check_solutions(file, timeout_s)
     print(score(results, TOTAL))
     return 0 if sum(r.passed for r in results) == TOTAL else 1
