@@ -224,6 +224,12 @@ def cmd_demo(args) -> int:
     if args.tokens < 1:
         raise LabError("--tokens must be at least 1")
     _weights_read(args)
+    if from_env().loop == "device":   # its bill would count every plan's body as one token's
+        raise LabError("LAB_LOOP=device: demo bills the host loop's launch mechanisms, one token "
+                       "at a time; the device loop runs a whole generation in one launch: see it "
+                       "with `LAB_LOOP=device decode-lab generate --prompt ROMEO. --ledger`, and time it against "
+                       "the host loop with `decode-lab bench ab --a LAB_LOOP=host --b "
+                       "LAB_LOOP=device` (notebook 11)")
     eng = _engine(args, graph=False)
     if eng.cfg.ranks > 1:
         return _demo_ranks(eng, args)

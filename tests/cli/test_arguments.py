@@ -120,3 +120,12 @@ def test_selfcheck_solutions_that_exit_are_not_all_pass(tmp_path, capsys):
                  "--attempts", str(tmp_path / "att.json")]) == 1
     out = capsys.readouterr().out
     assert out.count("ended without a verdict") == 5 and "score: 0/15" in out
+
+
+def test_demo_refuses_the_device_loop_naming_what_shows_it(capsys, monkeypatch):
+    """demo bills the host loop one token at a time: with LAB_LOOP=device it refused the loop,
+    ran it anyway and billed every plan's body as one token's launches; now one line naming
+    the commands that show the device loop."""
+    monkeypatch.setenv("LAB_LOOP", "device")
+    _refused(capsys, ["demo", "--backend", "sim", "--tokens", "2"], "LAB_LOOP=device",
+             "bench ab --a LAB_LOOP=host --b LAB_LOOP=device")
