@@ -182,9 +182,18 @@ def compare(spec_a: str, spec_b: str, prompt: str = DEFAULT_PROMPT, tokens: int 
             progress=False) -> dict:
     """Compare two run specs on one prompt (see the module docstring). Bad input (an unknown
     spec or toggle value, an empty prompt, tokens < 1, models of different shapes) raises a
-    LabError before any decoding; different weights are a FAIL, not an error."""
-    return _compare(spec_a, spec_b, prompt, tokens, weights_a, weights_b, base, thresholds,
-                    engine_factory, progress)[0]
+    LabError before any decoding; different weights are a FAIL, not an error. B fed A's ids is
+    stepped by the host, so a LAB_LOOP=device claim is judged on B decoding the whole generation
+    alone (one launch of the device loop), as compare_prompts does."""
+    res, a, b = _compare(spec_a, spec_b, prompt, tokens, weights_a, weights_b, base, thresholds,
+                         engine_factory, progress)
+    if not b.spec.is_reference and b.spec.cfg.loop == "device":
+        weights_b = weights_a if weights_b is None else weights_b
+        alone = run_side("B alone", b.spec, load_model(weights_b), weights_b,
+                         a.ids[:a.n_prompt], tokens, engine_factory=engine_factory,
+                         progress=progress, whole=True)
+        _judge_the_loop_on(res, a, b, alone, thresholds or Thresholds())
+    return res
 
 
 def _compare(spec_a, spec_b, prompt, tokens, weights_a, weights_b, base, thresholds,

@@ -251,14 +251,22 @@ def test_cli_bad_input_is_one_line_and_exit_2(extra, needle, capsys, monkeypatch
     assert err.startswith("decode-lab: error:") and needle in err and err.count("\n") == 1
 
 
-def test_a_side_fed_step_by_step_cannot_claim_the_device_loop():
-    """compare feeds side B one id per step: the host loop runs whatever LAB_LOOP says, so a
-    B that claims LAB_LOOP=device is a dead fast path (its graph replays are still real)."""
+def test_one_prompt_judges_the_device_loop_on_b_decoding_alone():
+    """compare feeds side B one id per step, so the host loop runs whatever LAB_LOOP says: a
+    LAB_LOOP=device claim is judged on B decoding the whole generation alone (one launch of the
+    device loop), where a working loop passes; an engine that ran the host loop instead is a
+    dead fast path."""
     res = C.compare("reference", "LOOP=device", tokens=3, base=SIM)
     checks = {c["claim"]: c for c in res["checks"]}
-    assert checks["LAB_LOOP=device"]["ok"] is False
-    assert "0 of" in checks["LAB_LOOP=device"]["evidence"] and checks["LAB_GRAPH=1"]["ok"] is True
+    assert checks["LAB_LOOP=device"]["ok"] is True, checks["LAB_LOOP=device"]
+    assert checks["LAB_LOOP=device"]["side"] == "B (B alone)" and checks["LAB_GRAPH=1"]["ok"]
+    assert res["verdict"]["ok"]
+
+    def host_loop(model, cfg):              # an engine that ignores the claim
+        return DecodeEngine(model, cfg.replace(loop="host"))
+    res = C.compare("reference", "LOOP=device", tokens=3, base=SIM, engine_factory=host_loop)
     assert not res["verdict"]["ok"]
+    assert any("B (B alone) claims LAB_LOOP=device" in r for r in res["verdict"]["reasons"])
 
 
 def test_several_prompts_judge_the_device_loop_on_b_decoding_alone():
