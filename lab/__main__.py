@@ -401,6 +401,24 @@ def cmd_bench(args) -> int:
 
 SPEC_TOKENS = 256          # `spec`: generated tokens per prompt
 SPEC_CURVE_TOKENS = 64     # `spec --curve`: timed tokens per rep (context 900 + 64 fits max_seq)
+SPEC_CURVE_CONTEXTS, SPEC_CURVE_REPS = "64,900", 3
+
+
+def _spec_flags(args) -> None:
+    """`spec`'s flags that mean something only with --curve (--contexts, --reps) or only
+    without it (--prompts) are refused where they would be ignored; then the defaults."""
+    if args.curve and args.prompts is not None:
+        raise LabError(f"--prompts {args.prompts!r}: the curve decodes the corpus text at each of "
+                       f"--contexts; --prompts is for the same-tokens check (without --curve)")
+    if not args.curve:
+        given = [f for f, v in (("--contexts", args.contexts), ("--reps", args.reps))
+                 if v is not None]
+        if given:
+            raise LabError(f"{' and '.join(given)}: the curve's; add --curve, or leave "
+                           f"{'them' if len(given) > 1 else 'it'} out for the same-tokens check")
+    args.prompts = "standard" if args.prompts is None else args.prompts
+    args.contexts = SPEC_CURVE_CONTEXTS if args.contexts is None else args.contexts
+    args.reps = SPEC_CURVE_REPS if args.reps is None else args.reps
 
 
 def _spec_curve_args(args) -> list[int]:
@@ -425,6 +443,7 @@ def cmd_spec(args) -> int:
     from lab.measure.compare import _prompt_set
     from lab.model import DEFAULT_WEIGHTS, load_model
 
+    _spec_flags(args)
     if args.tokens is None:
         args.tokens = SPEC_CURVE_TOKENS if args.curve else SPEC_TOKENS
     if args.tokens < 1:
@@ -556,13 +575,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="tokens drafted per step (the curve: its bug arm's)")
     sp.add_argument("--tokens", type=int, default=None, help="generated tokens per prompt "
                     f"(default {SPEC_TOKENS}; the curve: per rep, default {SPEC_CURVE_TOKENS})")
-    sp.add_argument("--prompts", default="standard",
-                    help="'standard' (five prompts) or prompts separated by ';'")
+    sp.add_argument("--prompts", default=None,
+                    help="'standard' (five prompts, the default) or prompts separated by ';' "
+                    "(not with --curve, which decodes the corpus text)")
     sp.add_argument("--curve", action="store_true", help="time k = 0, 2, 4, 8 (and the "
                     "LAB_BUG_SPEC_KEY arm) at each of --contexts, interleaved")
-    sp.add_argument("--contexts", default="64,900", help="the curve's contexts (corpus text)")
-    sp.add_argument("--reps", type=int, default=3, help="the curve's interleaved reps (at "
-                    "least 2: its error bars)")
+    sp.add_argument("--contexts", default=None, help="the curve's contexts (corpus text; "
+                    f"default {SPEC_CURVE_CONTEXTS})")
+    sp.add_argument("--reps", type=int, default=None, help="the curve's interleaved reps (at "
+                    f"least 2: its error bars; default {SPEC_CURVE_REPS})")
     sp.add_argument("--json", metavar="PATH", help="also write the result as JSON")
     common(sp)
     sp.set_defaults(fn=cmd_spec)

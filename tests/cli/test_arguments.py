@@ -47,10 +47,12 @@ def test_spec_curve_arguments(extra, needles, capsys):
 
 
 def test_spec_curve_default_tokens_fit_its_default_contexts():
+    from lab.__main__ import SPEC_CURVE_CONTEXTS
     args = build_parser().parse_args(["spec", "--curve"])
     max_seq = json.loads((ROOT / "data" / "tiny_model.json").read_text())["max_seq"]
-    contexts = [int(c) for c in args.contexts.split(",")]
-    assert args.tokens is None and max(contexts) + SPEC_CURVE_TOKENS <= max_seq
+    contexts = [int(c) for c in SPEC_CURVE_CONTEXTS.split(",")]
+    assert args.tokens is None and args.contexts is None
+    assert max(contexts) + SPEC_CURVE_TOKENS <= max_seq
 
 
 @pytest.mark.parametrize("argv", [
@@ -129,3 +131,14 @@ def test_demo_refuses_the_device_loop_naming_what_shows_it(capsys, monkeypatch):
     monkeypatch.setenv("LAB_LOOP", "device")
     _refused(capsys, ["demo", "--backend", "sim", "--tokens", "2"], "LAB_LOOP=device",
              "bench ab --a LAB_LOOP=host --b LAB_LOOP=device")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["spec", "--curve", "--prompts", "standard"], "--prompts 'standard': the curve decodes"),
+    (["spec", "--contexts", "64"], "--contexts: the curve's; add --curve"),
+    (["spec", "--reps", "4", "--contexts", "64"], "--contexts and --reps: the curve's"),
+])
+def test_spec_refuses_a_flag_it_would_ignore(argv, needle, capsys):
+    """--prompts means the same-tokens check, --contexts and --reps the curve: each given where
+    it would be ignored is one line, not a silent default."""
+    _refused(capsys, argv + ["--backend", "sim"], needle)
