@@ -68,6 +68,9 @@ def _weights_read(args, flag: str = "--weights", attr: str = "weights") -> dict:
     given = getattr(args, attr, None)
     refuse_empty({flag: given})
     path = Path(DEFAULT_WEIGHTS if given is None else given)
+    if path.name in ("", ".", "..") or path.is_dir():
+        raise LabError(f"{flag} {given}: is a folder; give the .npz file (the repository "
+                       f"ships data/tiny_model.npz)")
     name = flag if given is not None else f"{flag} (default)"
     return {name: path, f"the description of {name}": path.with_suffix(".json")}
 

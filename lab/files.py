@@ -240,13 +240,26 @@ def lab_files() -> list[Path]:
     return sorted(p for p in LAB_DATA.rglob("*") if p.is_file())
 
 
+NAME_MAX, PATH_MAX = 255, 4095      # the limits of Linux's file systems (a longer one: ENAMETOOLONG)
+
+
 def refuse_empty(paths: dict[str, object]) -> None:
-    """A LabError naming the first flag given an empty path (`--weights ""`): never read as the
-    default, never skipped."""
+    """A LabError naming the first flag given an empty path (`--weights ""`: never read as the
+    default, never skipped), or one no file system takes (a NUL, a name past NAME_MAX bytes)."""
     for flag, path in paths.items():
-        if path is not None and not str(path).strip():
-            raise LabError(f"{flag} {str(path)!r}: an empty path; give a file name, or leave "
+        if path is None:
+            continue
+        text = str(path)
+        if not text.strip():
+            raise LabError(f"{flag} {text!r}: an empty path; give a file name, or leave "
                            f"{flag} out")
+        if "\0" in text:
+            raise LabError(f"{flag} {text!r}: a path cannot hold a NUL character")
+        longest = max((len(part.encode(errors="surrogateescape")) for part in Path(text).parts),
+                      default=0)
+        if longest > NAME_MAX or len(text.encode(errors="surrogateescape")) > PATH_MAX:
+            raise LabError(f"{flag} {text[:40]!r}...: a path past what file systems take "
+                           f"({NAME_MAX} bytes a name, {PATH_MAX} in all)")
 
 
 def refuse_overlap(outputs: dict[str, object], inputs: dict[str, object] | None = None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +103,14 @@ _FIELD_RULES = {"d_model": (int, 2), "n_layer": (int, 1), "n_head": (int, 1), "d
                 "rope_theta": ((int, float), 0.0), "norm_eps": ((int, float), 0.0)}
 
 
+def _finite(v) -> bool:
+    """A finite number: an int past float's range (10**400 in a JSON file) is not one."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def _check_fields(meta: dict, name: str) -> None:
     """Types and ranges of a description's fields, each refusal naming the field: a string where
     a number belongs would otherwise surface as a TypeError deep in the engine, and max_seq 0
@@ -116,7 +125,7 @@ def _check_fields(meta: dict, name: str) -> None:
             raise LabError(f"{name}: {field} must be {kind}, got {v!r} ({type(v).__name__})")
         if kinds is int and v < least:
             raise LabError(f"{name}: {field} = {v} must be at least {least}")
-        if kinds is not int and not (np.isfinite(v) and v > least):
+        if kinds is not int and not (_finite(v) and v > least):
             raise LabError(f"{name}: {field} = {v!r} must be a finite number > 0")
 
 
@@ -201,6 +210,11 @@ def load_model(path: str | Path = DEFAULT_WEIGHTS, verify_checksum: bool = True)
                        f"data/tiny_model.npz)")
     if not path.is_file():
         raise LabError(f"weights file {path} not found (the repository ships data/tiny_model.npz)")
+    if not path.with_suffix(".json").is_file():
+        raise LabError(f"weights file {path}: its model description "
+                       f"{path.with_suffix('.json').name} is not beside it (a model is an .npz "
+                       f"and a .json of one name; the repository ships data/tiny_model.npz and "
+                       f".json)")
     cfg, expected = _read_config(path.with_suffix(".json"))
     if verify_checksum:
         if expected is None:
@@ -218,7 +232,12 @@ def load_model(path: str | Path = DEFAULT_WEIGHTS, verify_checksum: bool = True)
         why = ("not an .npz archive (numpy read it as a pickle)" if "allow_pickle" in str(exc)
                else str(exc))
         raise LabError(f"weights file {path.name} is unreadable: {why}") from None
-    model = Model(cfg, validate_weights(cfg, arrays), Tokenizer(cfg.vocab), str(path.name))
+    try:
+        weights = validate_weights(cfg, arrays)
+    except LabError as exc:         # name the file: the arrays' own check knows no path
+        raise LabError(f"weights file {path.name} (against {path.with_suffix('.json').name}): "
+                       f"{exc}") from None
+    model = Model(cfg, weights, Tokenizer(cfg.vocab), str(path.name))
     probe(model)
     return model
 

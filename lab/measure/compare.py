@@ -70,11 +70,12 @@ class Thresholds:
                                # near-tie: reported, not counted (0: none is excused)
 
     def __post_init__(self):
-        if not (self.max_kld >= 0 and self.max_dlogit >= 0 and self.tie_margin >= 0):
-            raise LabError(f"thresholds must be >= 0: max-kld {self.max_kld}, max-dlogit "
-                           f"{self.max_dlogit}, tie-margin {self.tie_margin}")
+        for flag, v in (("--max-kld", self.max_kld), ("--max-dlogit", self.max_dlogit),
+                        ("--tie-margin", self.tie_margin)):
+            if not v >= 0:          # NaN fails this too
+                raise LabError(f"{flag} {v}: give a threshold >= 0")
         if not 0 <= self.min_top1 <= 1:
-            raise LabError(f"min-top1 {self.min_top1}: give a fraction in [0, 1]")
+            raise LabError(f"--min-top1 {self.min_top1}: give a fraction in [0, 1]")
 
     def describe(self) -> str:
         ties = f" (near-ties below a margin of {self.tie_margin:g} excused)" if self.tie_margin else ""

@@ -205,7 +205,7 @@ def test_cli_prompts_runs_each_prompt_and_b_alone(capsys):
 @pytest.mark.parametrize("kwargs", [dict(min_top1=1.5), dict(min_top1=-0.1), dict(max_kld=-1.0),
                                     dict(max_dlogit=float("nan")), dict(tie_margin=-1.0)])
 def test_thresholds_out_of_range_are_refused(kwargs):
-    with pytest.raises(LabError, match="min-top1|thresholds must be >= 0"):
+    with pytest.raises(LabError, match="min-top1|give a threshold >= 0"):
         C.Thresholds(**kwargs)
 
 
@@ -241,7 +241,7 @@ def test_cli_fail_exits_1(capsys):
     (["--b", "sim", "--prompt", ""], "the prompt is empty"),
     (["--b", "sim", "--tokens", "0"], "tokens 0: give at least 1"),
     (["--b", "sim", "--min-top1", "2"], "min-top1 2.0: give a fraction in [0, 1]"),
-    (["--b", "sim", "--max-kld", "-1"], "thresholds must be >= 0"),
+    (["--b", "sim", "--max-kld", "-1"], "--max-kld -1.0: give a threshold >= 0"),
     (["--b", "sim", "--json", "no/such/dir/x.json"], "folder no/such/dir does not exist"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(extra, needle, capsys, monkeypatch):

@@ -489,7 +489,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, kind, content, n
 @pytest.mark.parametrize("args, needle", [
     (["--attempts", "{tmp}/nowhere/a.json"], "--attempts {tmp}/nowhere/a.json: folder"),
     (["--attempts", "{tmp}/bad.json"], "not a self-check attempts file"),
-    (["--attempts", "{tmp}/a.json", "--student", ""], "student '': give a name or id"),
+    (["--attempts", "{tmp}/a.json", "--student", ""], "--student '': give a name or id"),
 ])
 def test_cli_bad_attempts_file_or_student_is_exit_2(tmp_path, capsys, args, needle):
     (tmp_path / "bad.json").write_text("[]")

@@ -75,7 +75,7 @@ def check_student(student) -> str:
     """A usable student name or id (a LabError for anything else)."""
     if not isinstance(student, str) or not student.strip() or len(student) > 100 or (
             not student.isprintable()):
-        raise LabError(f"student {student!r}: give a name or id of 1 to 100 printable characters")
+        raise LabError(f"--student {student!r}: give a name or id of 1 to 100 printable characters")
     return student.strip()
 
 
