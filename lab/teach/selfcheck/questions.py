@@ -71,11 +71,12 @@ def student_file() -> Path:
     return home_folder() / "student"
 
 
-def check_student(student) -> str:
-    """A usable student name or id (a LabError for anything else)."""
+def check_student(student, flag: str = "--student") -> str:
+    """A usable student name or id (a LabError naming `flag`, where it came from, for anything
+    else)."""
     if not isinstance(student, str) or not student.strip() or len(student) > 100 or (
             not student.isprintable()):
-        raise LabError(f"--student {student!r}: give a name or id of 1 to 100 printable characters")
+        raise LabError(f"{flag} {student!r}: give a name or id of 1 to 100 printable characters")
     return student.strip()
 
 
@@ -117,10 +118,7 @@ def resolve_student(student: str | None = None, prompt=None) -> str:
         return student
     fixed = selfcheck_student()
     if fixed is not None:
-        try:
-            return check_student(fixed)
-        except LabError as exc:
-            raise LabError(f"{STUDENT_ENV}: {exc}") from None
+        return check_student(fixed, STUDENT_ENV)
     remembered = remembered_student()
     if remembered is not None:
         return remembered
