@@ -442,6 +442,7 @@ def cmd_spec(args) -> int:
     """Speculative decoding: the same greedy tokens as one token per step (exit 1 when a prompt
     parts from them above the tie margin), or with --curve ms per generated token against
     context."""
+    from lab.bugspec import DRAFT_SPLITS_DEFAULT
     from lab.measure import report, spec
     from lab.measure.compare import _prompt_set
     from lab.model import DEFAULT_WEIGHTS, load_model
@@ -456,10 +457,12 @@ def cmd_spec(args) -> int:
     if args.json:
         from lab.files import check_output
         check_output(args.json, "--json")
-    base = from_env()
+    # --draft is this command's LAB_DRAFT: the environment's LAB_DRAFT_SPLITS applies to it
+    base = from_env(LAB_DRAFT=str(args.draft))
     if args.backend:
         base = base.replace(backend=args.backend)
-    base = base.replace(draft=0, bugs=frozenset())
+    splits = base.draft_splits
+    base = base.replace(draft=0, draft_splits=DRAFT_SPLITS_DEFAULT, bugs=frozenset())
     model = load_model(args.weights or DEFAULT_WEIGHTS)
     if args.curve:
         limit = model.cfg.max_seq - args.tokens
@@ -471,12 +474,13 @@ def cmd_spec(args) -> int:
                               if max(contexts) < model.cfg.max_seq else
                               f" each context must be below {model.cfg.max_seq}"))
         res = spec.curve(model, drafts=(0, 2, 4, 8), contexts=contexts, new_tokens=args.tokens,
-                         reps=args.reps, base=base, bug=args.draft, progress=args.progress)
+                         reps=args.reps, base=base, bug=args.draft, splits=splits,
+                         progress=args.progress)
         print(spec.format_curve(res))
         ok = True
     else:
         res = spec.same_tokens(model, args.draft, prompts=_prompt_set(args.prompts),
-                               tokens=args.tokens, base=base)
+                               tokens=args.tokens, base=base, splits=splits)
         print(spec.format_same(res))
         ok = res["ok"]
     for path in report.save(res, args.json):

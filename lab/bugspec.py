@@ -147,12 +147,20 @@ def _refused(toggles, bugs, allowed_bugs, why_bugs: str) -> list[tuple[str, str]
     return off
 
 
+DRAFT_SPLITS_DEFAULT = 16       # LAB_DRAFT_SPLITS's default (lab/config.py TOGGLES)
+
+
 def draft_refusal(cfg) -> str | None:
     """Why `cfg` cannot run as configured with respect to LAB_DRAFT (None: it can), for
     LabConfig: the verify step is the unfused step over draft + 1 positions, on one device."""
     if "spec_key" in cfg.bugs and cfg.draft == 0:
         return ("LAB_BUG_SPEC_KEY=1 keys the verify graph of speculative decoding: it needs "
                 "LAB_DRAFT=2, 4 or 8")
+    splits = getattr(cfg, "draft_splits", DRAFT_SPLITS_DEFAULT)
+    if cfg.draft == 0 and splits != DRAFT_SPLITS_DEFAULT:
+        return (f"LAB_DRAFT_SPLITS={cfg.draft_splits} sets the verify attention's split count: it "
+                f"needs LAB_DRAFT=2, 4 or 8 (one token per step runs no verify attention), as "
+                f"LAB_ATTN_TAIL=heads needs LAB_FUSION=1")
     if cfg.draft == 0:
         return None
     off = _refused((

@@ -78,7 +78,8 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
      "eagerly, PDL allowed; the other launch toggles are refused"),
     ("LAB_DRAFT_SPLITS", "draft_splits", ("1", "2", "4", "8", "16", "32", "64"), "16",
      "the verify attention's split count over the cache (NSPLIT): fixed for the whole "
-     "generation, so ONE graph serves every position; its workspace grows with it"),
+     "generation, so ONE graph serves every position; its workspace grows with it; needs "
+     "LAB_DRAFT>0 (as LAB_ATTN_TAIL=heads needs LAB_FUSION=1)"),
 )
 _BOOL_FIELDS = {"graph", "split_combine", "pdl", "overlap", "fusion", "persistent",
                 "launch_blocking"}
@@ -176,9 +177,11 @@ def _parse(env: Mapping[str, str]) -> dict:
     return values
 
 
-def from_env(env: Mapping[str, str] | None = None) -> LabConfig:
-    """Build a LabConfig from `LAB_*` variables (os.environ by default); unknown LAB_* is an error."""
-    return LabConfig(**_parse(os.environ if env is None else env))
+def from_env(env: Mapping[str, str] | None = None, **given: str) -> LabConfig:
+    """Build a LabConfig from `LAB_*` variables (os.environ by default); unknown LAB_* is an error.
+    `given` (e.g. LAB_DRAFT="4": what a command's own flag sets) is laid over them before the
+    config is checked."""
+    return LabConfig(**_parse({**(os.environ if env is None else env), **given}))
 
 
 def describe() -> str:

@@ -55,13 +55,16 @@ def oracle_margin(model, ids, position: int) -> float:
 
 
 def same_tokens(model, draft: int, prompts=STANDARD_PROMPTS, tokens: int = 256,
-                base: LabConfig | None = None, tie_margin: float = TIE_MARGIN) -> dict:
-    """Greedy ids of LAB_DRAFT=`draft` against LAB_DRAFT=0 (both on `base`'s backend, graphs
-    on) for each prompt: identical, or where they part with the oracle's margin there (ok when
-    below `tie_margin`). Also each drafting run's counts (verify steps, tokens per step)."""
+                base: LabConfig | None = None, tie_margin: float = TIE_MARGIN,
+                splits: int | None = None) -> dict:
+    """Greedy ids of LAB_DRAFT=`draft` (its verify attention at `splits`, LAB_DRAFT_SPLITS;
+    None: `base`'s) against LAB_DRAFT=0 (both on `base`'s backend, graphs on) for each prompt:
+    identical, or where they part with the oracle's margin there (ok when below `tie_margin`).
+    Also each drafting run's counts (verify steps, tokens per step)."""
     base = base or LabConfig()
     one = DecodeEngine(model, base.replace(draft=0))
-    spec = DecodeEngine(model, base.replace(draft=draft))
+    spec = DecodeEngine(model, base.replace(draft=draft, **({"draft_splits": splits} if splits
+                                                            else {})))
     rows = []
     for prompt in prompts:
         a = one.generate(prompt, tokens)

@@ -142,3 +142,25 @@ def test_spec_refuses_a_flag_it_would_ignore(argv, needle, capsys):
     """--prompts means the same-tokens check, --contexts and --reps the curve: each given where
     it would be ignored is one line, not a silent default."""
     _refused(capsys, argv + ["--backend", "sim"], needle)
+
+
+def test_draft_splits_needs_a_draft_as_the_tail_needs_fusion(capsys, monkeypatch):
+    """LAB_DRAFT_SPLITS without LAB_DRAFT has no effect in any arm: refused in one line, by the
+    rule LAB_ATTN_TAIL=heads without LAB_FUSION=1 meets; with `spec --draft K` (the command's own
+    LAB_DRAFT) it sets the drafting arm's split count."""
+    monkeypatch.setenv("LAB_DRAFT_SPLITS", "4")
+    _refused(capsys, ["demo", "--backend", "sim", "--tokens", "2"], "LAB_DRAFT_SPLITS=4",
+             "needs LAB_DRAFT=2, 4 or 8", "as LAB_ATTN_TAIL=heads needs LAB_FUSION=1")
+    monkeypatch.setenv("LAB_ATTN_TAIL", "heads")
+    monkeypatch.delenv("LAB_DRAFT_SPLITS")
+    _refused(capsys, ["demo", "--backend", "sim", "--tokens", "2"], "LAB_ATTN_TAIL=heads")
+    monkeypatch.delenv("LAB_ATTN_TAIL")
+    monkeypatch.setenv("LAB_DRAFT_SPLITS", "4")
+    from lab.measure import spec
+    made = []
+    real = spec.DecodeEngine
+    monkeypatch.setattr(spec, "DecodeEngine",
+                        lambda model, cfg: made.append(cfg) or real(model, cfg))
+    assert main(["spec", "--draft", "4", "--backend", "sim", "--tokens", "4",
+                 "--prompts", "ROMEO."]) == 0
+    assert sorted((c.draft, c.draft_splits) for c in made) == [(0, 16), (4, 4)]
