@@ -125,6 +125,11 @@ def _verdict(weights_same: bool, a: Run, b: Run, inputs_same: bool, checks, summ
                        f"not the path")
     if not inputs_same:
         reasons.append("the sides were not fed the same token ids")
+    for side in (a, b):                  # NaN or inf: the float32 arithmetic overflowed
+        bad = np.flatnonzero(~np.isfinite(side.logits).all(axis=-1)) if side.logits.size else []
+        if len(bad):
+            reasons.append(f"{side.label}'s logits hold NaN or infinite values at {len(bad)} of "
+                           f"{len(side.logits)} steps (first at step {int(bad[0])}): no result")
     for c in checks:
         if c.ok is False:
             reasons.append(f"dead fast path: {c.side} claims {c.claim} but its run shows "

@@ -296,3 +296,19 @@ def test_with_ranks_the_split_combine_claim_is_not_read_from_the_kernels():
     assert checks["LAB_SPLIT_COMBINE=0"]["ok"] is None
     assert "always merges" in checks["LAB_SPLIT_COMBINE=0"]["evidence"]
     assert res["verdict"]["ok"], res["verdict"]
+
+
+def test_non_finite_logits_are_a_fail_that_says_so():
+    """A side whose logits hold NaN (its float32 arithmetic overflowed) is no result: the verdict
+    FAILs naming the side and the first such step, beyond the disagreement it causes."""
+    def nan_engine(model, cfg):
+        eng = DecodeEngine(model, cfg)
+        real = eng.logits
+        eng.logits = lambda *a, **k: np.full_like(real(*a, **k), np.nan)
+        return eng
+    res = C.compare("reference", "GRAPH=1", tokens=3, base=SIM, engine_factory=nan_engine)
+    assert not res["verdict"]["ok"]
+    assert res["verdict"]["reasons"][0] == ("B's logits hold NaN or infinite values at 3 of 3 "
+                                            "steps (first at step 0): no result")
+    assert not any("NaN" in r for r in C.compare("reference", "GRAPH=1", tokens=3,
+                                                 base=SIM)["verdict"]["reasons"])
