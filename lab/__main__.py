@@ -299,7 +299,8 @@ def cmd_record(args) -> int:
     refuse_folder_over("--out", args.out, weights)
     check_fresh_out(args.out, replace=args.replace, resume=args.resume)
     return record(args.names, args.backend, args.out, all_=args.all, quick=args.quick,
-                  archive=args.archive, weights=args.weights, resume=args.resume)
+                  archive=args.archive, weights=args.weights, resume=args.resume,
+                  replace=args.replace)
 
 
 def _check_bench_args(args) -> None:

@@ -251,7 +251,7 @@ def make_stamp(be, probe: dict | None) -> dict:
 
 
 def record(names, backend: str, out, all_: bool = False, quick: bool = False,
-           archive=None, weights=None, resume: bool = False) -> int:
+           archive=None, weights=None, resume: bool = False, replace: bool = False) -> int:
     """Run the chosen experiments into `out`: the host probe first (host_probe.json); then the
     checks (Experiment.check: untimed) side by side; then the others in priority order, nothing
     beside them. In-process experiments run in this process, isolated ones each in a child
@@ -260,9 +260,10 @@ def record(names, backend: str, out, all_: bool = False, quick: bool = False,
     earlier run into `out` finished for the same commit, backend and settings (DONE_FILE), and
     run the rest: a pass cut short (a lease that ended) goes on where it stopped; it writes into
     `out` as it goes. Without `resume` the run writes into a fresh folder beside `out`, renamed
-    to `out` (replacing one there: `decode-lab record` refuses a non-empty one unless --replace,
-    check_fresh_out) only when the run ends: a run cut short leaves `out` as it was."""
+    to `out` only when the run ends (a run cut short leaves `out` as it was); a non-empty `out`
+    is refused unless `replace` (check_fresh_out, before any work)."""
     chosen = choose(names, all_)
+    check_fresh_out(out, replace=replace, resume=resume)
     if backend not in ("cuda", "sim"):
         raise LabError(f"--backend {backend}: choose cuda or sim")
     if archive is not None and not str(archive).endswith(".tar.gz"):

@@ -79,7 +79,10 @@ def test_resume_keeps_what_this_commit_finished_and_runs_the_rest(tmp_path, monk
     assert rec(["alpha", "beta"], {"resume": True}) == 0 and ran == ["alpha", "beta"]
     assert "kept: done earlier" in (out / registry.LOG_FILE).read_text()
     assert rec(["alpha", "beta"], {"resume": True}) == 0 and ran == ["alpha", "beta"]
-    assert rec(["alpha"], {}) == 0 and ran[-1] == "alpha"                 # no --resume: runs
+    with pytest.raises(LabError, match="not empty; give --replace"):      # refused, before work
+        rec(["alpha"], {})
+    assert ran == ["alpha", "beta"]
+    assert rec(["alpha"], {"replace": True}) == 0 and ran[-1] == "alpha"  # --replace: runs
     monkeypatch.setattr(registry, "revision", lambda: {"commit": "c2", "dirty": False})
     assert rec(["beta"], {"resume": True}) == 0 and ran[-1] == "beta"     # another commit
     monkeypatch.setattr(registry, "revision", lambda: {"commit": "c2", "dirty": True})
