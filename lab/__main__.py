@@ -291,13 +291,12 @@ def cmd_conformance(args) -> int:
 
 def cmd_record(args) -> int:
     from lab.files import refuse_folder_over
-    from lab.measure.registry import check_fresh_out, record
+    from lab.measure.registry import record
     if bool(args.names) == args.all:
         raise LabError("record: name experiments or give --all (not both)")
     weights = _weights_read(args)
     _refuse_io({"--archive": args.archive}, weights)
     refuse_folder_over("--out", args.out, weights)
-    check_fresh_out(args.out, replace=args.replace, resume=args.resume)
     return record(args.names, args.backend, args.out, all_=args.all, quick=args.quick,
                   archive=args.archive, weights=args.weights, resume=args.resume,
                   replace=args.replace)
@@ -322,19 +321,6 @@ def _check_bench_args(args) -> None:
         check_output(args.json, "--json")
     if args.plot:
         check_output(args.plot, "--plot", plot_formats())
-
-
-def toggles_once(flag: str, text: str) -> None:
-    """A LabError when one arm (`LAB_GRAPH=0,LAB_SPLIT_COMBINE=1`) sets a toggle twice."""
-    seen = set()
-    for item in (x.strip() for x in text.split(",")):
-        if "=" not in item:
-            continue
-        name = item.split("=", 1)[0].strip().upper()
-        name = name if name.startswith("LAB_") else f"LAB_{name}"
-        if name in seen:
-            raise LabError(f"{flag} {text!r}: {name} is given twice; give each toggle once")
-        seen.add(name)
 
 
 def bench_can_time(who: str, cfg, base) -> None:
@@ -362,8 +348,7 @@ def _bench_arms(args, base) -> dict:
              {f"--arms {t}": t for t in args.arms} if args.bench == "sweep" else {})
     arms = {}
     for flag, text in texts.items():
-        toggles_once(flag.split()[0], text)
-        arms[flag] = bench.parse_arm(text, base)
+        arms[flag] = bench.parse_arm(text, base, who=f"{flag.split()[0]} {text!r}")
         bench_can_time(f"{flag.split()[0]} {text!r}", arms[flag], base)
     return arms
 

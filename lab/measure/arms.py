@@ -209,17 +209,23 @@ class SplitArm(Arm):
         return eng
 
 
-def parse_arm(text: str, base: LabConfig) -> LabConfig:
-    """`LAB_GRAPH=0` or `LAB_GRAPH=0,LAB_SPLIT_COMBINE=1` (the LAB_ prefix may be left out)."""
+def parse_arm(text: str, base: LabConfig, who: str | None = None) -> LabConfig:
+    """`LAB_GRAPH=0` or `LAB_GRAPH=0,LAB_SPLIT_COMBINE=1` (the LAB_ prefix may be left out), each
+    toggle once. `who` opens a refusal (default: the arm's text; "": nothing, for a caller that
+    names the text itself)."""
+    label = f"arm {text!r}: " if who is None else f"{who}: " if who else ""
     assignments = {}
     for item in (x.strip() for x in text.split(",")):
         if not item:
             continue
         if "=" not in item:
-            raise LabError(f"arm {text!r}: expected LAB_NAME=VALUE[,LAB_NAME=VALUE ...]")
+            raise LabError(f"{label}expected LAB_NAME=VALUE[,LAB_NAME=VALUE ...]")
         k, v = (s.strip() for s in item.split("=", 1))
         k = k.upper()
-        assignments[k if k.startswith("LAB_") else f"LAB_{k}"] = v
+        k = k if k.startswith("LAB_") else f"LAB_{k}"
+        if k in assignments:
+            raise LabError(f"{label}{k} is given twice; give each toggle once")
+        assignments[k] = v
     return base.with_toggles(assignments)
 
 

@@ -379,18 +379,11 @@ AA_CONTROL = ("an A/A control: --a and --b are one configuration on one weights 
 
 
 def _checked_sides(args, base: LabConfig) -> bool:
-    """--a and --b checked before any work (each toggle once; no draft length: compare steps
-    one token per step); whether they are one configuration on one weights file (A/A)."""
+    """--a and --b checked before any work (each toggle once, parse_spec; no draft length:
+    compare steps one token per step); whether they are one configuration on one weights file
+    (A/A)."""
     specs = {}
     for flag, text in (("--a", args.a), ("--b", args.b)):
-        seen = set()
-        for item in (x.strip() for x in str(text).split(",")):
-            if "=" in item:
-                name = item.split("=", 1)[0].strip().upper()
-                name = name if name.startswith("LAB_") else f"LAB_{name}"
-                if name in seen:
-                    raise LabError(f"{flag} {text!r}: {name} is given twice; give each toggle once")
-                seen.add(name)
         specs[flag] = parse_spec(text, base)
         cfg = specs[flag].cfg
         if cfg is not None and cfg.draft:

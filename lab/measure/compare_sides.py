@@ -68,7 +68,7 @@ def parse_spec(text: str, base: LabConfig) -> RunSpec:
                            f"a backend ({'|'.join(_BACKENDS)}) or LAB_NAME=VALUE toggles")
     try:
         from .bench import parse_arm   # the engine's imports, only when a run is built
-        return RunSpec(text, parse_arm(",".join(toggles), base))
+        return RunSpec(text, parse_arm(",".join(toggles), base, who=""))
     except LabError as exc:
         raise LabError(f"run spec {text!r}: {exc}") from None
 
