@@ -203,20 +203,21 @@ def check(data, schema: Rule, name: str, missing: str = "missing key {!r}"):
     return data
 
 
-def read_json(path: Path, absent: str = ""):
-    """A JSON file's content; a LabError naming the file when it is absent or not JSON
-    (`absent`: what to do about an absent file, appended to its message)."""
+def read_json(path: Path, absent: str = "", what: str = ""):
+    """A JSON file's content; a LabError naming the file (after `what`, e.g. "the simulator's
+    cost file ") when it is absent or not JSON (`absent`: what to do about an absent file,
+    appended to its message)."""
     path = Path(path)
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise LabError(f"{path} is missing" + (f": {absent}" if absent else "")) from None
+        raise LabError(f"{what}{path} is missing" + (f": {absent}" if absent else "")) from None
     except IsADirectoryError:
-        raise LabError(f"{path} is a folder, not a JSON file") from None
+        raise LabError(f"{what}{path} is a folder, not a JSON file") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise LabError(f"{path} is unreadable: {exc}") from None
+        raise LabError(f"{what}{path} is unreadable: {exc}") from None
     except ValueError as exc:
-        raise LabError(f"{path} is unreadable: not valid JSON ({exc})") from None
+        raise LabError(f"{what}{path} is unreadable: not valid JSON ({exc})") from None
 
 
 def load(path, schema: Rule, absent: str = ""):

@@ -320,20 +320,12 @@ class CostModel:
         schema (lab/schema.py) before use: a missing or malformed file, or a field of the wrong
         type or range, is a LabError naming the file and the field."""
         path = Path(path) if path is not None else COSTS_FILE
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise LabError(f"the simulator's cost file {path} is missing; it is recorded on a GPU "
-                           f"by decode-lab record costs") from None
-        except (OSError, ValueError) as exc:
-            raise LabError(f"the simulator's cost file {path} is unreadable: {exc}") from None
+        data = schema.read_json(path, absent="it is recorded on a GPU by decode-lab record costs",
+                                what="the simulator's cost file ")
         schema.check(data, schema.KERNEL_COSTS, path.name, MISSING)
         extra = path.with_name(SUPPLEMENT)
         if extra.is_file():
-            try:
-                more = json.loads(extra.read_text())
-            except (OSError, ValueError) as exc:
-                raise LabError(f"the cost file's supplement {extra} is unreadable: {exc}") from None
+            more = schema.read_json(extra, what="the cost file's supplement ")
             data = with_supplement(data, schema.check(more, schema.SPEC_COSTS, extra.name,
                                                       MISSING.replace("costs", "spec_costs")))
         return cls.from_dict(data, path)

@@ -178,14 +178,7 @@ def _load(data_dir: Path, name: str) -> dict:
     string, null or NaN where a time goes, a negative mean, a dict for a list is a LabError
     naming the file and the field."""
     path = data_dir / name
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise LabError(f"{path} is missing: record it on a GPU with `decode-lab record`") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LabError(f"{path} is unreadable: {exc}") from None
-    except ValueError as exc:
-        raise LabError(f"{path} is not valid JSON: {exc}") from None
+    data = schema.read_json(path, absent="record it on a GPU with `decode-lab record`")
     if not isinstance(data, dict):
         raise LabError(f"{path}: expected a JSON object, got {type(data).__name__}")
     if name in schema.RECORDINGS:
