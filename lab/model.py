@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from lab.errors import LabError
+from lab.schema import finite
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DEFAULT_WEIGHTS = DATA_DIR / "tiny_model.npz"
@@ -103,14 +103,6 @@ _FIELD_RULES = {"d_model": (int, 2), "n_layer": (int, 1), "n_head": (int, 1), "d
                 "rope_theta": ((int, float), 0.0), "norm_eps": ((int, float), 0.0)}
 
 
-def _finite(v) -> bool:
-    """A finite number: an int past float's range (10**400 in a JSON file) is not one."""
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
-
-
 def _check_fields(meta: dict, name: str) -> None:
     """Types and ranges of a description's fields, each refusal naming the field: a string where
     a number belongs would otherwise surface as a TypeError deep in the engine, and max_seq 0
@@ -125,7 +117,7 @@ def _check_fields(meta: dict, name: str) -> None:
             raise LabError(f"{name}: {field} must be {kind}, got {v!r} ({type(v).__name__})")
         if kinds is int and v < least:
             raise LabError(f"{name}: {field} = {v} must be at least {least}")
-        if kinds is not int and not (_finite(v) and v > least):
+        if kinds is not int and not (finite(v) and v > least):
             raise LabError(f"{name}: {field} = {v!r} must be a finite number > 0")
 
 

@@ -40,6 +40,15 @@ def _shown(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def finite(value) -> bool:
+    """A finite number: an int past float's range (10**400 in a JSON file) is not one (math.isfinite
+    raises on it)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _got(value) -> str:
     kind = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
             type(None): "null"}.get(type(value))
@@ -69,7 +78,7 @@ class Num(Rule):
 
     def check(self, value, where, fail):
         ok = (isinstance(value, int) if self.integer else isinstance(value, (int, float)))
-        ok = ok and not isinstance(value, bool) and math.isfinite(value)
+        ok = ok and not isinstance(value, bool) and finite(value)
         ok = ok and (self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt) \
             and (self.le is None or value <= self.le)
         if not ok:

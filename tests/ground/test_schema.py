@@ -80,6 +80,7 @@ KERNEL_COSTS_CASES = [
     ("switches.4.extra_us", "1.0", "switches[4].extra_us: must be a finite number, got a string"),
     ("floors.graph_submit_us", None, "floors.graph_submit_us: must be a finite number > 0, got null"),
     ("floors.empty.per_node_us", float("inf"), "floors.empty.per_node_us: must be a finite number > 0"),
+    ("kernels.3.node_us", 10 ** 400, "kernels[3].node_us: must be a finite number >= 0, got 1000"),
     ("floors.empty", _DEL, "missing key 'floors.empty.per_node_us'"),
     ("host.prebound", "fast", "host.prebound: must be an object, got a string 'fast'"),
     ("host.dispatcher", {"matvec grid=(1,) [8:float32]": -2.0},
