@@ -60,19 +60,10 @@ def _print_ledger(engine) -> None:
 
 def _weights_read(args, flag: str = "--weights", attr: str = "weights") -> dict:
     """The weights a command reads and the description beside them, by the flag that names
-    them (an empty path is refused, not read as the default)."""
-    from pathlib import Path
-
-    from lab.files import refuse_empty
-    from lab.model import DEFAULT_WEIGHTS
-    given = getattr(args, attr, None)
-    refuse_empty({flag: given})
-    path = Path(DEFAULT_WEIGHTS if given is None else given)
-    if path.name in ("", ".", "..") or path.is_dir():
-        raise LabError(f"{flag} {given}: is a folder; give the .npz file (the repository "
-                       f"ships data/tiny_model.npz)")
-    name = flag if given is not None else f"{flag} (default)"
-    return {name: path, f"the description of {name}": path.with_suffix(".json")}
+    them (lab.model.weights_read: an empty path or a folder is refused, not read as the
+    default)."""
+    from lab.model import weights_read
+    return weights_read(flag, getattr(args, attr, None))
 
 
 def _refuse_io(outputs: dict, inputs: dict) -> None:

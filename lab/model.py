@@ -194,6 +194,21 @@ def _read_config(meta_path: Path) -> tuple[ModelConfig, str | None]:
     return cfg, meta.get("sha256")
 
 
+def weights_read(flag: str, given) -> dict[str, Path]:
+    """The files a command reads for the weights `flag` names (`given`; None: DEFAULT_WEIGHTS,
+    labelled `FLAG (default)`): the .npz and the description beside it, by label, for
+    lab.files.refuse_overlap. An empty path, or one naming a folder, is a LabError naming the
+    flag (never read as the default)."""
+    from lab.files import refuse_empty
+    refuse_empty({flag: given})
+    path = Path(DEFAULT_WEIGHTS if given is None else given)
+    if path.name in ("", ".", "..") or path.is_dir():
+        raise LabError(f"{flag} {given}: is a folder; give the .npz file (the repository "
+                       f"ships data/tiny_model.npz)")
+    name = flag if given is not None else f"{flag} (default)"
+    return {name: path, f"the description of {name}": path.with_suffix(".json")}
+
+
 def load_model(path: str | Path = DEFAULT_WEIGHTS, verify_checksum: bool = True) -> Model:
     """Load and validate the weights at `path` (an .npz) and the .json beside it."""
     path = Path(path)

@@ -45,8 +45,8 @@ from .compare_evidence import path_checks
 from .compare_sides import REFERENCE, Run, RunSpec, parse_spec, run_side
 from lab.config import LabConfig
 from lab.errors import LabError
-from lab.files import check_output, refuse_empty, refuse_overlap
-from lab.model import DEFAULT_WEIGHTS, Model, check_request, load_model
+from lab.files import check_output, refuse_overlap
+from lab.model import DEFAULT_WEIGHTS, Model, check_request, load_model, weights_read
 from .report import save
 
 DEFAULT_PROMPT = "ROMEO.\n"
@@ -398,12 +398,12 @@ def _checked_sides(args, base: LabConfig) -> bool:
 
 
 def _inputs(args) -> dict:
-    """The files compare reads, by flag: each side's weights and the description beside them."""
-    weights_a = Path(args.weights or DEFAULT_WEIGHTS)
-    out = {"--weights" if args.weights else "--weights (default)": weights_a}
+    """The files compare reads, by flag: each side's weights and the description beside them
+    (lab.model.weights_read, which refuses an empty path or a folder)."""
+    out = weights_read("--weights", args.weights)
     if args.weights_b is not None:
-        out["--weights-b"] = Path(args.weights_b)
-    return {**out, **{f"the description of {k}": v.with_suffix(".json") for k, v in out.items()}}
+        out.update(weights_read("--weights-b", args.weights_b))
+    return out
 
 
 def main_compare(args, base: LabConfig) -> int:
@@ -411,7 +411,6 @@ def main_compare(args, base: LabConfig) -> int:
     1 on FAIL (bad input raises a LabError: exit 2). --a and --b one configuration is run and
     reported as an A/A control, never as a plain PASS."""
     th = Thresholds(args.max_kld, args.min_top1, args.max_dlogit, args.tie_margin)
-    refuse_empty({"--weights": args.weights, "--weights-b": args.weights_b})
     refuse_overlap({"--json": args.json}, _inputs(args))
     aa = _checked_sides(args, base)
     if args.json:
