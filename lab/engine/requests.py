@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lab.errors import LabError, NumericFault
+from lab.reference import first_non_finite
 from . import device_loop, draft
 
 
@@ -48,14 +49,20 @@ def generate(eng, prompt: str, n_tokens: int, progress: bool | None = False) -> 
     device's counts (verify steps, tokens generated), read once at the end. The last step's
     logits are read after the tokens (once, off the steps' clock) and must be finite
     (check_finite): a NaN propagates through the KV cache to every later step, so a decode
-    whose arithmetic overflowed is refused, not returned as text."""
+    whose arithmetic overflowed is refused, not returned as text, with what a float32 re-run of
+    the same tokens on the host says (lab/reference.py first_non_finite: the first step and the
+    layer where a value leaves the finite range, or that the re-run stays finite: a kernel's)."""
     ids = eng.encode(prompt)
     eng.reset(ids, n_tokens)
     steps = ids.size - 1 + n_tokens
     seconds = decode(eng, steps, progress)
     tokens = eng.tokens(ids.size + n_tokens)
     if steps:
-        check_finite(logits(eng), f"the last decode step's (position {eng.position - 1})")
+        try:
+            check_finite(logits(eng), f"the last decode step's (position {eng.position - 1})")
+        except NumericFault as fault:   # which step and layer: a host re-run, after the fact
+            why = first_non_finite(eng.model, tokens, steps, np.dtype(eng.cfg.kv_dtype))
+            raise NumericFault(f"{fault}; {why}") from None
     text = eng.model.tokenizer.decode(tokens[ids.size:])
     return Generation(prompt, text, tokens, steps, seconds, eng.describe(),
                       draft.read_stats(eng) if eng.cfg.draft else None)
@@ -117,12 +124,13 @@ def tokens(eng, count: int | None = None) -> np.ndarray:
 
 def check_finite(values: np.ndarray, what: str) -> np.ndarray:
     """`values` (logits the host has read) if every one is finite; else a NumericFault saying `what`
-    they are (the step's position) and how many are NaN or infinite."""
+    they are (the step's position) and how many are NaN or infinite (not why: `generate` adds
+    first_non_finite's diagnosis)."""
     bad = ~np.isfinite(values)
     if bad.any():
         raise NumericFault(f"{what} logits hold {int(np.isnan(values).sum())} NaN and "
-                       f"{int(np.isinf(values).sum())} infinite value(s) of {values.size}: the "
-                       f"float32 arithmetic overflowed, so its tokens are no result")
+                       f"{int(np.isinf(values).sum())} infinite value(s) of {values.size}: its "
+                       f"tokens are no result")
     return values
 
 
