@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.config import STUDENT_ENV
+from lab.config import STATE_ENV, STUDENT_ENV
 from lab.errors import LabError
 from lab.teach.selfcheck import QUESTIONS, Attempts, check_answer, reveal, start
 from lab.teach.selfcheck import grading, questions as qmod, seal
@@ -85,7 +85,7 @@ def revealed(qid) -> Revealed:
             _FOLDER.append(tempfile.TemporaryDirectory(prefix="selfcheck-key-reader-"))
         folder = Path(_FOLDER[0].name)
         out = io.StringIO()
-        with mock.patch.dict(os.environ, {"HOME": str(folder)}), \
+        with mock.patch.dict(os.environ, {"HOME": str(folder), STATE_ENV: str(folder / "state")}), \
                 contextlib.redirect_stdout(out):
             record = Attempts(folder / "key-reader.json", KEY_READER)
             assert check_answer(qid, _valid_attempt(qid), record).attempted
@@ -106,6 +106,7 @@ def revealed(qid) -> Revealed:
 def home(tmp_path, monkeypatch):
     """A home folder of the test's own, no fixed identity, no current record."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(STATE_ENV, raising=False)     # the state folder is then ~/.decode-lab
     monkeypatch.delenv(STUDENT_ENV, raising=False)
     monkeypatch.setattr(qmod, "_current", None)
     return tmp_path / "home"
@@ -275,7 +276,7 @@ def test_the_leak_check_sees_a_planted_key(tmp_path):
 
 def test_the_explanations_repeat_no_withdrawn_claim():
     """tests/repo/test_lecture_claims.py cannot read the sealed texts: scanned here once opened."""
-    from test_lecture_claims import FIRST_EDITION, PROJECT, normalise
+    from tests.repo.test_lecture_claims import FIRST_EDITION, PROJECT, normalise  # another floor
     for qid, q in QUESTIONS.items():
         revealed(qid)
         content = q._content
@@ -456,6 +457,9 @@ def test_the_home_folder_follows_home(home, tmp_path, monkeypatch):
     assert qmod.default_attempts() == tmp_path / "elsewhere" / ".decode-lab" / "selfcheck.json"
     with pytest.raises(LabError, match="who is answering"):
         start()
+    monkeypatch.setenv(STATE_ENV, str(tmp_path / "state"))    # the lab's state folder, moved
+    assert qmod.default_attempts() == tmp_path / "state" / "selfcheck.json"
+    assert qmod.student_file() == tmp_path / "state" / "student"
 
 
 def test_the_cli_asks_on_a_terminal_and_refuses_elsewhere(home, tmp_path, capsys, monkeypatch):

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from lab.__main__ import main
-from lab.config import STUDENT_ENV
+from lab.config import STATE_ENV, STUDENT_ENV
 from lab.errors import LabError
 from lab.teach.selfcheck import QUESTIONS, Attempts, answer, ask, check_answer, reveal, start
 from lab.teach.selfcheck import questions as qmod
@@ -43,6 +43,7 @@ def attempts(tmp_path, monkeypatch):
     """Every test has a home folder of its own (the remembered name, the default attempts
     file) and keeps its attempts in its own file; no fixed identity."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(STATE_ENV, raising=False)     # the state folder is then ~/.decode-lab
     monkeypatch.delenv(STUDENT_ENV, raising=False)
     monkeypatch.setattr(qmod, "_current", None)
     return start(STUDENT, tmp_path / "attempts.json")

@@ -46,7 +46,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.config import STUDENT_ENV, selfcheck_student
+from lab.config import STUDENT_ENV, selfcheck_student, state_folder
 from lab.errors import LabError
 from lab.files import atomic_write_text, check_output
 from .bank import QUESTIONS
@@ -59,8 +59,9 @@ OLD_FORMAT = "decode-lab selfcheck attempts, version 1"
 # ================================================================ who is answering
 
 def home_folder() -> Path:
-    """~/.decode-lab: the remembered name and, by default, the attempts (HOME decides ~)."""
-    return Path.home() / ".decode-lab"
+    """The lab's state folder (~/.decode-lab, or DECODE_LAB_STATE: lab.config.state_folder):
+    the remembered name and, by default, the attempts."""
+    return state_folder()
 
 
 def default_attempts() -> Path:
