@@ -11,10 +11,13 @@ from pathlib import Path
 
 from lab.measure.stats import mean_sem
 from lab.model import sha256_of
-from lab.measure.peer_torch import COMPILE_ARM, MIN_BUCKET, TORCH_WHAT, window_lengths
+from lab.measure.peer_torch import (COMPILE_ARM, MIN_BUCKET, STRONGEST_ARM, TORCH_WHAT,
+                                    window_lengths)
 from lab.measure.experiment import now, versions as software_versions
 
 RECORDED_BY = "decode-lab record peer"
+HOST_BOUND = 0.9    # an arm whose host issues a step in >= 90% of the step's time is host-bound:
+                    # the GPU waits on Python, so the host (not the kernels) sets its speed
 LAB_WHAT = {
     "lab graph": "LabConfig(graph=True): the lab's step replayed as one CUDA graph per plan",
     "lab graph+pdl": "LabConfig(graph=True, pdl=True): programmatic dependent launch",
@@ -79,6 +82,11 @@ def summarize(contexts, arm_names, data: dict, oracle: dict | None = None,
             for extra in ("replay_fraction", "mode", "ledger", "toggles"):
                 if extra in d:
                     row[extra] = d[extra]
+            if d.get("host_ms"):        # a torch arm: how long the host took to issue a step
+                row["host_ms"] = list(d["host_ms"])
+                row["mean_host_ms"] = mean_sem(d["host_ms"])[0]
+                row["host_share"] = row["mean_host_ms"] / m if m else float("nan")
+                row["host_bound"] = row["host_share"] >= HOST_BOUND
             results[key][arm] = row
         base = results[key].get(compile_arm, {})
         for arm in arm_names:
@@ -156,7 +164,8 @@ def record(args, model, contexts, prompts, arms, data, oracle, failed, torch_nam
                "the device position: one graph serves every position")
     res = {
         "what": "decode-lab's graph arms against a PyTorch peer (eager, torch.cuda.CUDAGraph, "
-                "torch.compile reduce-overhead) of the same model from the same weight file: "
+                "torch.compile reduce-overhead, inductor's kernels in one torch.cuda.CUDAGraph) "
+                "of the same model from the same weight file: "
                 "ms/token at each context, greedy tokens compared",
         "source": f"{versions['describe']}; {tsrc}",
         "date": now(),
@@ -168,23 +177,27 @@ def record(args, model, contexts, prompts, arms, data, oracle, failed, torch_nam
         "weights": {"file": Path(args.weights).name, "sha256": sha256_of(Path(args.weights))},
         "method": {
             "reps": args.reps, "tokens_per_rep": args.tokens, "contexts": contexts,
-            "compile_arm": COMPILE_ARM,
+            "compile_arm": COMPILE_ARM, "strongest_arm": STRONGEST_ARM,
+            "host_time": "host_ms (torch arms): the wall time until the host had issued the "
+                         "window's last step, before the closing synchronize, per token; "
+                         f"host_share = host_ms / ms; host_bound when host_share >= {HOST_BOUND}: "
+                         "the GPU then waits on the host's Python between steps",
             "context": "context c: the prompt is c + 1 characters of data/corpus.txt from "
                        f"offset {args.prompt_offset}, fed one position per step (untimed); "
                        "the timed window is the next `tokens_per_rep` steps, at positions "
                        "c .. c + tokens_per_rep - 1",
-            "prefill": "each lab arm runs its own prefill through its own step every run; the "
-                       "torch arms share one prefill per context per rep (the cudagraph arm's "
-                       "graphs on a GPU, eager steps otherwise) and each rewinds to the "
-                       "prompt's end before its window (generated ids cleared)",
+            "prefill": "each lab arm runs its own prefill through its own step every run; each "
+                       "torch arm's worker prefills once per context per rep (through its own "
+                       "graphs for the cudagraph and inductor arms, eager steps otherwise) and "
+                       "rewinds to the prompt's end before its window (generated ids cleared)",
             "timing": "ms/token = wall time of the window / tokens, synchronised at its two "
                       "ends only (lab: engine.decode on the backend clock; torch: "
                       "torch.cuda.synchronize around time.perf_counter), garbage collector "
                       "off; one untimed warm-up run per arm and context first",
             "interleaving": "rep i runs the lab arms in this process and the torch arms in "
-                            "the worker, the lab first on even reps and the worker first on "
-                            "odd ones; each side's arm order is rotated per rep",
-            "process_separation": "torch arms ran in a separate process (python -m "
+                            "their workers (one at a time), the lab first on even reps and the "
+                            "workers first on odd ones; each side's arm order is rotated per rep",
+            "process_separation": "each torch arm ran in a process of its own (python -m "
                                   "lab.measure.peer_worker; JSON lines over a pipe); "
                                   "the lab's process never imports torch",
             "why_separate": "once torch has run kernels in a process, every later CUDA graph "
@@ -209,7 +222,11 @@ def record(args, model, contexts, prompts, arms, data, oracle, failed, torch_nam
         **summary,
         "run_order": run_order,
         "torch_worker": {"warmup_s": torch_info.get("warmup_s", {}),
-                         "compile_counters": counters, "python": torch_info.get("python")},
+                         "build_s": torch_info.get("build_s", {}),
+                         "compile_s": torch_info.get("compile_s", {}),
+                         "compile_counters": counters,
+                         "compile_counters_by_arm": torch_info.get("compile_counters_by_arm", {}),
+                         "python": torch_info.get("python")},
         "problems": problems,
         "warnings": warnings,
         "wall_s": time.perf_counter() - t_start,

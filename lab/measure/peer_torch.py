@@ -1,6 +1,7 @@
 """The lab's model in PyTorch, for the peer experiment (lab/measure/experiments/peer.py): the
-decoder, the three ways the peer runs it (eager, one torch.cuda.CUDAGraph per attention-length
-bucket, torch.compile), the float32 settings, and torch.compile's counters.
+decoder, the four ways the peer runs it (eager, one torch.cuda.CUDAGraph per attention-length
+bucket, torch.compile reduce-overhead, and inductor's kernels captured in one torch.cuda.CUDAGraph
+per bucket), the float32 settings, and torch.compile's counters.
 
 Importing this needs no torch: torch is imported inside the functions that build or run the
 model, which only the torch worker (lab/measure/peer_worker.py) and the tests with torch call.
@@ -13,8 +14,10 @@ import math
 import numpy as np
 
 MIN_BUCKET = 128
-TORCH_ARMS = {"eager": "torch eager", "graph": "torch cudagraph", "compile": "torch.compile"}
+TORCH_ARMS = {"eager": "torch eager", "graph": "torch cudagraph", "compile": "torch.compile",
+              "inductor": "torch inductor in one graph"}
 COMPILE_ARM = TORCH_ARMS["compile"]
+STRONGEST_ARM = TORCH_ARMS["inductor"]     # the peer the lab's best arm is held against
 TORCH_WHAT = {
     "torch eager": "eager torch ops, static preallocated KV cache (index_copy_ at the device "
                    "position), argmax on the device",
@@ -24,6 +27,12 @@ TORCH_WHAT = {
     "torch.compile": 'torch.compile(step, mode="reduce-overhead", fullgraph=True, '
                      "dynamic=False): one specialisation (and CUDA graph) per attention-length "
                      "bucket; torch.compiler.cudagraph_mark_step_begin() before each step",
+    "torch inductor in one graph": 'torch.compile(step, mode="max-autotune-no-cudagraphs", '
+                                   "fullgraph=True, dynamic=False): inductor's kernels, warmed "
+                                   "up (compiled) on a side stream, then captured once per "
+                                   "attention-length bucket in a torch.cuda.CUDAGraph and "
+                                   "replayed with graph.replay(): no Python, guard or "
+                                   "cudagraph-tree check between steps",
 }
 
 
@@ -187,28 +196,50 @@ def build_torch_decoder(model, device="cpu", buckets: str = "pow2"):
 
 
 class GraphRunner:
-    """The torch cudagraph arm: one torch.cuda.CUDAGraph of `dec.step(L)` per bucket L, each
-    warmed up on a side stream and captured on it; `run` replays the position's bucket."""
+    """The torch cudagraph arm: one torch.cuda.CUDAGraph of `step(L)` per bucket L (`step`:
+    the eager `dec.step` by default), each warmed up on a side stream and captured on it; `run`
+    replays the position's bucket. `warmup_s[L]`: the seconds of L's warm-up (with a compiled
+    `step`, its compile)."""
 
-    def __init__(self, dec, lengths, warmup_steps: int = 3):
+    def __init__(self, dec, lengths, warmup_steps: int = 3, step=None):
+        import time
+
         import torch
         if dec.device_.type != "cuda":
             raise ValueError("torch.cuda.CUDAGraph needs a CUDA device")
-        self.dec, self.graphs = dec, {}
+        step = dec.step if step is None else step
+        self.dec, self.graphs, self.warmup_s = dec, {}, {}
         stream = torch.cuda.Stream(device=dec.device_)
         for length in lengths:
             dec.reset([0])                         # warm-up steps write rows 0..: reset later
+            t0 = time.perf_counter()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(warmup_steps):
-                    dec.step(length)
+                    step(length)
             torch.cuda.current_stream().wait_stream(stream)
+            torch.cuda.synchronize()
+            self.warmup_s[length] = time.perf_counter() - t0
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, stream=stream):
-                dec.step(length)
+                step(length)
             self.graphs[length] = graph
         torch.cuda.synchronize()
         dec.reset([0])
+
+
+def inductor_graph_runner(dec, lengths, warmup_steps: int = 3) -> GraphRunner:
+    """The strongest torch arm: inductor's kernels for the step (torch.compile without its own
+    CUDA graphs, max-autotune's kernel choices), each bucket's compiled step warmed up on a
+    side stream and captured ONCE in a torch.cuda.CUDAGraph, so a step is one graph replay:
+    none of reduce-overhead's per-step Python (guards, cudagraph-tree bookkeeping).
+    `warmup_s[L]` holds each bucket's compile and warm-up."""
+    import torch
+    if dec.device_.type != "cuda":
+        raise ValueError("the inductor-in-one-graph arm needs a CUDA device")
+    compiled = torch.compile(dec.step, mode="max-autotune-no-cudagraphs", fullgraph=True,
+                             dynamic=False)
+    return GraphRunner(dec, lengths, warmup_steps, step=compiled)
 
     def run(self, steps: int) -> None:
         dec = self.dec

@@ -25,7 +25,8 @@ import numpy as np
 
 from lab.model import load_model
 from lab.measure.peer_torch import (TORCH_ARMS, CompileRunner, GraphRunner, build_torch_decoder,
-                                    compile_counters, keep_cudagraph_skips, torch_settings)
+                                    compile_counters, inductor_graph_runner, keep_cudagraph_skips,
+                                    torch_settings)
 from lab.measure.stats import rotated
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,6 +57,7 @@ class TorchPeer:
             pass
         self.failed: dict[str, str] = {}
         self.warmup_s: dict[str, dict[str, float]] = {}
+        self.build_s: dict[str, float] = {}      # building an arm: its captures, its compiles
         self.runners: dict[str, object] = {}
         last = max(self.contexts) + self.tokens - 1
         for key in setup["arms"]:
@@ -69,13 +71,17 @@ class TorchPeer:
                 elif key == "compile":
                     keep_cudagraph_skips()
                     self.runners[name] = CompileRunner(self.dec)
+                elif key == "inductor":
+                    self.runners[name] = inductor_graph_runner(self.dec, self.dec.lengths_for(last))
             except Exception as exc:
                 self.failed[name] = f"{type(exc).__name__}: {exc}"
                 log(f"{name} could not be built: {self.failed[name]}")
                 continue
-            log(f"{name} built in {time.perf_counter() - t0:.1f} s")
-        # the prefill runs the cudagraph arm's graphs when there are some, else eager steps
-        self.prefill = self.runners.get(TORCH_ARMS["graph"], self.dec)
+            self.build_s[name] = time.perf_counter() - t0
+            log(f"{name} built in {self.build_s[name]:.1f} s")
+        # the prefill replays a graph arm's graphs when there are some, else runs eager steps
+        self.prefill = self.runners.get(TORCH_ARMS["graph"]) or \
+            self.runners.get(TORCH_ARMS["inductor"]) or self.dec
         for name in list(self.runners):
             self.warmup_s[name] = {}
             for c in self.contexts:
@@ -94,6 +100,18 @@ class TorchPeer:
                 self.warmup_s[name][str(c)] = time.perf_counter() - t0
                 log(f"{name} warmed up at context {c} in {self.warmup_s[name][str(c)]:.1f} s")
 
+    def compile_s(self) -> dict[str, float]:
+        """Seconds spent where torch compiles, per compiled arm: the inductor arm's bucket
+        warm-ups (compile + 3 steps each, before its captures), torch.compile's first runs at
+        each context (compile + prefill + one window each: reduce-overhead compiles lazily)."""
+        out = {}
+        for name, runner in self.runners.items():
+            if name == TORCH_ARMS["inductor"]:
+                out[name] = sum(runner.warmup_s.values())
+            elif name == TORCH_ARMS["compile"]:
+                out[name] = sum(self.warmup_s.get(name, {}).values())
+        return out
+
     def sync(self) -> None:
         if self.dev.type == "cuda":
             self.torch.cuda.synchronize(self.dev)
@@ -111,7 +129,8 @@ class TorchPeer:
         return {"torch": torch.__version__, "torch_cuda": torch.version.cuda,
                 "device": str(self.dev), "device_name": dev_name, "settings": self.settings,
                 "arms": list(self.runners), "failed": dict(self.failed),
-                "warmup_s": self.warmup_s,
+                "warmup_s": self.warmup_s, "build_s": self.build_s,
+                "compile_s": self.compile_s(),
                 "cudagraph_buckets": sorted(getattr(self.runners.get(TORCH_ARMS["graph"]),
                                                     "graphs", {})),
                 "compile_counters": compile_counters(), "python": platform.python_version()}
@@ -129,11 +148,13 @@ class TorchPeer:
                 try:
                     t0 = time.perf_counter()
                     self.runners[name].run(self.tokens)
+                    t_host = time.perf_counter()     # the host has issued every step
                     self.sync()
                     ms = 1000.0 * (time.perf_counter() - t0) / self.tokens
                 finally:
                     gc.enable()
-                out[name][str(c)] = {"ms": ms, "tokens": self.dec.generated(self.tokens)}
+                out[name][str(c)] = {"ms": ms, "host_ms": 1000.0 * (t_host - t0) / self.tokens,
+                                     "tokens": self.dec.generated(self.tokens)}
         return {"order": order, "data": out}
 
 

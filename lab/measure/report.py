@@ -215,11 +215,22 @@ def format_peer(res: dict) -> str:
             lines.append(f"{c:>7} {arm:<21} {proc:<7} {row['mean_ms']:>9.4f} "
                          f"{1000 * row['sem_ms']:>9.2f} {row['tok_per_s']:>7.0f} {rep:>7} "
                          f"{tok:>8} {rtxt:>15}")
+    for peer in dict.fromkeys([compile_arm, m.get("strongest_arm", compile_arm)]):
+        for c in m["contexts"]:
+            parts = [f"{arm} {r[peer]['ratio']:.3f} ± {r[peer]['sem']:.3f}"
+                     for arm, r in res["ratios"].get(str(c), {}).items() if peer in r]
+            if parts:
+                lines.append(f"lab / {peer} ms/token at context {c}: {', '.join(parts)}")
     for c in m["contexts"]:
-        parts = [f"{arm} {r[compile_arm]['ratio']:.3f} ± {r[compile_arm]['sem']:.3f}"
-                 for arm, r in res["ratios"].get(str(c), {}).items() if compile_arm in r]
-        if parts:
-            lines.append(f"lab / torch.compile ms/token at context {c}: {', '.join(parts)}")
+        for arm, row in res["results"][str(c)].items():
+            if "host_share" in row:
+                lines.append(f"{arm} at context {c}: the host issues a step in "
+                             f"{row['mean_host_ms']:.4f} ms of its {row['mean_ms']:.4f} "
+                             f"({100 * row['host_share']:.0f}%)"
+                             + (": host-bound, the device waits on the host's Python" if row["host_bound"]
+                                else ""))
+    for arm, sec in res.get("torch_worker", {}).get("compile_s", {}).items():
+        lines.append(f"{arm}: {sec:.1f} s compiling (and first runs)")
     tc = res["tokens_check"]
     if tc["ok"]:
         lines.append(f"tokens: every arm generated the same {m['tokens_per_rep']} ids at every "

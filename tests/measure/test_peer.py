@@ -105,6 +105,40 @@ def test_summarize_same_tokens_gives_stats_and_ratios():
     assert s["tokens_check"]["reference"]["64"] == {"arm": "lab graph", "ids": ids}
 
 
+def test_a_torch_arms_host_time_names_a_host_bound_arm():
+    """host_ms (the host done issuing the window, before the closing synchronize) against the
+    step's ms: reduce-overhead's Python at 95% of its step is host-bound, the one-graph arm at 20%
+    is not; the table says so, with the strongest arm's ratios beside torch.compile's and each
+    compiled arm's compile seconds."""
+    ids = [1, 2, 3]
+    data = {"lab graph": {"64": _data([0.05, 0.05], [ids, ids])},
+            "torch.compile": {"64": {**_data([0.16, 0.15], [ids, ids]), "host_ms": [0.15, 0.145]}},
+            "torch inductor in one graph": {"64": {**_data([0.11, 0.11], [ids, ids]),
+                                                   "host_ms": [0.02, 0.024]}}}
+    arms = list(data)
+    s = peer_result.summarize([64], arms, data)
+    compiled = s["results"]["64"]["torch.compile"]
+    assert compiled["mean_host_ms"] == pytest.approx(0.1475)
+    assert compiled["host_share"] == pytest.approx(0.1475 / 0.155) and compiled["host_bound"]
+    one_graph = s["results"]["64"]["torch inductor in one graph"]
+    assert one_graph["host_share"] == pytest.approx(0.2) and not one_graph["host_bound"]
+    assert "host_ms" not in s["results"]["64"]["lab graph"]
+    r = s["ratios"]["64"]["lab graph"]["torch inductor in one graph"]
+    assert r["ratio"] == pytest.approx(0.05 / 0.11)
+    res = {**s, "method": {"reps": 2, "tokens_per_rep": 3, "contexts": [64],
+                           "process_separation": "each torch arm ran in a process of its own",
+                           "strongest_arm": "torch inductor in one graph"},
+           "weights": {"file": "tiny_model.npz"}, "arm_order": arms, "source": "simulated",
+           "torch_worker": {"compile_s": {"torch inductor in one graph": 41.5}}}
+    table = report.format_peer(res)
+    assert "lab / torch inductor in one graph ms/token at context 64: lab graph 0.455" in table
+    assert "torch.compile at context 64: the host issues a step in 0.1475 ms of its 0.1550 " \
+           "(95%): host-bound" in table
+    assert "torch inductor in one graph at context 64: the host issues a step in 0.0220 ms of " \
+           "its 0.1100 (20%)\n" in table
+    assert "torch inductor in one graph: 41.5 s compiling (and first runs)" in table
+
+
 def test_summarize_reports_a_mismatch_and_a_failed_arm():
     ids, other = [1, 2, 3, 4], [1, 2, 9, 4]
     data = {"lab graph": {"64": _data([0.1, 0.1], [ids, ids])},
@@ -249,7 +283,9 @@ def test_dry_run_writes_peer_json(tmp_path, monkeypatch, capsys):
     d = json.loads((ctx.out / "peer.json").read_text())
     assert d["recorded_by"] == "decode-lab record peer" and d["date"] and d["source"]
     assert d["provenance"] == {"commit": "test"}
-    assert "torch arms ran in a separate process" in d["method"]["process_separation"]
+    assert "each torch arm ran in a process of its own" in d["method"]["process_separation"]
+    row = d["results"]["8"]["torch eager"]
+    assert len(row["host_ms"]) == 2 and 0 < row["host_share"] <= 1.0 + 1e-9
     assert d["method"]["tf32"]["matmul_allow_tf32"] is False
     assert d["method"]["contexts"] == [8, 30] and d["method"]["reps"] == 2
     assert d["tokens_check"]["ok"] and d["ok"]
