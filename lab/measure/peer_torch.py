@@ -227,6 +227,13 @@ class GraphRunner:
         torch.cuda.synchronize()
         dec.reset([0])
 
+    def run(self, steps: int) -> None:
+        dec = self.dec
+        dec.check_room(steps)
+        for _ in range(steps):
+            self.graphs[dec.length_at(dec.position)].replay()
+            dec.position += 1
+
 
 def inductor_graph_runner(dec, lengths, warmup_steps: int = 3) -> GraphRunner:
     """The strongest torch arm: inductor's kernels for the step (torch.compile without its own
@@ -240,13 +247,6 @@ def inductor_graph_runner(dec, lengths, warmup_steps: int = 3) -> GraphRunner:
     compiled = torch.compile(dec.step, mode="max-autotune-no-cudagraphs", fullgraph=True,
                              dynamic=False)
     return GraphRunner(dec, lengths, warmup_steps, step=compiled)
-
-    def run(self, steps: int) -> None:
-        dec = self.dec
-        dec.check_room(steps)
-        for _ in range(steps):
-            self.graphs[dec.length_at(dec.position)].replay()
-            dec.position += 1
 
 
 class CompileRunner:

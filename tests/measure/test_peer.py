@@ -70,6 +70,15 @@ def test_without_torch_one_clear_line(tmp_path, monkeypatch, shadow):
     assert not (tmp_path / "out" / "peer.json").exists()
 
 
+def test_every_torch_runner_runs_steps():
+    """The worker calls `run(steps)` on every arm it builds (the eager decoder, the graph
+    runners, inductor's, torch.compile's): each runner class has one (importing needs no torch)."""
+    for runner in (peer_torch.GraphRunner, peer_torch.CompileRunner):
+        assert callable(getattr(runner, "run", None)), runner
+    assert peer_torch.inductor_graph_runner.__code__.co_varnames[:3] == ("dec", "lengths",
+                                                                         "warmup_steps")
+
+
 def test_attention_length_buckets():
     L = peer_torch.attention_length
     assert [L(p, 1024, "pow2") for p in (0, 127, 128, 255, 256, 900, 1023)] == \
