@@ -170,19 +170,31 @@ def persistent() -> list[str]:
 
 def peer() -> list[str]:
     d = load("peer.json")
+    strongest = d["method"].get("strongest_arm")
     rows = []
     for ctx, arms in d["results"].items():
+        best = arms.get(strongest, {}).get("mean_ms")
         for arm, r in arms.items():
+            if "mean_ms" not in r:
+                rows.append([ctx, arm, f"failed: {r.get('error', '?')}", "-", "-", "-"])
+                continue
             ratio = r.get("ratio_to_torch_compile")
+            host = r.get("host_share")
             rows.append([ctx, arm, pm(r["mean_ms"], r["sem_ms"]),
-                         "-" if ratio is None else f(ratio if not isinstance(ratio, dict)
-                                                     else ratio["ratio"], 3)])
+                         "-" if ratio is None else f(ratio, 3),
+                         "-" if best is None else f(r["mean_ms"] / best, 3),
+                         "-" if host is None else f"{100 * host:.0f}%"])
+    note = (f" The strongest torch arm is `{strongest}` (inductor's kernels captured once in a "
+            f"CUDA graph); host share: the host's time to issue a step over the step's time "
+            f"(at 90% and over the arm is host-bound)." if strongest else "")
     return section(
         "The PyTorch peer", "`data/gpu/peer.json`, `results`", d,
         [f"The same weights in PyTorch {d['versions']['torch']}, float32, TF32 off, "
-         f"{d['method']['reps']} interleaved reps x {d['method']['tokens_per_rep']} tokens; "
-         f"every arm generated the same ids: {d['tokens_check']['ok']}. Notebook 10."],
-        ["context", "arm", "ms/token (mean ± sem)", "/ torch.compile"], rows)
+         f"{d['method']['reps']} interleaved reps x {d['method']['tokens_per_rep']} tokens "
+         f"({d['method']['process_separation'].split(' (')[0]}); every arm generated the same ids: "
+         f"{d['tokens_check']['ok']}.{note} Notebook 10."],
+        ["context", "arm", "ms/token (mean ± sem)", "/ torch.compile", "/ strongest torch",
+         "host share"], rows)
 
 
 def spec() -> list[str]:
