@@ -42,7 +42,7 @@ import numpy as np
 from . import bench, pdl_edges
 from .arms import DEVICE_LOOP, FISSION, OVERLAP, Pair
 from .registry import probe_us
-from lab.backend.costmodel import COSTS_FILE, CostModel
+from lab.backend.costmodel import COSTS_FILE, WHOLE_STEP_KERNELS, CostModel
 from lab.config import CONFORMANCE_CACHE_ENV, LabConfig, conformance_cache, lab_environment
 from lab import schema
 from lab.errors import LabError
@@ -68,6 +68,9 @@ class Row:
     finding: str = ""       # a recorded finding about this row (FINDINGS_FILE): why it fails
     host_paced: bool = False   # eager: the host's speed sets it (scaled by the host probe's ratio)
     scale: float = 1.0      # the factor `sim` was scaled by (host-paced rows only)
+    consistency: bool = False   # not a prediction: the simulator's input for this figure is a
+                                # recording of the same figure (a fit against its own points,
+                                # a whole step priced from its own recorded node time)
 
     @property
     def ratio(self) -> float:
@@ -101,14 +104,18 @@ class Row:
 
     @property
     def verdict(self) -> str:
+        kind = " [consistency check]" if self.consistency else ""
         if self.within_band:
-            return "PASS"
+            return "PASS" + kind
         if self.within_noise:
-            return f"PASS ({NOISE_SEMS:g} sem)"
-        return "FAIL (finding)" if self.finding else "FAIL"
+            return f"PASS ({NOISE_SEMS:g} sem)" + kind
+        return ("FAIL (finding)" if self.finding else "FAIL") + kind
 
 
 FINDINGS_FILE = "conformance_findings.json"
+# the persistent rung's step is one kernel (step_persistent) whose node time the cost file
+# records whole: its ladder row echoes that recording (lab/backend/costmodel.py)
+WHOLE_STEP_PRICED = "step_persistent" in WHOLE_STEP_KERNELS
 
 
 def findings_problems(report: dict) -> list[str]:
@@ -439,7 +446,8 @@ def _table(model, data_dir, rec, loop_file, only, cost, base, reps, progress, dr
 
     spec_file = data_dir / "spec.json"          # recorded since LAB_DRAFT: older sets lack it
     if "spec" in only and spec_file.is_file():
-        rec_sp = _field(_load(data_dir, "spec.json"), "curve", "spec")
+        whole = _load(data_dir, "spec.json")
+        rec_sp = _field(whole, "curve", "spec")
         ctxs = tuple(sorted({r["context"] for r in rec_sp["rows"]}))
 
         def simulate_spec():
@@ -449,6 +457,19 @@ def _table(model, data_dir, rec, loop_file, only, cost, base, reps, progress, dr
                               progress=progress, backend_factory=factory)
         s_sp = result(base and (*base, "spec", ctxs, rec_sp["new_tokens"]), simulate_spec, rec_sp)
         spec_rows(rec_sp, s_sp, ctxs, rows)
+        if "break_even" in whole:                # recorded since the two texts
+            rec_be = whole["break_even"]
+            texts = tuple(rec_be["texts"])
+
+            def simulate_even():
+                from lab.measure import spec
+                return spec.break_even(model, texts=texts, drafts=(SPEC_DRAFT,),
+                                       new_tokens=rec_be["new_tokens"], reps=reps,
+                                       step_reps=min(rec_be["step_reps"], 4), base=sim,
+                                       progress=progress, backend_factory=factory)
+            s_be = result(base and (*base, "break even", texts, rec_be["new_tokens"]),
+                          simulate_even, rec_be)
+            break_even_rows(rec_be, s_be, rows)
     if "nodes" in only:
         node_rows(cost, rows)
     return {"rows": rows, "cost_source": cost.describe(), "gpu_source": lad["source"],
@@ -481,6 +502,31 @@ def spec_rows(rec: dict, sim: dict, contexts, rows: list) -> None:
                         100 * (row(rec, ctx, bug)["replay_fraction"] or 0), True, "spec.json"))
 
 
+def break_even_rows(rec: dict, sim: dict, rows: list) -> None:
+    """When drafting pays (spec.json's break_even), for each recorded text at k = SPEC_DRAFT:
+    V, the verify step's cost in one-token steps, PREDICTED from the component costs (the
+    simulator's verify and one-token steps, node by node); what drafting saves per generated
+    token, predicted from those costs and the simulator's own tokens per step; and E, the
+    tokens per verify step, which the simulator gets by running the same model on the same
+    text (its twins' tokens: the GPU's but at a near-tie): a consistency check of the text and
+    the acceptance, not a prediction from costs."""
+    def row(res, text):
+        for r in res["rows"]:
+            if r["text"] == text and r["draft"] == SPEC_DRAFT:
+                return r
+        raise LabError(f"spec.json: break_even has no row for text {text!r} at k = {SPEC_DRAFT}")
+    for text in rec["texts"]:
+        g, s = row(rec, text), row(sim, text)
+        rows.append(Row(f"spec {text}: verify step (k = {SPEC_DRAFT}) in one-token steps", "x",
+                        s["verify_step_cost"], g["verify_step_cost"], note="spec.json",
+                        gpu_sem=g["verify_step_cost_se"]))
+        rows.append(Row(f"spec {text}: draft {SPEC_DRAFT} - draft 0", "us/token",
+                        1000.0 * (s["ms_per_token"] - s["ms_per_token_one"]),
+                        1000.0 * (g["ms_per_token"] - g["ms_per_token_one"]), note="spec.json"))
+        rows.append(Row(f"spec {text}: tokens per verify step (consistency check)", "tokens",
+                        s["tokens_per_step"], g["tokens_per_step"], note="spec.json"))
+
+
 def pdl_rows(rec: dict, sim: dict, rows: list) -> None:
     """PDL's effect at each context of pdl_context.json (lab/measure/pdl_edges.py: the unfused
     step chained without its advance, every launch programmatic or none): graph+pdl - graph,
@@ -510,8 +556,11 @@ def ladder_rows(lad: dict, s_lad: dict, rows: list) -> None:
         if name not in recorded:
             continue
         g, s = _arm(lad, name), _arm(s_lad, name)
-        rows.append(Row(f"{name}: ms/token", "ms", s["mean_ms"], g["mean_ms"], note="ladder.json",
-                        host_paced=not rungs[name].get("graph", True)))
+        whole = rungs[name].get("persistent", False) and WHOLE_STEP_PRICED
+        rows.append(Row(f"{name}: ms/token", "ms", s["mean_ms"], g["mean_ms"], note="ladder.json"
+                        + ("; its one kernel is priced from its own recorded node time"
+                           if whole else ""),
+                        host_paced=not rungs[name].get("graph", True), consistency=whole))
     g, s = _arm(lad, "graph"), _arm(s_lad, "graph")
     rows.append(Row("launches per token", "count", s["launches_per_token"],
                     g["launches_per_token"], True, "ladder.json"))
@@ -539,7 +588,7 @@ def node_rows(cost: CostModel, rows: list) -> None:
                 worst[name] = (err, fit.node(ctx, False), us, ctx)
     for name, (_, model_us, us, ctx) in sorted(worst.items()):
         rows.append(Row(f"node: {name} (context {ctx}, worst fit)", "us", model_us, us,
-                        note="kernel_costs.json"))
+                        note="kernel_costs.json", consistency=True))
 
 
 def format_report(report: dict) -> str:
@@ -564,13 +613,16 @@ def format_report(report: dict) -> str:
         if "recorded finding" in problem:
             lines.append(f"  STALE: {problem}")
     passed, noisy = sum(r.ok for r in rows), sum(r.ok and not r.within_band for r in rows)
+    echoes = sum(r.consistency for r in rows)
     known = sum(not r.ok and bool(r.finding) for r in rows)
     lines.append(f"{passed} of {len(rows)} rows pass (same sign and within {REL_TOL:.0%}; within "
                  f"{ABS_TOL_US:g} us where the GPU effect is under {SMALL_US:g} us; counts exact)"
                  + (f", {noisy} of them only within {NOISE_SEMS:g} standard errors of a noisy "
                     f"recording" if noisy else "")
                  + (f"; {known} fail{'s' if known == 1 else ''} as a recorded finding "
-                    f"({FINDINGS_FILE})" if known else ""))
+                    f"({FINDINGS_FILE})" if known else "")
+                 + (f"; {echoes} of the rows are consistency checks, not predictions (the "
+                    f"simulator's input for the figure is a recording of it)" if echoes else ""))
     for name, text in report.get("host_scaling", {}).items():
         lines.append(f"{name}: {text}")
     lines.append(f"GPU: {report['gpu_source']} ({report['gpu_date']}); simulator: "

@@ -45,6 +45,23 @@ def test_findings_problems_name_unrecorded_failures_and_stale_findings():
 
 
 @pytest.mark.slow
+def test_rows_that_echo_their_recording_are_labelled_consistency_checks(report):
+    """A node row (a fit against its own measured points) and the persistent rung (one kernel
+    priced from its own recorded node time) are consistency checks, not predictions; the
+    whole-step A/B rows are predictions. The table says which, and counts them."""
+    rows = {r.lesson: r for r in report["rows"]}
+    nodes = [r for name, r in rows.items() if name.startswith("node: ")]
+    assert nodes and all(r.consistency for r in nodes)
+    assert rows["persistent: ms/token"].consistency
+    for name in ("graph: ms/token", "graph+pdl: ms/token", "launches per token"):
+        assert not rows[name].consistency, name
+    table = conformance.format_report(report)
+    assert "PASS [consistency check]" in table
+    assert f"; {sum(r.consistency for r in report['rows'])} of the rows are consistency " \
+           f"checks, not predictions" in table
+
+
+@pytest.mark.slow
 def test_the_table_covers_the_lessons(report):
     lessons = " ".join(r.lesson for r in report["rows"])
     for needle in ("dispatcher", "prebound", "graph: ms/token", "graph+pdl", "PDL: share", "overlap:",
@@ -239,3 +256,23 @@ def test_a_slower_host_scales_host_paced_predictions_only_and_boundedly(model, r
     assert "host-paced rows x2.00" in text and "(ratio 4.00, bounded to [0.5, 2])" in text
     assert conformance.host_scale({}, {"provenance": {"host_probe": {"us_per_launch": 1}}},
                                   "x.json") == (1.0, "x.json has no host probe: not scaled")
+
+
+def test_break_even_rows_predict_v_and_the_saving_and_check_e_per_text():
+    """spec.json's break_even: per recorded text at k = SPEC_DRAFT, V (predicted from the
+    component costs), what drafting saves per token, and E labelled a consistency check."""
+    def even(v, e, msk, ms0):
+        return {"texts": {"repeating": {}, "prose": {}}, "rows": [
+            {"text": t, "draft": k, "verify_step_cost": v, "verify_step_cost_se": 0.01,
+             "tokens_per_step": e, "ms_per_token": msk, "ms_per_token_one": ms0}
+            for t in ("repeating", "prose") for k in (2, conformance.SPEC_DRAFT)]}
+    rows = []
+    conformance.break_even_rows(even(1.30, 2.6, 0.040, 0.080), even(1.25, 2.6, 0.041, 0.081), rows)
+    assert [r.lesson for r in rows] == [
+        f"spec {t}: {w}" for t in ("repeating", "prose") for w in (
+            "verify step (k = 4) in one-token steps", "draft 4 - draft 0",
+            "tokens per verify step (consistency check)")]
+    assert rows[0].gpu == pytest.approx(1.30) and rows[0].sim == pytest.approx(1.25)
+    assert rows[1].gpu == pytest.approx(-40.0) and all(r.ok for r in rows)
+    with pytest.raises(LabError, match="no row for text 'prose'"):
+        conformance.break_even_rows({"texts": {"prose": {}}, "rows": []}, even(1, 1, 1, 1), [])
