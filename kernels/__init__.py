@@ -14,8 +14,8 @@ from kernels import mlp         # swiglu_up
 from kernels import sample      # argmax_next; argmax_next_float (a deliberate bug's sampler)
 from kernels import position    # advance
 from kernels import draft       # draft_lookup, accept (speculative decoding: prompt-lookup drafts, greedy acceptance)
-from kernels import verify_attention  # verify_partial, verify_merge: the verify step's split-K attention over the cache + the causal block (+ device fn step_elem)
-from kernels import verify      # embed_cols, rmsnorm_cols, matmat, matmat_residual, swiglu_cols, rope_kv_append_cols, argmax_cols: the model over T columns (+ device fns stage_cols, lane_dots, lane_dots2, matmat_rows)
+from kernels import verify_attention  # verify_partial, verify_merge: the verify step's split-K attention over the cache + the causal block (+ device fns lane_sums16, lane_sums32: the column reduce-scatters)
+from kernels import verify      # embed_cols, rmsnorm_cols, matmat, matmat_residual, swiglu_cols, rope_kv_append_cols, argmax_cols: the model over T columns (+ device fns col_dots, col_dots2, matmat_rows)
 from kernels import fused_device  # (device fns only) xw_dot2, xw_dot, inv_rms (the norm folded into a row), head_dots, heads_dots, slice_partial
 from kernels import fused       # norm_qkv_rope, attn_fused, norm_swiglu, norm_lm_head_argmax (LAB_FUSION=1); device fn arrive_last
 from kernels import fused_split  # attn_partial_wide, attn_project_heads (attn_fused split in launches: LAB_SPLIT_COMBINE=1 under fusion)

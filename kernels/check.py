@@ -78,7 +78,7 @@ GPU_CONFIG = dict(D=256, n_head=4, hd=64, F=512, V=100, max_seq=128)
 # each op: the kernel files whose CASES (shapes, tolerances and why) it runs
 CASES_IN = {"embed": (embed,), "rmsnorm": (rmsnorm,), "matvec": (matvec,), "swiglu_up": (mlp,),
             "rope_kv_append": (rope,), "attention": (attention,), "argmax_next": (sample,),
-            "advance": (position, probe), "spec": (draft, VK, VKA), "spec_cols": (VK,),
+            "advance": (position, probe), "spec": (draft, VK), "spec_cols": (VK, VKA),
             "fused": (fused,), "persistent": (persistent,)}
 
 # each family: the kernels its checks exercise (every registered kernel is in exactly one)
@@ -91,16 +91,20 @@ FAMILIES = {
     "attention": {"attn_partial", "attn_partial_len", "attn_merge", "attn_combine"},
     "argmax_next": {"argmax_next", "argmax_next_float"},
     "advance": {"advance", "empty", "spin", "pos_set", "relay"},  # + the cost recorder's probes
-    # speculative decoding: the kernels with no reduction of kernels/reduce.py (the shuffle path
-    # changes nothing in them: tests/kernels/test_kernels.py runs them on the trees only) ...
-    "spec": {"draft_lookup", "accept", "embed_cols", "rope_kv_append_cols", "verify_partial",
-             "verify_merge"},
-    # ... and the verify step's column kernels that reduce (warp_sum, block_sum, block_argmax)
-    "spec_cols": {"rmsnorm_cols", "matmat", "matmat_residual", "swiglu_cols", "argmax_cols"},
+    # speculative decoding: the kernels with no reduction of kernels/reduce.py or
+    # kernels/verify_attention.py (the shuffle path changes nothing in them:
+    # tests/kernels/test_kernels.py runs them on the trees only) ...
+    "spec": {"draft_lookup", "accept", "embed_cols", "rope_kv_append_cols"},
+    # ... and the verify step's kernels that reduce (warp_sum, block_sum, block_argmax, the
+    # column reduce-scatters lane_sums16 and lane_sums32), with the merge of verify_partial's
+    # partials
+    "spec_cols": {"rmsnorm_cols", "matmat", "matmat_residual", "swiglu_cols", "argmax_cols",
+                  "verify_partial", "verify_merge"},
 }
 # --quick runs attention on its CASES["quick"] (one case per code path) and leaves out
 # matmat_residual and swiglu_cols (family spec_cols): their reductions are matmat's (the same
-# warp_sum per column); and attn_partial_len: attn_partial's device function (partial_slice) with
+# lane_sums16, col_dots' chains); spec_cols runs the verify attention on its CASES["quick"]; and
+# attn_partial_len: attn_partial's device function (partial_slice) with
 # the context length by value, so its shuffle path is attn_partial's; the full tree run holds it
 # bit for bit against attn_partial on every case
 QUICK_SKIPS = {"attn_partial_len", "matmat_residual", "swiglu_cols"}
@@ -341,7 +345,7 @@ def check_verify_attention(H, hd, S, cases, tag):
         label = f"{tag} verify pos={p} splits={splits} cache={np.dtype(dt).name}"
         r = case_rng(label)
         q, kc, vc = f32(r, T, D, scale=2.0), f32(r, S, D).astype(dt), f32(r, S, D).astype(dt)
-        g, b = VKA.verify_grid(H, splits, hd)
+        g, b = VKA.verify_grid(H, splits, hd, T)
         part_o, part_ml = run_case(
             "verify_partial", g, b,
             [q, kc, vc, _i32(p), np.full((H, T, splits + 1, hd), np.nan, np.float32),
@@ -401,7 +405,7 @@ def check_verify_cols(cfg, tag):
             compiled("matvec", REGISTRY["matvec"].signatures[0])[g, b](W, Xc[T - 1], one)
             same_bits(out[T - 1], one, f"kernel matmat N={N} K={K} col {T - 1}: matvec")
         if quick:   # matmat_residual and swiglu_cols reduce as matmat does (matmat_rows,
-            continue  # lane_dots2: the same warp_sum per column): their shuffle path is matmat's
+            continue  # col_dots2: the same lane_sums16): their shuffle path is matmat's
         res = f32(rng, T, N)
         out = run_case("matmat_residual", g, b, [W, Xc, res], tol["matmat_residual"],
                        label=f"matmat_residual {tag} N={N} K={K}")[2]
@@ -434,9 +438,8 @@ def check_verify_cols(cfg, tag):
 
 
 def check_verify(rng, cfg, tag):
-    """The verify step's other kernels against their twins, and their contracts:
-    rope_kv_append_cols' column rope_kv_append's at p + t, verify_merge's column attn_merge's;
-    verify_partial + verify_merge against float64 causal attention."""
+    """The verify step's kernels that do not reduce against their twins, and their contracts:
+    embed_cols, rope_kv_append_cols' column rope_kv_append's at p + t."""
     D, H, hd, V, S = cfg["D"], cfg["n_head"], cfg["hd"], cfg["V"], cfg["max_seq"]
     T = SPEC_T
     tol = VK.CASES["tol"]
@@ -462,8 +465,6 @@ def check_verify(rng, cfg, tag):
                 same_bits(out[4][t], q1, f"kernel rope_kv_append_cols pos={p} col {t}: q")
                 if not (np.array_equal(out[5][p + t], kc1[p + t]) and np.array_equal(out[6][p + t], vc1[p + t])):
                     raise Mismatch(f"kernel rope_kv_append_cols pos={p} col {t}: cache rows differ from rope_kv_append's")
-
-    check_verify_attention(H, hd, S, VKA.CASES["cases"](cfg), tag)
 
 
 # ---- the one-token and verify-step ops: one op is one family of FAMILIES -------------------
@@ -615,12 +616,18 @@ def check_family(family: str) -> set[str]:
         def t_spec(rng):
             check_drafts(S)
             check_verify(rng, cfg, tag)
-            if first:
+
+        def t_spec_cols(rng):
+            check_verify_cols(cfg, tag)
+            cases = VKA.CASES["cases"](cfg)
+            check_verify_attention(H, hd, S, [cases[i] for i in VKA.CASES["quick"]]
+                                   if OPT.quick else cases, tag)
+            if first and not OPT.quick:
                 h1, d1, s1, wide = VKA.CASES["wide"]
                 check_verify_attention(h1, d1, s1, wide, f"D={h1 * d1} H={h1} hd={d1}")
         if first or OPT.gpu:  # the simulator runs a thread per CUDA thread: tiny dims
             timed("spec", t_spec)
-            timed("spec_cols", lambda rng: check_verify_cols(cfg, tag))
+            timed("spec_cols", t_spec_cols)
 
     skipped = QUICK_SKIPS if OPT.quick else set()
     return FAMILIES[family] - skipped
@@ -886,6 +893,7 @@ def check_fused() -> set[str]:
 # kernels/persistent.py's CASES: the tiny model, the cases, the tolerance and why
 PERSISTENT_SEED = 2468
 PERSISTENT_EPS = np.float32(persistent.CASES["eps"])
+P_TOKENS, P_POS, P_KC, P_VC, P_X, P_LOGITS, P_COUNTER = 0, 1, 15, 16, 17, 22, 23   # argument indices
 
 
 def model_args(rng, cfg, dt, p, splits, n_prompt):
@@ -901,26 +909,27 @@ def model_args(rng, cfg, dt, p, splits, n_prompt):
             np.sin(ang).astype(np.float32), f32(rng, L, S, D).astype(dt),
             f32(rng, L, S, D).astype(dt), np.zeros(D, np.float32), np.zeros(D, np.float32),
             np.zeros((H, splits, hd), np.float32), np.zeros((H, splits, 2), np.float32),
-            np.zeros((H, D), np.float32), np.zeros(F, np.float32), np.zeros(V, np.float32),
+            np.zeros(F, np.float32), np.zeros(V, np.float32),
             np.zeros(persistent.counter_slots(H), np.int32)]
 
 
-def fused_sequence(a, cfg, dt, T):
-    """The fused step's kernels one after another on copies of the persistent kernel's inputs:
-    (tokens, pos, logits, x, k_cache, v_cache) after the step."""
+def fused_sequence(a, cfg, dt):
+    """The fused step's kernels (LAB_ATTN_TAIL=grid) one after another on copies of the
+    persistent kernel's inputs: (tokens, pos, logits, x, k_cache, v_cache) after the step."""
     (tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, final_norm, lm_head, eps, scale,
-     cos, sin, k_cache, v_cache, x, q, part_o, part_ml, head_out, act, logits, _) = \
+     cos, sin, k_cache, v_cache, x, q, part_o, part_ml, act, logits, _) = \
         [v.copy() if isinstance(v, np.ndarray) else v for v in a]
-    D, H, hd, F, V = (cfg[k] for k in ("D", "H", "hd", "F", "V"))
+    D, H, F, V = (cfg[k] for k in ("D", "H", "F", "V"))
     splits = part_o.shape[1]
-    counter = np.zeros(fused.counter_slots(H), np.int32)
+    counter = np.zeros(2, np.int32)
     compiled("embed", sig_for("embed"))[embed.grid_for(D)](tokens, pos, wte, x)
     for layer in range(wqkv.shape[0]):
         kc, vc = k_cache[layer], v_cache[layer]
         compiled("norm_qkv_rope", sig_for("norm_qkv_rope", dt))[fused.qkv_grid(D, 3)](
             x, norms[layer, 0].copy(), eps, wqkv[layer], np.int32(0), pos, cos, sin, q, kc, vc)
-        compiled("attn_fused", sig_for("attn_fused", dt))[fused.attention_grid(H, splits, hd, T)](
-            q, kc, vc, pos, part_o, part_ml, scale, wo[layer], x, head_out, counter)
+        compiled("attn_fused_grid", sig_for("attn_fused_grid", dt))[
+            fused.grid_tail_grid(H, splits, D)](q, kc, vc, pos, part_o, part_ml, scale, wo[layer],
+                                                x, counter)
         compiled("norm_swiglu", sig_for("norm_swiglu"))[fused.rows_grid(F)](
             x, norms[layer, 1].copy(), eps, w_gu[layer, 0].copy(), w_gu[layer, 1].copy(), act)
         compiled("matvec_residual", sig_for("matvec_residual"))[matvec.grid_for(D)](
@@ -930,6 +939,10 @@ def fused_sequence(a, cfg, dt, T):
     return tokens, pos, logits, x, k_cache, v_cache
 
 
+def _copies(args):
+    return [v.copy() if isinstance(v, np.ndarray) else v for v in args]
+
+
 def check_case(rng, cfg, dt, p, splits, n_prompt, grid, fused_bits):
     T = cfg["T"]
     label = (f"pos={p} splits={splits} n_prompt={n_prompt} cache={np.dtype(dt).name} "
@@ -937,9 +950,9 @@ def check_case(rng, cfg, dt, p, splits, n_prompt, grid, fused_bits):
     args = model_args(rng, cfg, dt, p, splits, n_prompt)
     spec = REGISTRY["step_persistent"]
     kern = compiled("step_persistent", sig_for("step_persistent", dt))
-    got = [v.copy() if isinstance(v, np.ndarray) else v for v in args]
+    got = _copies(args)
     kern[grid, (T,)](*got)
-    want = [v.copy() if isinstance(v, np.ndarray) else v for v in args]
+    want = _copies(args)
     spec.twin(grid, (T,), *want)
     # against the twin: float32 within persistent.CASES["tol"], integers exactly; the argument
     # a kernel does not write untouched
@@ -957,36 +970,99 @@ def check_case(rng, cfg, dt, p, splits, n_prompt, grid, fused_bits):
             ok, err = close(a, b, *persistent.CASES["tol"], np.finfo(a.dtype).eps)
             if not ok:
                 raise Mismatch(f"step_persistent {label}: {name} max |err| {err:.3g} vs the twin")
-    if np.any(got[24] != 0):
-        raise Mismatch(f"step_persistent {label}: counter slots {got[24]} after the launch, not 0")
+    if np.any(got[P_COUNTER] != 0):
+        raise Mismatch(f"step_persistent {label}: counter slots {got[P_COUNTER]} after the "
+                       f"launch, not 0 (error word: {persistent.describe_wait(got[P_COUNTER][0])})")
     # the token: the argmax policy on the kernel's own logits (a near tie may differ from the
     # twin's pick on its logits), only at a generated slot
-    tok = args[0].copy()
+    tok = args[P_TOKENS].copy()
     if p + 1 >= n_prompt:
-        from kernels.sample import argmax_twin_index
-        tok[p + 1] = argmax_twin_index(got[23])
-    if not np.array_equal(got[0], tok) or got[1][0] != p + 1:
-        raise Mismatch(f"step_persistent {label}: tokens {got[0]} (want {tok}), pos {got[1]}")
-    if fused_bits:   # bit for bit the fused step's kernels
-        tokens, pos, logits, x, kc, vc = fused_sequence(args, cfg, dt, T)
-        for name, a, b in (("tokens", got[0], tokens), ("pos", got[1], pos),
-                           ("logits", got[23], logits), ("x", got[17], x), ("k_cache", got[15], kc),
-                           ("v_cache", got[16], vc)):
+        tok[p + 1] = argmax_twin_index(got[P_LOGITS])
+    if not np.array_equal(got[P_TOKENS], tok) or got[P_POS][0] != p + 1:
+        raise Mismatch(f"step_persistent {label}: tokens {got[P_TOKENS]} (want {tok}), "
+                       f"pos {got[P_POS]}")
+    if fused_bits:   # bit for bit the fused step's kernels (grid tail)
+        tokens, pos, logits, x, kc, vc = fused_sequence(args, cfg, dt)
+        for name, a, b in (("tokens", got[P_TOKENS], tokens), ("pos", got[P_POS], pos),
+                           ("logits", got[P_LOGITS], logits), ("x", got[P_X], x),
+                           ("k_cache", got[P_KC], kc), ("v_cache", got[P_VC], vc)):
             if a.tobytes() != b.tobytes():
                 raise Mismatch(f"step_persistent {label}: {name} is not the fused step's bits")
-    if OPT.gpu:   # a second launch on the same inputs: the same bits (the counters started clean)
-        again = [v.copy() if isinstance(v, np.ndarray) else v for v in args]
-        kern[grid, (T,)](*again)
-        for i in spec.writes:
-            if again[i].tobytes() != got[i].tobytes():
-                raise Mismatch(f"step_persistent {label}: second launch, {spec.arg_names[i]}")
+    if OPT.gpu:   # launches again on the same inputs: the same bits (the counts started at 0)
+        for again in range(3):
+            rerun = _copies(args)
+            kern[grid, (T,)](*rerun)
+            for i in spec.writes:
+                if rerun[i].tobytes() != got[i].tobytes():
+                    raise Mismatch(f"step_persistent {label}: launch {again + 2}, "
+                                   f"{spec.arg_names[i]} differs from the first")
     return got
 
 
+def check_stamped(rng, cfg, dt, p, splits, n_prompt, grid, plain) -> None:
+    """step_persistent_stamped on the same inputs: the plain kernel's bits, and a stamp per
+    phase: start <= ready <= end in every block that had items."""
+    T = cfg["T"]
+    label = f"stamped pos={p} splits={splits} grid={grid}"
+    args = model_args(rng, cfg, dt, p, splits, n_prompt)
+    n_ph = persistent.phase_count(cfg["L"])
+    stamps = np.zeros((grid[0], n_ph, persistent.STAMP_FIELDS), np.int64)
+    sig = persistent.STAMPED_SIGS[0 if np.dtype(dt) == np.float32 else 1]
+    key = ("step_persistent_stamped", sig)
+    if key not in _compiled:
+        opts = dict(REGISTRY["step_persistent"].jit_options) if OPT.gpu else {}
+        _compiled[key] = cuda.jit(sig, **opts)(persistent.step_persistent_stamped)
+    got = _copies(args) + [stamps]
+    _compiled[key][grid, (T,)](*got)
+    for i in REGISTRY["step_persistent"].writes:
+        if got[i].tobytes() != plain[i].tobytes():
+            raise Mismatch(f"step_persistent {label}: {REGISTRY['step_persistent'].arg_names[i]} "
+                           f"differs from step_persistent's")
+    st = got[-1]
+    busy = st[:, :, 6] > 0
+    for f0, f1 in ((0, 2), (3, 5)):      # clock64, globaltimer: start <= end everywhere
+        if np.any(st[:, :, f1] < st[:, :, f0]):
+            raise Mismatch(f"step_persistent {label}: a phase ends before it starts (field {f0})")
+    ready = st[:, :, 4]
+    if np.any(busy & ((ready < st[:, :, 3]) | (ready > st[:, :, 5]))):
+        raise Mismatch(f"step_persistent {label}: a busy phase's ready stamp is outside it")
+
+
+def check_timeout(rng, cfg, dt, p, splits, n_prompt, grid) -> None:
+    """A wait made impossible (the mlp's count started far below 0): the launch still ends, the
+    error word names that wait (layer 0's mlp up), every count is back to 0, and the next launch
+    on fresh inputs writes the clean bits."""
+    T = cfg["T"]
+    label = f"timeout grid={grid}"
+    args = model_args(rng, cfg, dt, p, splits, n_prompt)
+    kern = compiled("step_persistent", sig_for("step_persistent", dt))
+    clean = _copies(args)
+    kern[grid, (T,)](*clean)
+    bad = _copies(args)
+    bad[P_COUNTER][persistent.SLOT_X_ATTN] = -(1 << 30)
+    kern[grid, (T,)](*bad)
+    word = int(bad[P_COUNTER][persistent.SLOT_ERR])
+    want = persistent.wait_code(0, 3, 0)
+    if word != want:
+        raise Mismatch(f"step_persistent {label}: error word {word} "
+                       f"({persistent.describe_wait(word)!r}), want {want} "
+                       f"({persistent.describe_wait(want)!r})")
+    if np.any(bad[P_COUNTER][1:] != 0):
+        raise Mismatch(f"step_persistent {label}: counts {bad[P_COUNTER]} after a timeout, not 0")
+    again = _copies(args)
+    kern[grid, (T,)](*again)
+    for i in REGISTRY["step_persistent"].writes:
+        if again[i].tobytes() != clean[i].tobytes():
+            raise Mismatch(f"step_persistent {label}: after a timeout, "
+                           f"{REGISTRY['step_persistent'].arg_names[i]} is not the clean bits")
+
+
 def check_persistent() -> set[str]:
-    """step_persistent against its twin and, bit for bit, the fused kernels one after another:
-    its first case at grid (1,) on the simulator; every case at grids 1, 2 and 7 on a GPU,
-    two layers, a second launch identical."""
+    """step_persistent against its twin and, bit for bit, the fused kernels (grid tail) one after
+    another; its clock-stamped form writes the same bits; a wait made impossible sets the error
+    word and leaves the counts clean. On the simulator: the first case at grid (1,), one layer
+    (the timeout case too: a wait there is met at once or never). On a GPU: every case at grids
+    of 1, 2, 7 and 132 blocks, two layers, launches repeated identical."""
     if OPT.shuffles and not reduce.SHUFFLES:
         raise Mismatch("--shuffles: kernels/reduce.py did not take the shuffle path")
     cases_of = persistent.CASES
@@ -996,10 +1072,17 @@ def check_persistent() -> set[str]:
     for n, (dt, p, splits, n_prompt) in enumerate(cases):
         rng = np.random.default_rng(PERSISTENT_SEED + n)     # each case's inputs its own
         for grid in grids:
+            state = rng.bit_generator.state
             out = check_case(rng, cfg, dt, p, splits, n_prompt, grid, fused_bits=True)
             if n == 0 and grid == (1,):
                 _dump.extend((f"step_persistent {REGISTRY['step_persistent'].arg_names[i]}",
                               out[i].copy()) for i in REGISTRY["step_persistent"].writes)
+            if n == 0 and (OPT.gpu or grid == (1,)):
+                rng.bit_generator.state = state              # the same inputs again
+                check_stamped(rng, cfg, dt, p, splits, n_prompt, grid, out)
+            if n == 0 and grid == grids[-1]:
+                check_timeout(np.random.default_rng(PERSISTENT_SEED), cfg, dt, p, splits,
+                              n_prompt, grid)
     return {"step_persistent"} if OPT.gpu else set()   # the simulator: the float32 cache only
 
 

@@ -5,6 +5,9 @@ Contents
   _make_xw_chains         one lane's chains of a folded-norm row dot (the one body of both:)
   xw_dot2, xw_dot         W[r] . (x * w) and x . x for two rows or one: RMSNorm without a
                           normalised vector
+  xw_load, xw_dot2_loaded, xw_dot_loaded  the same dots with their weights' first loads issued
+                          before the vector exists (kernels/persistent.py loads them before
+                          it waits)
   head_dots, heads_dots   rows of one head's slice of a matrix; one row against several heads
   slice_partial, slice_partial_at  one block's split-K partials on a block of any size
 
@@ -31,9 +34,11 @@ def inv_rms(ss, n, eps):
     return numba.float32(1.0) / math.sqrt(ss / numba.float32(n) + eps)
 
 
-def _make_xw_chains(pair: bool):
-    """This lane's chains of a folded-norm row dot: the one body of `xw_dot` and `xw_dot2`;
-    pair: a second row (Wb[rb], bk) beside the first, its loads in flight with them.
+def _make_xw_chains(pair: bool, preloaded: bool = False):
+    """This lane's chains of a folded-norm row dot: the one body of `xw_dot`, `xw_dot2` and
+    their `_loaded` forms; pair: a second row (Wb[rb], bk) beside the first, its loads in
+    flight with them; preloaded: the first group of the rows and of w is already in ak, bk and
+    wk (`xw_load`), so only x is loaded for it.
 
     The fold: a row of a normalised projection is W[r] . ((x * inv) * w) = inv * (W[r] . (x *
     w)), inv = 1 / sqrt(mean(x*x) + eps). The warp computing the row loads every x[k] for its
@@ -69,10 +74,11 @@ def _make_xw_chains(pair: bool):
                 if k < K:
                     ku = numba.uint64(k)         # unsigned: no negative-index wraparound code
                     xk[j] = x[ku]
-                    wk[j] = w[ku]
-                    ak[j] = Wa[ra, ku] if in_a else numba.float32(0.0)
-                    if pair:
-                        bk[j] = Wb[rb, ku] if in_b else numba.float32(0.0)
+                    if not preloaded or k0 != lane:
+                        wk[j] = w[ku]
+                        ak[j] = Wa[ra, ku] if in_a else numba.float32(0.0)
+                        if pair:
+                            bk[j] = Wb[rb, ku] if in_b else numba.float32(0.0)
             for j in range(XW_UNROLL):          # ... then the chains, in increasing k
                 if k0 + j * WARP < K:
                     xw = xk[j] * wk[j]
@@ -87,6 +93,8 @@ def _make_xw_chains(pair: bool):
 
 _xw_chains = _make_xw_chains(pair=False)
 _xw_chains2 = _make_xw_chains(pair=True)
+_xw_chains_loaded = _make_xw_chains(pair=False, preloaded=True)
+_xw_chains2_loaded = _make_xw_chains(pair=True, preloaded=True)
 
 
 @cuda.jit(device=True)
@@ -112,6 +120,55 @@ def xw_dot(W, r, x, w, tid, red):
     xk = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] x[k]
     wk = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] w[k]
     acc, _, ss = _xw_chains(W, r, W, r, x, w, tid, rk, rk, xk, wk)
+    d = warp_sum(acc, tid, red)
+    return d, warp_sum(ss, tid, red)
+
+
+def _make_xw_load(pair: bool):
+    """The one body of `xw_load` for one row or two."""
+
+    @cuda.jit(device=True)
+    def load(Wa, ra, Wb, rb, w, tid, ak, bk, wk):
+        """ak[j] = Wa[ra, k], bk[j] = Wb[rb, k] (pair), wk[j] = w[k] for k = lane + 32 j,
+        j < XW_UNROLL, k < K: the first group of the chains' loads (0 for a row past its
+        matrix's). Nothing here depends on x."""
+        lane = tid % WARP
+        K = w.shape[0]
+        in_a = ra < Wa.shape[0]
+        in_b = rb < Wb.shape[0]
+        for j in range(XW_UNROLL):
+            k = lane + j * WARP
+            if k < K:
+                ku = numba.uint64(k)
+                wk[j] = w[ku]
+                ak[j] = Wa[ra, ku] if in_a else numba.float32(0.0)
+                if pair:
+                    bk[j] = Wb[rb, ku] if in_b else numba.float32(0.0)
+
+    return load
+
+
+xw_load = _make_xw_load(pair=True)
+xw_load1 = _make_xw_load(pair=False)
+
+
+@cuda.jit(device=True)
+def xw_dot2_loaded(Wa, ra, Wb, rb, x, w, tid, red, ak, bk, wk):
+    """`xw_dot2` with the rows' and w's first group already in ak, bk, wk (`xw_load`): the
+    same fmas in the same order, so the same bits. Every thread of the block must call it."""
+    xk = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] x[k]
+    acc_a, acc_b, ss = _xw_chains2_loaded(Wa, ra, Wb, rb, x, w, tid, ak, bk, xk, wk)
+    a = warp_sum(acc_a, tid, red)
+    b = warp_sum(acc_b, tid, red)
+    return a, b, warp_sum(ss, tid, red)
+
+
+@cuda.jit(device=True)
+def xw_dot_loaded(W, r, x, w, tid, red, rk, wk):
+    """`xw_dot` with the row's and w's first group already in rk, wk (`xw_load1`): the same
+    bits. Every thread of the block must call it."""
+    xk = cuda.local.array(XW_UNROLL, numba.float32)   # [unroll] x[k]
+    acc, _, ss = _xw_chains_loaded(W, r, W, r, x, w, tid, rk, rk, xk, wk)
     d = warp_sum(acc, tid, red)
     return d, warp_sum(ss, tid, red)
 

@@ -1,253 +1,698 @@
 """The megakernel rung (LAB_PERSISTENT=1): the whole decode step of one token in ONE persistent,
-cooperative kernel. No launch and no graph node boundary inside a token, only grid barriers.
+cooperative kernel, its phases handing data to each other through counters in global memory
+instead of grid barriers.
 
 Contents
-  barriers_per_token, counter_slots  what one token costs in barriers and counter slots
-  persistent_geometry                the grid: one block per SM, at most the co-resident count
-  step_persistent_twin               the fused step's twins, composed
-  step_persistent                    the kernel: the fused step's kernels as phases
-  CASES                              kernels/check.py's cases
+  geometry        PERSISTENT_THREADS, persistent_geometry, counter_slots, waits_per_token,
+                  barriers_per_token (0), phase_count
+  the protocol    the counter slots (SLOT_*), wait_code / describe_wait (the error word), the
+                  items a block does (mine), block_program: the kernel's items, waits and bumps
+                  as a Python generator (tests/kernels/test_megakernel_protocol.py runs it under
+                  adversarial block orders)
+  device pieces   release_add, acquire_load (PTX release/acquire), wait_count (a bounded spin),
+                  bump, block_pick (the argmax of a 128-thread block), clock64 / globaltimer
+  twin            step_persistent_twin: the fused step's twins (LAB_ATTN_TAIL=grid), composed
+  the kernel      step_persistent; step_persistent_stamped, the same body with a clock stamp
+                  per phase (STAMP_FIELDS), not registered: kernels/check.py and
+                  scripts/megakernel_probe.py compile it
+  CASES           kernels/check.py's cases
 
-Everything it computes comes from the fused step's device functions (kernels/fused.py,
-fused_device.py, matvec.py, attention.py, sample.py) in their arithmetic, so it writes the
-fused step's bits (LAB_FUSION=1, LAB_ATTN_TAIL=heads) on the simulator and on a GPU.
+Every phase calls the fused step's device functions (kernels/fused_device.py's folded-norm dots,
+kernels/attention.py's partial_slice_at and merge, kernels/matvec.py's row dots) in their order,
+so the kernel writes the bits of LAB_FUSION=1 with LAB_ATTN_TAIL=grid (attn_fused_grid: the
+unfused attention's partials and combine), on the simulator and on a GPU.
 """
 import math
+import time
 
 import numba
 import numpy as np
-from numba import cuda
+from numba import config, cuda
 
 from kernels.registry import kernel
+from kernels.attention import (ATTN_STEPS, ATTN_THREADS, ATTN_WARPS, MAX_D, MERGE_MAX_PAIRS,
+                               merge_elem_sh, merge_weights, partial_slice_at, udivmod)
 from kernels.embed import embed_twin
-from kernels.fused import (MAX_HEAD_DIM, MAX_THREADS, arrive_last, attention_threads,
-                           attn_fused_twin, head_tail, norm_lm_head_argmax_twin,
-                           norm_qkv_rope_twin, norm_swiglu_twin)
-from kernels.fused_device import inv_rms, slice_partial_at, xw_dot, xw_dot2
-from kernels.matvec import matvec_residual_twin, row_dot
+from kernels.fused import (MAX_HEAD_DIM, arrive_last, attn_fused_grid_twin, backoff,
+                           norm_lm_head_argmax_twin, norm_qkv_rope_twin, norm_swiglu_twin)
+from kernels.fused_device import (XW_UNROLL, inv_rms, xw_dot2_loaded, xw_dot_loaded, xw_load,
+                                  xw_load1)
+from kernels.matvec import ROW_UNROLL, matvec_residual_twin, row_dot_loaded, row_load
 from kernels.pdl import pdl_wait
-from kernels.reduce import WARP
-from kernels.sample import ARGMAX_THREADS, pick_next
+from kernels.reduce import WARP, better
 
-__all__ = ["step_persistent", "persistent_geometry", "counter_slots", "SIM_GRID"]
+__all__ = ["step_persistent", "persistent_geometry", "counter_slots", "SIM_GRID",
+           "block_program", "describe_wait"]
 
-SIM_GRID = 132           # the simulator's grid: the H200's SM count (it has no occupancy API)
-PERSISTENT_THREADS = 512  # the model's block (attention_threads(64)); launch_bounds says so
-BARRIERS_PER_LAYER = 4    # grid barriers per layer (qkv, attention, mlp up, down)
+SIM_GRID = 132            # the simulator's grid: the H200's SM count (it has no occupancy API)
+PERSISTENT_THREADS = ATTN_THREADS   # 128: attn_partial's block (partial_slice_at's 4 warps)
+PERSISTENT_WARPS = PERSISTENT_THREADS // WARP
+# polls before a wait gives up (on a GPU each poll is an acquire load and a backoff's nanosleep;
+# a phase's producers count long before); numba's simulator runs blocks one after another, so a
+# wait not met at once never is there
+SPIN_LIMIT = 64 if config.ENABLE_CUDASIM else 1 << 21
+GIVE_UP_EVERY = 1024 if not config.ENABLE_CUDASIM else 16  # polls between looks at the error
+                          # word: once one wait gave up, the others stop within this many
 
+# ---- the protocol ------------------------------------------------------------------------------
+# counter slots (int32): the error word, the exit election, then one count per dependency. A
+# count is cumulative over the layers of one launch (its target at layer l is (l + 1) times what
+# one layer adds) and the block elected last at exit sets every slot but the error word back to
+# 0, so a captured graph replays step after step with no host reset.
+SLOT_ERR = 0       # 0, or the wait_code of a wait that gave up (the first to set it)
+SLOT_EXIT = 1      # blocks past their last phase (arrive_last: the last picks the token)
+SLOT_X_DOWN = 2    # rows of x the down projection has written (D per layer)
+SLOT_X_ATTN = 3    # rows of x the attention output projection has written (D per layer)
+SLOT_ACT = 4       # rows of act the MLP's up projection has written (F per layer)
+SLOT_PART = 5      # attention items (head, slice) written (n_head * splits per layer)
+SLOT_QKV = 6       # + h: rotate-half pairs of head h's q, k and v written (3 hd / 2 per layer)
 
-def barriers_per_token(n_layer: int) -> int:
-    """Grid barriers in one token's step."""
-    return BARRIERS_PER_LAYER * n_layer
+PHASES = ("qkv", "attention", "out proj", "mlp up", "down")   # a layer's phases, in order
+PHASE_LM = len(PHASES)                                         # then the LM head, then the exit
+WAIT_WHAT = ("qkv waits for x: every down-projection row of the layer before",
+             "attention waits for head {h}'s q, k and v rows",
+             "the output projection waits for every attention partial",
+             "mlp up waits for x: every output-projection row",
+             "down waits for act: every mlp row",
+             "the LM head waits for x: every down-projection row of the last layer")
+CODE_HEADS = 1024  # wait_code's room for a head index
 
 
 def counter_slots(n_head: int) -> int:
-    """The kernel's counter slots: one per head, one for the heads, one for the LM head."""
-    return n_head + 2
+    """The kernel's int32 counter slots: the error word, the exit, four counts, one per head."""
+    return SLOT_QKV + n_head
+
+
+def wait_code(layer, kind, head):
+    """The error word a wait writes when it gives up: nonzero, naming the wait."""
+    return 1 + (layer * (PHASE_LM + 1) + kind) * CODE_HEADS + head
+
+
+_wait_code = cuda.jit(device=True)(wait_code)
+
+
+def describe_wait(code: int) -> str:
+    """The wait an error word names, in words ('' for 0)."""
+    if code <= 0:
+        return ""
+    layer, rest = divmod(code - 1, (PHASE_LM + 1) * CODE_HEADS)
+    kind, head = divmod(rest, CODE_HEADS)
+    what = WAIT_WHAT[kind].format(h=head) if kind < len(WAIT_WHAT) else f"wait kind {kind}"
+    return what if kind == PHASE_LM else f"layer {layer}: {what}"
+
+
+def mine(n, blk, G):
+    """How many of n items block blk does when items go round-robin over G blocks (item i to
+    block i % G): every phase's assignment, which spreads each phase over every SM."""
+    return (n - blk + G - 1) // G if blk < n else 0
+
+
+_mine = cuda.jit(device=True)(mine)
+
+
+def waits_per_token(n_layer: int) -> int:
+    """Phases per token that wait for other blocks' writes: the qkv of every layer but the first
+    (x), attention, output projection, mlp up and down of every layer, the LM head. Each is one
+    count's wait, in the blocks that have items in it; no grid barrier."""
+    return 5 * n_layer
+
+
+def barriers_per_token(n_layer: int) -> int:
+    """Grid barriers in one token's step: none (each phase waits on a count: waits_per_token)."""
+    return 0
+
+
+def phase_count(n_layer: int) -> int:
+    """Phases a token's step stamps (step_persistent_stamped): five per layer, the LM head, the
+    exit."""
+    return len(PHASES) * n_layer + 2
 
 
 def persistent_geometry(head_dim: int, sms: int, co_resident: int, threads: int | None = None):
-    """(grid, block) for `step_persistent`: a block of attention_threads(head_dim) threads
-    (`threads` overrides it, for tests), as many blocks as SMs, capped by the blocks the device
-    can hold at once (`co_resident`, a cooperative launch's limit). ValueError with the reason
-    where the block cannot run the kernel or no block fits."""
-    t = attention_threads(head_dim) if threads is None else threads
-    if t < ARGMAX_THREADS or t % WARP or t % head_dim or t > MAX_THREADS:
-        raise ValueError(f"step_persistent needs a block of {ARGMAX_THREADS} to {MAX_THREADS} "
-                         f"threads, a multiple of {WARP} and of head_dim {head_dim}; got {t}")
+    """(grid, block) for `step_persistent`: blocks of PERSISTENT_THREADS threads (`threads`
+    must say the same: attn_partial's walk is 4 warps), as many blocks as SMs, capped by the
+    blocks the device can hold at once (`co_resident`, a cooperative launch's limit: every wait
+    needs its producers resident). ValueError with the reason where the block cannot run the
+    kernel or no block fits."""
+    t = PERSISTENT_THREADS if threads is None else threads
+    if t != PERSISTENT_THREADS:
+        raise ValueError(f"step_persistent needs a block of {PERSISTENT_THREADS} threads "
+                         f"(attn_partial's 4 warps); got {t}")
+    if not 2 <= head_dim <= MAX_HEAD_DIM or head_dim % 2:
+        raise ValueError(f"head_dim {head_dim}: step_persistent needs an even head_dim <= "
+                         f"{MAX_HEAD_DIM}")
     if co_resident < 1:
         raise ValueError(f"the device cannot hold one block of {t} threads of step_persistent "
                          f"at once (max_cooperative_grid_blocks = {co_resident})")
     return (min(sms, co_resident),), (t,)
 
 
-# ---- the twin: the fused step's twins, composed ------------------------------------------------
+def block_program(blk, G, n_layer, D, F, V, n_head, head_dim, splits, warps=PERSISTENT_WARPS):
+    """Block blk's program in a grid of G blocks, as step_persistent runs it, one operation at a
+    time: ("wait", slot, target, code), ("item", phase, layer, i) -- the item's writes done, in
+    that order within the block --, ("bump", slot, n) and last ("exit",). The kernel's loops in
+    Python: warp phases give warp w of round b the item b * G * warps + w * G + blk, the
+    attention gives the block items blk, blk + G, ...; a warp phase waits once, before its first
+    item's compute (its weights are loaded before the wait), the attention before each item."""
+    half = head_dim // 2
+    n_pairs = 3 * (D // 2)
+    n_items = n_head * splits
+    GW = G * warps
+
+    def warp_phase(n, phase, layer, slot, target, code):
+        if blk >= n:
+            return
+        for base in range(0, n, GW):
+            if base == 0 and target > 0:
+                yield ("wait", slot, target, code)
+            for w in range(warps):
+                i = base + w * G + blk
+                if i < n:
+                    yield ("item", phase, layer, i)
+
+    for layer in range(n_layer):
+        yield from warp_phase(n_pairs, 0, layer, SLOT_X_DOWN, layer * D, wait_code(layer, 0, 0))
+        for h in range(n_head):   # per-head bumps, each after the block's pairs
+            c = sum(1 for i in range(blk, n_pairs, G) if (i % (D // 2)) // half == h)
+            if c:
+                yield ("bump", SLOT_QKV + h, c)
+        for item in range(blk, n_items, G):
+            h = item // splits
+            yield ("wait", SLOT_QKV + h, (layer + 1) * 3 * half, wait_code(layer, 1, h))
+            yield ("item", 1, layer, item)
+        if mine(n_items, blk, G):
+            yield ("bump", SLOT_PART, mine(n_items, blk, G))
+        for phase, n, slot, target, out in (
+                (2, D, SLOT_PART, (layer + 1) * n_items, SLOT_X_ATTN),
+                (3, F, SLOT_X_ATTN, (layer + 1) * D, SLOT_ACT),
+                (4, D, SLOT_ACT, (layer + 1) * F, SLOT_X_DOWN)):
+            yield from warp_phase(n, phase, layer, slot, target, wait_code(layer, phase, 0))
+            if mine(n, blk, G):
+                yield ("bump", out, mine(n, blk, G))
+    yield from warp_phase(V, PHASE_LM, n_layer, SLOT_X_DOWN, n_layer * D,
+                          wait_code(n_layer, PHASE_LM, 0))
+    yield ("exit",)
+
+
+# ---- device pieces -----------------------------------------------------------------------------
+if config.ENABLE_CUDASIM:   # the simulator: atomics are sequentially consistent, clocks the host's
+    def release_add(ary, i, v):
+        cuda.atomic.add(ary, i, v)
+
+    def acquire_load(ary, i):
+        return cuda.atomic.add(ary, i, 0)
+
+    def clock64():
+        return time.perf_counter_ns()
+
+    def globaltimer():
+        return time.perf_counter_ns()
+
+    def require_cooperative():
+        pass
+
+else:
+    from llvmlite import ir
+    from numba.cuda import cgutils, types
+    from numba.cuda.extending import intrinsic
+
+    def _element_pointer(context, builder, aryty, ary, idxty, idx):
+        arr = context.make_array(aryty)(context, builder, ary)
+        i = context.cast(builder, idx, idxty, types.intp)
+        return cgutils.get_item_pointer(context, builder, aryty, arr, [i], wraparound=False)
+
+    @intrinsic
+    def release_add(typingctx, ary, i, v):
+        """ary[i] += v as `red.release.gpu` (int32): the writes this thread has made, and those
+        its block's barrier ordered before it, are visible to whoever acquires the new count
+        (CUTLASS's generic barrier's arrive)."""
+        def codegen(context, builder, sig, args):
+            ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            val = context.cast(builder, args[2], sig.args[2], types.int32)
+            fnty = ir.FunctionType(ir.VoidType(), [ptr.type, ir.IntType(32)])
+            builder.asm(fnty, "red.release.gpu.add.s32 [$0], $1;", "l,r,~{memory}",
+                        [ptr, val], side_effect=True)
+            return context.get_dummy_value()
+        return types.void(ary, i, v), codegen
+
+    @intrinsic
+    def acquire_load(typingctx, ary, i):
+        """ary[i] (int32) by `ld.acquire.gpu`: reads after it see every write released before
+        the count it returns (CUTLASS's generic barrier's wait)."""
+        def codegen(context, builder, sig, args):
+            ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            fnty = ir.FunctionType(ir.IntType(32), [ptr.type])
+            return builder.asm(fnty, "ld.acquire.gpu.s32 $0, [$1];", "=r,l,~{memory}",
+                               [ptr], side_effect=True)
+        return types.int32(ary, i), codegen
+
+    def _sreg64(name: str):
+        @intrinsic
+        def read(typingctx):
+            def codegen(context, builder, sig, args):
+                fnty = ir.FunctionType(ir.IntType(64), [])
+                return builder.asm(fnty, f"mov.u64 $0, %{name};", "=l", [], side_effect=True)
+            return types.int64(), codegen
+        return read
+
+    clock64 = _sreg64("clock64")          # this SM's cycle counter
+    globaltimer = _sreg64("globaltimer")  # the device's nanosecond clock (all SMs)
+
+    @intrinsic
+    def require_cooperative(typingctx):
+        """Nothing at run time; marks the kernel cooperative, as a grid sync would (numba then
+        launches it with cudaLaunchCooperativeKernel): the launch fails rather than start a grid
+        whose blocks are not all resident at once, which a spin wait needs."""
+        def codegen(context, builder, sig, args):
+            context.active_code_library.use_cooperative = True
+            return context.get_dummy_value()
+        return types.void(), codegen
+
+
+@cuda.jit(device=True)
+def wait_count(counter, slot, target, code):
+    """Return, in every thread of the block, once counter[slot] >= target: thread 0 polls it with
+    acquire loads, then the block meets (its later reads see what the counted producers wrote).
+    Bounded: after SPIN_LIMIT polls, or once the error word is set by another wait, thread 0
+    writes `code` to counter[SLOT_ERR] (if it is still 0) and stops waiting; the step's result is
+    then void and the host says which wait gave up. Every thread of the block must call it."""
+    if cuda.threadIdx.x == 0:
+        polls = 0
+        while acquire_load(counter, slot) < target:
+            polls += 1
+            if polls >= SPIN_LIMIT:
+                cuda.atomic.cas(counter, SLOT_ERR, numba.int32(0), numba.int32(code))
+                break
+            if polls % GIVE_UP_EVERY == 0 and acquire_load(counter, SLOT_ERR) != 0:
+                break
+            backoff()
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def bump(counter, slot, n):
+    """counter[slot] += n once the block's writes are done: the block meets, then thread 0
+    adds with release. Every thread of the block must call it."""
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0 and n > 0:
+        release_add(counter, slot, n)
+
+
+@cuda.jit(device=True)
+def block_pick(logits, tokens, nxt, tid, red_v, red_i):
+    """tokens[nxt] = argmax(logits), kernels/sample.py's pick_next for a block of any size: a
+    strided scan per thread (NaN never taken, ties to the lower index), then a tree over the
+    block with `better` (a total order: the winner does not depend on the pairing). red_v, red_i:
+    shared [threads]. Every thread of the block must call it."""
+    T = cuda.blockDim.x
+    V = logits.shape[0]
+    bv = numba.float32(-math.inf)
+    bi = numba.int32(V)                   # "none yet": loses every comparison on index
+    for i in range(tid, V, T):
+        v = logits[i]
+        if v > bv or (v == bv and i < bi):
+            bv = v
+            bi = numba.int32(i)
+    red_v[tid] = bv
+    red_i[tid] = bi
+    cuda.syncthreads()
+    s = 1
+    while s < T:
+        s *= 2
+    s //= 2
+    while s > 0:
+        if tid < s and tid + s < T:
+            if better(red_v[tid + s], red_i[tid + s], red_v[tid], red_i[tid]):
+                red_v[tid] = red_v[tid + s]
+                red_i[tid] = red_i[tid + s]
+        cuda.syncthreads()
+        s //= 2
+    if tid == 0:
+        best = red_i[0]
+        tokens[nxt] = best if best < V else 0   # V: every logit was NaN
+
+
+STAMP_FIELDS = 7   # per (block, phase): clock64 at start, ready, end; globaltimer at the same
+                   # three; the items the block did
+
+
+@cuda.jit(device=True)
+def stamp(stamps, blk, ph, which):
+    """stamps[blk, ph, which] = clock64, stamps[blk, ph, 3 + which] = globaltimer (thread 0)."""
+    if cuda.threadIdx.x == 0:
+        stamps[blk, ph, which] = clock64()
+        stamps[blk, ph, 3 + which] = globaltimer()
+
+
+# ---- the twin: the fused step's twins (grid tail), composed ------------------------------------
 def step_persistent_twin(grid, block, tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down,
                          final_norm, lm_head, eps, scale, cos, sin, k_cache, v_cache, x, q,
-                         part_o, part_ml, head_out, act, logits, counter):
-    n_head, splits, _ = part_o.shape
+                         part_o, part_ml, act, logits, counter):
+    # embed, then per layer norm_qkv_rope, attn_fused_grid (attn_partial + attn_combine),
+    # norm_swiglu, matvec_residual, then norm_lm_head_argmax: the kernel's phases, each the
+    # twin of the fused kernel whose device functions it calls. The counts end at 0, the error
+    # word as it was.
     embed_twin(None, None, tokens, pos, wte, x)
     for layer in range(wqkv.shape[0]):
         norm_qkv_rope_twin(None, None, x, norms[layer, 0], eps, wqkv[layer], 0, pos, cos, sin,
                            q, k_cache[layer], v_cache[layer])
-        attn_fused_twin((n_head, splits), None, q, k_cache[layer], v_cache[layer], pos, part_o,
-                        part_ml, scale, wo[layer], x, head_out, counter)
+        attn_fused_grid_twin(None, None, q, k_cache[layer], v_cache[layer], pos, part_o, part_ml,
+                             scale, wo[layer], x, counter)
         norm_swiglu_twin(None, None, x, norms[layer, 1], eps, w_gu[layer, 0], w_gu[layer, 1], act)
         matvec_residual_twin(None, None, w_down[layer], act, x)
     norm_lm_head_argmax_twin(None, None, x, final_norm, eps, lm_head, logits, pos, n_prompt,
                              tokens, counter)
+    counter[SLOT_EXIT:] = 0
 
+
+# ---- the kernel --------------------------------------------------------------------------------
+def _make_body(stamped: bool):
+    """step_persistent's body; stamped: thread 0 of each block writes STAMP_FIELDS per phase
+    into stamps [grid, phase_count(L), STAMP_FIELDS] int64 (the plain kernel passes a dummy and
+    compiles no stamp)."""
+
+    @cuda.jit(device=True)
+    def persistent_body(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, final_norm, lm_head,
+             eps, scale, cos, sin, k_cache, v_cache, x, q, part_o, part_ml, act, logits, counter,
+             stamps):
+        red = cuda.shared.array((ATTN_STEPS, PERSISTENT_THREADS), numba.float32)  # partial's trees
+        o_w = cuda.shared.array((ATTN_WARPS, MAX_HEAD_DIM), numba.float32)  # partial: o per warp
+        ml_w = cuda.shared.array((ATTN_WARPS, 2), numba.float32)            # partial: (m, l) per warp
+        o_sh = cuda.shared.array(MAX_D, numba.float32)                   # out proj: merged o [D]
+        ml_sh = cuda.shared.array((MERGE_MAX_PAIRS, 2), numba.float32)   # out proj: (m, l) pairs
+        w_sh = cuda.shared.array(MERGE_MAX_PAIRS, numba.float32)         # out proj: merge weights
+        red1 = cuda.shared.array(PERSISTENT_THREADS, numba.float32)      # row trees; argmax values
+        best_i = cuda.shared.array(PERSISTENT_THREADS, numba.int32)      # argmax indices
+        flag = cuda.shared.array(1, numba.int32)
+        ak = cuda.local.array(XW_UNROLL, numba.float32)    # [unroll] a row's first loads
+        bk = cuda.local.array(XW_UNROLL, numba.float32)    # [unroll] the pair's second row's
+        wk = cuda.local.array(XW_UNROLL, numba.float32)    # [unroll] the norm's weights
+        rk = cuda.local.array(ROW_UNROLL, numba.float32)   # [unroll] a plain row's first loads
+        tid = cuda.threadIdx.x
+        lane = tid % WARP
+        T = cuda.blockDim.x
+        warp = tid // WARP
+        blk = cuda.blockIdx.x
+        G = cuda.gridDim.x
+        GW = G * (T // WARP)           # warps in the grid: one round of a warp phase
+        wg = warp * G + blk            # this warp's item in round 0 (items round-robin on blocks)
+        D = x.shape[0]
+        F = act.shape[0]
+        V = logits.shape[0]
+        half = cos.shape[1]
+        hd = 2 * half
+        H = part_o.shape[0]
+        splits = part_o.shape[1]
+        n_items = H * splits
+        n_pairs = 3 * (D // 2)
+        L = wqkv.shape[0]
+        p = pos[0]                     # every block reads it here; the last to exit advances it
+        emb = wte[tokens[p]]           # [D] the embedding row: layer 0's x
+        for layer in range(L):
+            xin = emb if layer == 0 else x
+            ph = layer * 5
+            # ---- qkv: norm_qkv_rope, a warp per rotate-half pair of q, k or v
+            if stamped:
+                stamp(stamps, blk, ph, 0)
+            W = wqkv[layer]
+            wn = norms[layer, 0]
+            if blk < n_pairs:
+                base = 0
+                while base < n_pairs:
+                    pair = base + wg
+                    valid = pair < n_pairs
+                    own = pair // (D // 2)                      # 0 q, 1 k, 2 v
+                    head = (pair % (D // 2)) // half
+                    j = pair % half
+                    lo_row = own * D + head * hd + j
+                    if not valid:
+                        lo_row = W.shape[0]                     # no rows: the warp still reduces
+                    xw_load(W, lo_row, W, lo_row + half, wn, tid, ak, bk, wk)
+                    if base == 0 and layer > 0:
+                        wait_count(counter, SLOT_X_DOWN, layer * D, _wait_code(layer, 0, 0))
+                    if stamped and base == 0:
+                        stamp(stamps, blk, ph, 1)
+                    lo, hi, ss = xw_dot2_loaded(W, lo_row, W, lo_row + half, xin, wn, tid, red1,
+                                                ak, bk, wk)
+                    inv = inv_rms(ss, D, eps)
+                    lo = lo * inv
+                    hi = hi * inv
+                    if valid and lane < 2:
+                        i = head * hd + j + lane * half
+                        if own == 2:
+                            v_cache[layer, p, i] = lo if lane == 0 else hi
+                        else:
+                            c = cos[p, j]
+                            s = sin[p, j]
+                            val = lo * c - hi * s if lane == 0 else hi * c + lo * s
+                            if own == 0:
+                                q[i] = val
+                            else:
+                                k_cache[layer, p, i] = val
+                    base += GW
+            cuda.syncthreads()
+            hh = tid
+            while hh < H:                                   # the block's pairs of head hh
+                cnt = 0
+                i = blk
+                while i < n_pairs:
+                    if (i % (D // 2)) // half == hh:
+                        cnt += 1
+                    i += G
+                if cnt > 0:
+                    release_add(counter, SLOT_QKV + hh, cnt)
+                hh += T
+            if stamped:
+                stamp(stamps, blk, ph, 2)
+                if tid == 0:
+                    stamps[blk, ph, 6] = _mine(n_pairs, blk, G)
+
+            # ---- attention: attn_partial's items (head, slice), each after its head's q, k, v
+            if stamped:
+                stamp(stamps, blk, ph + 1, 0)
+            item = blk
+            while item < n_items:
+                h, s = udivmod(item, splits)
+                wait_count(counter, SLOT_QKV + h, (layer + 1) * 3 * half, _wait_code(layer, 1, h))
+                if stamped and item == blk:
+                    stamp(stamps, blk, ph + 1, 1)
+                partial_slice_at(q, k_cache[layer], v_cache[layer], p + 1, part_o, part_ml, scale,
+                                 red, o_w, ml_w, h, s, splits)
+                item += G
+            bump(counter, SLOT_PART, _mine(n_items, blk, G))
+            if stamped:
+                stamp(stamps, blk, ph + 1, 2)
+                if tid == 0:
+                    stamps[blk, ph + 1, 6] = _mine(n_items, blk, G)
+
+            # ---- output projection: attn_combine's merge and rows, x = xin + Wo @ o
+            if stamped:
+                stamp(stamps, blk, ph + 2, 0)
+            Wo = wo[layer]
+            if blk < D:
+                base = 0
+                while base < D:
+                    r = base + wg
+                    row_load(Wo, r, tid, rk)                    # Wo's row in flight meanwhile
+                    if base == 0:
+                        wait_count(counter, SLOT_PART, (layer + 1) * n_items,
+                                   _wait_code(layer, 2, 0))
+                        if stamped:
+                            stamp(stamps, blk, ph + 2, 1)
+                        merge_weights(part_ml, 0, H, ml_sh, w_sh)
+                        i = tid
+                        while i < H * hd:
+                            hh, d = udivmod(i, hd)
+                            o_sh[i] = merge_elem_sh(part_o, ml_sh, w_sh, hh * splits, hh, d)
+                            i += T
+                        cuda.syncthreads()
+                    dot = row_dot_loaded(Wo, r, o_sh, tid, red1, rk)
+                    if lane == 0 and r < D:
+                        x[r] = xin[r] + dot
+                    base += GW
+            bump(counter, SLOT_X_ATTN, _mine(D, blk, G))
+            if stamped:
+                stamp(stamps, blk, ph + 2, 2)
+                if tid == 0:
+                    stamps[blk, ph + 2, 6] = _mine(D, blk, G)
+
+            # ---- mlp up: norm_swiglu, a warp per row
+            if stamped:
+                stamp(stamps, blk, ph + 3, 0)
+            Wg = w_gu[layer, 0]
+            Wu = w_gu[layer, 1]
+            wn = norms[layer, 1]
+            if blk < F:
+                base = 0
+                while base < F:
+                    r = base + wg
+                    xw_load(Wg, r, Wu, r, wn, tid, ak, bk, wk)
+                    if base == 0:
+                        wait_count(counter, SLOT_X_ATTN, (layer + 1) * D, _wait_code(layer, 3, 0))
+                        if stamped:
+                            stamp(stamps, blk, ph + 3, 1)
+                    g, u, ss = xw_dot2_loaded(Wg, r, Wu, r, x, wn, tid, red1, ak, bk, wk)
+                    inv = inv_rms(ss, D, eps)
+                    g = g * inv
+                    u = u * inv
+                    if lane == 0 and r < F:
+                        act[r] = (g / (numba.float32(1.0) + math.exp(-g))) * u
+                    base += GW
+            bump(counter, SLOT_ACT, _mine(F, blk, G))
+            if stamped:
+                stamp(stamps, blk, ph + 3, 2)
+                if tid == 0:
+                    stamps[blk, ph + 3, 6] = _mine(F, blk, G)
+
+            # ---- down + residual: matvec_residual, a warp per row
+            if stamped:
+                stamp(stamps, blk, ph + 4, 0)
+            Wd = w_down[layer]
+            if blk < D:
+                base = 0
+                while base < D:
+                    r = base + wg
+                    row_load(Wd, r, tid, rk)
+                    if base == 0:
+                        wait_count(counter, SLOT_ACT, (layer + 1) * F, _wait_code(layer, 4, 0))
+                        if stamped:
+                            stamp(stamps, blk, ph + 4, 1)
+                    dot = row_dot_loaded(Wd, r, act, tid, red1, rk)
+                    if lane == 0 and r < D:
+                        x[r] = x[r] + dot
+                    base += GW
+            bump(counter, SLOT_X_DOWN, _mine(D, blk, G))
+            if stamped:
+                stamp(stamps, blk, ph + 4, 2)
+                if tid == 0:
+                    stamps[blk, ph + 4, 6] = _mine(D, blk, G)
+
+        # ---- LM head: norm_lm_head_argmax's rows, a warp per logit
+        ph = L * 5
+        if stamped:
+            stamp(stamps, blk, ph, 0)
+        if blk < V:
+            base = 0
+            while base < V:
+                r = base + wg
+                xw_load1(lm_head, r, lm_head, r, final_norm, tid, ak, ak, wk)
+                if base == 0:
+                    wait_count(counter, SLOT_X_DOWN, L * D, _wait_code(L, PHASE_LM, 0))
+                    if stamped:
+                        stamp(stamps, blk, ph, 1)
+                dot, ss = xw_dot_loaded(lm_head, r, x, final_norm, tid, red1, ak, wk)
+                if lane == 0 and r < V:
+                    logits[r] = dot * inv_rms(ss, D, eps)
+                base += GW
+        if stamped:
+            stamp(stamps, blk, ph, 2)
+            stamp(stamps, blk, ph + 1, 0)
+            if tid == 0:
+                stamps[blk, ph, 6] = _mine(V, blk, G)
+        # ---- exit: the last block picks the token, advances pos and zeroes the counts
+        if arrive_last(counter, SLOT_EXIT, G, flag):
+            nxt = p + 1
+            if nxt < tokens.shape[0] and nxt >= n_prompt[0]:    # uniform over the block
+                block_pick(logits, tokens, nxt, tid, red1, best_i)
+            if tid == 0:
+                pos[0] = nxt
+                for sl in range(SLOT_EXIT + 1, counter.shape[0]):
+                    counter[sl] = 0          # every block is past its last wait
+            if stamped:
+                stamp(stamps, blk, ph + 1, 1)
+                if tid == 0:
+                    stamps[blk, ph + 1, 6] = 1
+        if stamped:
+            stamp(stamps, blk, ph + 1, 2)
+
+    return persistent_body
+
+
+_body = _make_body(False)
+_body_stamped = _make_body(True)
 
 _SIG = ("void(int32[::1], int32[::1], int32[::1], float32[:, ::1], float32[:, :, ::1], "
         "float32[:, :, ::1], float32[:, :, ::1], float32[:, :, :, ::1], float32[:, :, ::1], "
         "float32[::1], float32[:, ::1], float32, float32, float32[:, ::1], float32[:, ::1], "
         "{kv}[:, :, ::1], {kv}[:, :, ::1], float32[::1], float32[::1], float32[:, :, ::1], "
-        "float32[:, :, ::1], float32[:, ::1], float32[::1], float32[::1], int32[::1])")
+        "float32[:, :, ::1], float32[::1], float32[::1], int32[::1]{extra})")
+STAMPED_SIGS = tuple(_SIG.format(kv=kv, extra=", int64[:, :, ::1]") for kv in ("float32", "float16"))
 
 
-@kernel(_SIG.format(kv="float32"), _SIG.format(kv="float16"), twin=step_persistent_twin,
-        reads=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 14, 15, 16, 24),
-        writes=(0, 1, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24),
+@kernel(_SIG.format(kv="float32", extra=""), _SIG.format(kv="float16", extra=""),
+        twin=step_persistent_twin,
+        reads=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 14, 15, 16, 23),
+        writes=(0, 1, 15, 16, 17, 18, 19, 20, 21, 22, 23),
         jit_options={"launch_bounds": (PERSISTENT_THREADS,)})
 def step_persistent(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, final_norm,
-                    lm_head, eps, scale, cos, sin, k_cache, v_cache, x, q, part_o, part_ml,
-                    head_out, act, logits, counter):
-    """One decode step: the fused step's 18 kernels as phases of one cooperative kernel.
+                    lm_head, eps, scale, cos, sin, k_cache, v_cache, x, q, part_o, part_ml, act,
+                    logits, counter):
+    """One decode step in one cooperative launch: the fused step's phases (LAB_ATTN_TAIL=grid),
+    each waiting only for the counts of what it reads.
 
     tokens [max_seq], pos [1], n_prompt [1] int32; wte [V, D]; norms [L, 2, D] (attention's,
     the MLP's); wqkv [L, 3D, D]; wo [L, D, D]; w_gu [L, 2, F, D] (gate, up); w_down [L, D, F];
     final_norm [D]; lm_head [V, D]; cos/sin [max_seq, hd/2]; k_cache/v_cache [L, max_seq, D];
     x, q [D]; part_o [n_head, splits, hd], part_ml [n_head, splits, 2] (the plan's view);
-    head_out [n_head, D]; act [F]; logits [V]; counter [n_head + 2] int32 (0 between launches).
-    Grid persistent_geometry (any number of co-resident blocks), block T >= 256.
+    act [F]; logits [V]; counter [counter_slots(n_head)] int32: the error word, then counts
+    that are 0 between launches. Grid persistent_geometry (any number of co-resident blocks),
+    block PERSISTENT_THREADS = 128.
 
-    One block size for the whole kernel, T = `fused.attention_threads(head_dim)` (512 for the
-    model: what `slice_partial` needs; `launch_bounds` caps a thread at 128 registers so a block
-    fits one SM). Every block must be resident for a grid barrier to return, hence the
-    persistent grid; the simulator backend uses SIM_GRID = 132 (no bits depend on which block
-    does an item). Each phase walks its items over virtual blocks, `for base in
-    range(blockIdx.x * warps, n, gridDim.x * warps)`, so any grid down to one block (numba's
-    simulator runs cooperative grids of one block only) does all the work; the loop bounds are
-    the same in every thread of a block (the simulator's block barriers need that).
+    One token (items go round-robin over the blocks, so every phase spreads over every SM; a
+    "wait" is `wait_count` on one count, a "bump" the block's release-add to it):
+      qkv        norm_qkv_rope's warps, a warp per rotate-half pair (the norm folded): the
+                 pair's rows of Wqkv loaded, then wait x (every down row of the layer before;
+                 layer 0 reads the embedding row itself); bump each head's count
+      attention  attn_partial's items (head, slice), a block each: wait for the item's head's
+                 q, k, v pairs only; bump the partials' count
+      out proj   attn_combine's rows, a warp per row of Wo: the row loaded, then wait every
+                 partial, merge o into shared memory, x[r] = xin[r] + Wo[r] . o; bump
+      mlp up     norm_swiglu's rows: gate and up rows loaded, wait every out-proj row; bump
+      down       matvec_residual's rows: the row loaded, wait every act row, x[r] += ...; bump
+      LM head    norm_lm_head_argmax's rows: wait every down row of the last layer
+      exit       `arrive_last` over every block; the last picks the id (block_pick), advances
+                 pos and zeroes the counts
+    Every wait is on phases before it, whose items every block does before its own later
+    phases, so with every block resident (the cooperative launch) nothing waits for ever, for
+    any grid >= 1: one block does everything in order (numba's simulator runs exactly that).
+    No result depends on which block does an item or arrives first: each item's arithmetic is
+    its fused kernel's, whoever runs it, and the counts only say when to read.
 
-    One token ("| sync": a grid barrier, cg.this_grid().sync()):
-      embed       x = wte[tokens[pos]], written during layer 0's first phase, which reads the
-                  embedding row itself
-      per layer
-        qkv       norm_qkv_rope's warps: the norm folded (xw_dot2), RoPE, q and the KV row | sync
-        attention attn_fused's blocks: an item per (head, split), slice_partial; the last item
-                  of each head merges and projects it, the last head adds the heads and the
-                  residual to x (`head_tail`, the same counters)                        | sync
-        mlp up    norm_swiglu's warps, the norm folded                                 | sync
-        down      matvec_residual's warps: x[r] += W_down[r] . act                     | sync
-      lm head     norm_lm_head_argmax's warps; the last block (arrive_last) picks the id and
-                  advances pos
-    4 barriers per layer. Dependencies that are not all-to-all never wait at a barrier: they go
-    through `arrive_last` elections (never a spin), reset by their last arriver, so a replay
-    starts clean; the same slots serve every layer. A grid barrier costs about 1.6 us at 132
-    blocks of 512 threads on the H200 (data/gpu/grid_barrier.json), more than a graph node
-    boundary (kernel_costs.json: floors.empty, about 0.5 us): what the kernel can win is each
-    node's launch and tail, not the barriers.
-
-    Choices: splits come from the plan (part_o's shape), so the graph cache works as for the
-    fused step and every position keeps the fused step's slicing, which its bits depend on. An
-    election, not a per-dependency spin: it needs no co-residency and never waits. The heads'
-    sum stays in the elected last head, so x exists before the MLP's barrier. No double buffer
-    of x: a phase that writes x writes rows no other warp reads in that phase. Limits: T >= 256
-    (pick_next's block argmax), head_dim <= MAX_HEAD_DIM, the grid co-resident.
+    Bounded: a wait gives up after SPIN_LIMIT polls and writes its `wait_code` to the error
+    word (lab/engine/persistent.py reads it after a decode and raises a DeviceFault naming the
+    wait); the other waits then stop at their next look at it. Limits: head_dim <= 128, D <=
+    MAX_D, n_head * splits <= MERGE_MAX_PAIRS, the grid co-resident.
     """
     pdl_wait()
-    grid = cuda.cg.this_grid()
-    q_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)   # [hd] a head's query
-    sc = cuda.shared.array(MAX_HEAD_DIM, numba.float32)     # [tile] scores, then exp weights
-    red = cuda.shared.array(MAX_THREADS, numba.float32)     # [threads] trees; argmax values
-    best_i = cuda.shared.array(MAX_THREADS, numba.int32)    # [threads] argmax indices
-    o_sh = cuda.shared.array(MAX_HEAD_DIM, numba.float32)   # [hd] a head's merged output
-    flag = cuda.shared.array(1, numba.int32)
-    tid = cuda.threadIdx.x
-    lane = tid % WARP
-    T = cuda.blockDim.x
-    warps = T // WARP
-    blk = cuda.blockIdx.x
-    G = cuda.gridDim.x
-    D = x.shape[0]
-    F = act.shape[0]
-    V = logits.shape[0]
-    half = cos.shape[1]
-    hd = 2 * half
-    H = part_o.shape[0]
-    splits = part_o.shape[1]
-    p = pos[0]                      # every block reads it here; only the last block advances it
-    emb = wte[tokens[p]]            # [D] the embedding row: layer 0's input
-    for i in range(blk * T + tid, D, G * T):
-        x[i] = emb[i]               # embed's x, read by layer 0's attention tail after a barrier
+    require_cooperative()
+    stamps = cuda.local.array((1, 1, STAMP_FIELDS), numba.int64)   # unused: no stamp compiled
+    _body(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, final_norm, lm_head, eps,
+          scale, cos, sin, k_cache, v_cache, x, q, part_o, part_ml, act, logits, counter, stamps)
 
-    for layer in range(wqkv.shape[0]):
-        xin = emb if layer == 0 else x
-        W = wqkv[layer]
-        # ---- qkv: norm_qkv_rope, a warp per rotate-half pair of q, k or v
-        n_pairs = 3 * (D // 2)
-        for base in range(blk * warps, n_pairs, G * warps):
-            pair = base + tid // WARP
-            own = pair // (D // 2)                          # 0 q, 1 k, 2 v
-            head = (pair % (D // 2)) // half
-            j = pair % half
-            lo_row = own * D + head * hd + j
-            valid = pair < n_pairs
-            if not valid:
-                lo_row = W.shape[0]                         # no rows: the warp still reduces
-            lo, hi, ss = xw_dot2(W, lo_row, W, lo_row + half, xin, norms[layer, 0], tid, red)
-            inv = inv_rms(ss, D, eps)
-            lo = lo * inv
-            hi = hi * inv
-            if valid and lane < 2:
-                i = head * hd + j + lane * half
-                if own == 2:
-                    v_cache[layer, p, i] = lo if lane == 0 else hi
-                else:
-                    c = cos[p, j]
-                    s = sin[p, j]
-                    val = lo * c - hi * s if lane == 0 else hi * c + lo * s
-                    if own == 0:
-                        q[i] = val
-                    else:
-                        k_cache[layer, p, i] = val
-        grid.sync()
 
-        # ---- attention: attn_fused, an item per (head, split); elected tails
-        Wo = wo[layer]
-        for item in range(blk, H * splits, G):
-            h = item // splits
-            slice_partial_at(q, k_cache[layer], v_cache[layer], p + 1, part_o, part_ml, scale,
-                             q_sh, sc, red, h, item % splits, splits)
-            if arrive_last(counter, h, splits, flag):       # the last of head h's items
-                head_tail(part_o, part_ml, Wo, x, head_out, counter, h, o_sh, red, flag)
-        grid.sync()
-
-        # ---- mlp up: norm_swiglu, a warp per row
-        for base in range(blk * warps, F, G * warps):
-            r = base + tid // WARP
-            g, u, ss = xw_dot2(w_gu[layer, 0], r, w_gu[layer, 1], r, x, norms[layer, 1], tid, red)
-            inv = inv_rms(ss, D, eps)
-            g = g * inv
-            u = u * inv
-            if lane == 0 and r < F:
-                act[r] = (g / (numba.float32(1.0) + math.exp(-g))) * u
-        grid.sync()
-
-        # ---- down + residual: matvec_residual, a warp per row
-        for base in range(blk * warps, D, G * warps):
-            r = base + tid // WARP
-            dot = row_dot(w_down[layer], r, act, tid, red)
-            if lane == 0 and r < D:
-                x[r] = x[r] + dot
-        grid.sync()
-
-    # ---- lm head: norm_lm_head_argmax; the last block picks the next id and advances pos
-    for base in range(blk * warps, V, G * warps):
-        r = base + tid // WARP
-        dot, ss = xw_dot(lm_head, r, x, final_norm, tid, red)
-        if lane == 0 and r < V:
-            logits[r] = dot * inv_rms(ss, D, eps)
-    n_vb = (V + warps - 1) // warps                         # blocks' worth of logits
-    if blk < n_vb:                                          # the blocks that wrote some
-        if arrive_last(counter, H + 1, min(G, n_vb), flag):
-            nxt = p + 1
-            if nxt < tokens.shape[0] and nxt >= n_prompt[0]:    # uniform over the block
-                pick_next(logits, tokens, nxt, tid, red, best_i)  # (threads >= 256 ignored)
-            if tid == 0:
-                pos[0] = nxt
+def step_persistent_stamped(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down,
+                            final_norm, lm_head, eps, scale, cos, sin, k_cache, v_cache, x, q,
+                            part_o, part_ml, act, logits, counter, stamps):
+    """`step_persistent` with stamps [grid, phase_count(L), STAMP_FIELDS] int64: per block and
+    phase, clock64 and globaltimer at its start, when its wait returned (its start where it
+    waits for nothing; 0 where the block has no item) and its end, then its item count. Not
+    registered (no step runs it): scripts/megakernel_probe.py and kernels/check.py compile it
+    with STAMPED_SIGS."""
+    pdl_wait()
+    require_cooperative()
+    _body_stamped(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, final_norm, lm_head,
+                  eps, scale, cos, sin, k_cache, v_cache, x, q, part_o, part_ml, act, logits,
+                  counter, stamps)
 
 
 # ---- the cases kernels/check.py runs
 CASES = {
-    # numba's simulator runs a cooperative grid of ONE block only (its grid sync is the block's
-    # barrier): the kernel runs at grid (1,) there, its virtual-block loops doing all the work.
-    # One layer under the simulator (every phase and barrier of a layer, the LM head; the
-    # layer loop's second pass costs another ~10 s of simulated threads there), two on a GPU
-    "tiny": dict(L=1, D=8, H=2, hd=4, F=8, V=11, S=16, T=256),
+    # numba's simulator runs blocks one after another, so a grid of more than one block would
+    # spin for ever there: the kernel runs at grid (1,), one block doing every item in order.
+    # One layer under the simulator; two on a GPU, at grids of 1, 2, 7 and 132 blocks
+    "tiny": dict(L=1, D=8, H=2, hd=4, F=8, V=11, S=16, T=PERSISTENT_THREADS),
     "gpu_layers": 2,
-    "gpu_grids": ((1,), (2,), (7,)),
+    "gpu_grids": ((1,), (2,), (7,), (132,)),
     # (KV dtype, position, splits, n_prompt): a generated slot; a prompt slot (no token
     # written), an empty slice (L = 10 over 4 slices of 3) and a float16 cache. The simulator
     # runs the first

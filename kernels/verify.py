@@ -4,7 +4,7 @@ Contents
   embed_cols_grid, cols_grid, matmat_grid, rope_cols_grid  geometry
   embed_cols              X[t] = wte[cols[t]] (embed's gather)
   rmsnorm_cols            row t normalised by rmsnorm's device functions: rmsnorm(X[t])'s bits
-  stage_cols, _make_lane_dots (lane_dots, lane_dots2), matmat_rows  the matmat body
+  _make_col_dots (col_dots, col_dots2)  a lane's fma chains, one per column: the matmat body
   matmat, matmat_residual out[t] (+)= W @ Xc[t]: matvec(W, Xc[t])'s bits
   swiglu_cols             swiglu_up's formula per column: swiglu_up(Xc[t])'s bits
   rope_kv_append_cols     rope_kv_append at position p + t per column
@@ -14,7 +14,18 @@ Contents
 A verify step feeds T = k + 1 <= MAX_COLS columns (column t at position p + t: the current
 token, then k drafted ones, kernels/draft.py) through the model in one pass. Each kernel is a
 one-token kernel's work over the T columns, in that kernel's order per column. Its attention
-(verify_partial, verify_merge) is kernels/verify_attention.py.
+(verify_partial, verify_merge) and the column reductions (lane_sums16) are
+kernels/verify_attention.py.
+
+The products keep matvec's order, so matvec's bits: one warp per row of W, lane l's fma chain
+over k = l, l + 32, ... in increasing k (one chain per column), then the tree over the 32
+lanes. Each W[r, k] is loaded once for all columns; the columns are read straight from global
+memory (each warp reads the same T x K values: L1 serves all but the first), and the T sums
+over the lanes are ONE reduce-scatter (`lane_sums16`: 16 shuffles for any T <= 9, where a
+warp_sum per column costs 5 T), after which lane 2t holds column t's total and writes it. A
+lane computes all MAX_COLS chains whatever T (column t >= T re-reads column T - 1 and is never
+written): straight-line code with every load of a group in flight together, no branch per
+column, no shared memory, no barrier.
 """
 import math
 
@@ -23,20 +34,23 @@ import numpy as np
 from numba import cuda
 
 from kernels.registry import kernel
-from kernels.attention import udivmod
 from kernels.draft import MAX_COLS
-from kernels.matvec import MATVEC_ROWS_PER_BLOCK, MATVEC_THREADS, ROW_UNROLL, WARP, load_group
+from kernels.matvec import MATVEC_ROWS_PER_BLOCK, WARP
 from kernels.matvec import grid_for as rows_grid
 from kernels.pdl import pdl_launch_dependents, pdl_wait
-from kernels.reduce import warp_sum
+from kernels.reduce import SHUFFLES
 from kernels.rmsnorm import RMSNORM_THREADS, normalise, rmsnorm_twin, sum_squares
 from kernels.rope import rope_rows, rope_elem
 from kernels.sample import ARGMAX_THREADS, argmax_twin_index, pick_next
-from kernels.verify_attention import check_cols, step_elem
+from kernels.verify_attention import check_cols, lane_sums16
 
 EMBED_COLS_THREADS = 128
-MATMAT_MAX_K = 1024       # matmat / swiglu_cols stage the T columns [T, K <= this] in shared memory
-STAGE_GROUP = 8           # column elements a thread loads before storing them (in flight together)
+COL_SLOTS = 16            # MAX_COLS rounded up to a power of two: lane_sums16's slots
+COL_UNROLL = 8            # k a lane takes per pass (K = 256 in one): W's and the columns' loads
+                          # of a pass in flight together before its fmas
+# the simulator's trees sum the 16 slots in shared memory [slots, threads]; a GPU needs none
+COL_TREE = (1, 1) if SHUFFLES else (COL_SLOTS, 128)
+assert MAX_COLS <= COL_SLOTS
 
 
 # ---------------------------------------------------------------- geometry
@@ -51,11 +65,9 @@ def cols_grid(cols: int):
     return (check_cols(cols),), (RMSNORM_THREADS,)
 
 
-def matmat_grid(n_rows: int, k: int = 0):
-    """(grid, block) for `matmat`, `matmat_residual`, `swiglu_cols` over n_rows rows of length k:
-    matvec's warp per row."""
-    if k > MATMAT_MAX_K:
-        raise ValueError(f"rows of {k}: matmat stages columns of at most MATMAT_MAX_K = {MATMAT_MAX_K}")
+def matmat_grid(n_rows: int):
+    """(grid, block) for `matmat`, `matmat_residual`, `swiglu_cols` over n_rows rows: matvec's
+    warp per row (4 rows a block of 128)."""
     return rows_grid(n_rows)
 
 
@@ -103,85 +115,63 @@ def rmsnorm_cols(X, w, out, eps):
 
 # ---------------------------------------------------------------- matmat, swiglu_cols
 
-@cuda.jit(device=True)
-def stage_cols(Xc, x_sh):
-    """x_sh[t, k] = Xc[t, k] (t < T, k < K) by the whole block, each thread's STAGE_GROUP loads
-    in flight before their stores; ends with a barrier (every thread must call it)."""
-    T = Xc.shape[0]
-    K = Xc.shape[1]
-    t, k = udivmod(cuda.threadIdx.x, K)           # this thread's first element
-    dt, dk = udivmod(cuda.blockDim.x, K)          # and the step to its next one
-    xr = cuda.local.array(STAGE_GROUP, numba.float32)  # [group] loads in flight
-    while t < T:
-        tt = t
-        kk = k
-        for j in range(STAGE_GROUP):              # the group's loads first ...
-            if tt < T:
-                xr[j] = Xc[tt, kk]
-            tt, kk = step_elem(tt, kk, dt, dk, K)
-        for j in range(STAGE_GROUP):              # ... then its stores
-            if t < T:
-                x_sh[t, k] = xr[j]
-            t, k = step_elem(t, k, dt, dk, K)
-    cuda.syncthreads()
-
-
-def _make_lane_dots(pair: bool):
-    """The one body of `lane_dots` and `lane_dots2`; pair: a second matrix's chains beside the
-    first's, its loads in flight with them."""
+def _make_col_dots(pair: bool):
+    """The one body of `col_dots` and `col_dots2`; pair: a second matrix's chains beside the
+    first's (swiglu's gate and up rows), its loads in flight with them."""
 
     @cuda.jit(device=True)
-    def lane_dots2(Wa, Wb, r, x_sh, T, acc_a, acc_b, ak, bk):
-        """acc_a[t] = this lane's part of Wa[r] . x[t] for t < T (and acc_b[t] of Wb[r] . x[t]);
-        x_sh: shared [MAX_COLS, K], the columns `stage_cols` staged. Fma chains over k = lane,
-        lane + 32, ... in increasing k from +0.0 (row_dot's), each W[r, k] loaded once for all
-        T columns. acc_*: local [MAX_COLS]; entries past T (and every entry when r >= N) are 0.
-        ak, bk: local [ROW_UNROLL] holding the lane's first group of each row (`load_group(W,
-        r, lane, wk)`, issued before the staging, so the two overlap)."""
-        lane = cuda.threadIdx.x % WARP
-        for t in range(MAX_COLS):
+    def col_dots2(Wa, Wb, r, Xc, lane, acc_a, acc_b, wa, wb, xk):
+        """acc_a[t] = lane's part of Wa[r] . Xc[t] for t < MAX_COLS (and acc_b[t] of Wb[r] .
+        Xc[t]): fma over k = lane, lane + 32, ... in increasing k from +0.0 (row_dot's chain),
+        each W[r, k] loaded once for every column. Column t >= T reads column T - 1 (straight
+        code, no branch per column); slots past MAX_COLS and every slot of a row r >= N are 0.
+        acc_*: local [COL_SLOTS]; wa, wb: [COL_UNROLL]; xk: [MAX_COLS, COL_UNROLL]."""
+        for t in range(COL_SLOTS):
             acc_a[t] = numba.float32(0.0)
             if pair:
                 acc_b[t] = numba.float32(0.0)
         if r < Wa.shape[0]:
             K = Wa.shape[1]
-            for k0 in range(lane, K, ROW_UNROLL * WARP):
-                if k0 != lane:               # every load of a later group first ...
-                    load_group(Wa, r, k0, ak)
-                    if pair:
-                        load_group(Wb, r, k0, bk)
-                for j in range(ROW_UNROLL):  # ... then the fmas, in increasing k, each column's own
+            T = Xc.shape[0]
+            for k0 in range(lane, K, COL_UNROLL * WARP):
+                for j in range(COL_UNROLL):        # the pass's loads first: W's ...
                     k = k0 + j * WARP
                     if k < K:
-                        ku = numba.uint64(k)
-                        for t in range(MAX_COLS):
-                            if t < T:
-                                x = x_sh[t, ku]
-                                acc_a[t] = cuda.fma(ak[j], x, acc_a[t])
-                                if pair:
-                                    acc_b[t] = cuda.fma(bk[j], x, acc_b[t])
+                        ku = numba.uint64(k)       # unsigned: no negative-index wraparound code
+                        wa[j] = Wa[r, ku]
+                        if pair:
+                            wb[j] = Wb[r, ku]
+                for t in range(MAX_COLS):          # ... and every column's
+                    tu = numba.uint64(min(t, T - 1))
+                    for j in range(COL_UNROLL):
+                        k = k0 + j * WARP
+                        if k < K:
+                            xk[t, j] = Xc[tu, numba.uint64(k)]
+                for t in range(MAX_COLS):          # then the fmas, each column in increasing k
+                    for j in range(COL_UNROLL):
+                        if k0 + j * WARP < K:
+                            acc_a[t] = cuda.fma(wa[j], xk[t, j], acc_a[t])
+                            if pair:
+                                acc_b[t] = cuda.fma(wb[j], xk[t, j], acc_b[t])
 
-    return lane_dots2
+    return col_dots2
 
 
-_lane_dots1 = _make_lane_dots(pair=False)
-lane_dots2 = _make_lane_dots(pair=True)
+_col_dots1 = _make_col_dots(pair=False)
+col_dots2 = _make_col_dots(pair=True)
 
 
 @cuda.jit(device=True)
-def lane_dots(W, r, x_sh, T, acc, wk):
-    """`lane_dots2` for one matrix: acc[t] = this lane's part of W[r] . x[t]; wk: its first
-    group (`load_group`)."""
-    _lane_dots1(W, W, r, x_sh, T, acc, acc, wk, wk)
+def col_dots(W, r, Xc, lane, acc, wk, xk):
+    """`col_dots2` for one matrix: acc[t] = lane's part of W[r] . Xc[t]."""
+    _col_dots1(W, W, r, Xc, lane, acc, acc, wk, wk, xk)
 
 
 def matmat_twin(grid, block, W, Xc, out):
-    assert Xc.shape[1] <= MATMAT_MAX_K, "matmat stages columns of at most MATMAT_MAX_K"
     out[:] = (W @ Xc.T).T     # [T, N]; W @ Xc.T: NumPy's fast orientation for a C-order W
 
 
 def matmat_residual_twin(grid, block, W, Xc, out):
-    assert Xc.shape[1] <= MATMAT_MAX_K, "matmat stages columns of at most MATMAT_MAX_K"
     out[:] = out + (W @ Xc.T).T
 
 
@@ -189,25 +179,24 @@ _MATMAT_SIG = "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])"
 
 
 @cuda.jit(device=True)
-def matmat_rows(W, Xc, out, add, red, x_sh, acc, wk):
+def matmat_rows(W, Xc, out, add, red, acc, wk, xk):
     """The body of `matmat` (add False: out = ...) and `matmat_residual` (add True: out += ...)
-    for this thread's warp's row of W; every thread of the block calls it. red, x_sh, acc, wk:
-    the kernel's shared [threads] and [MAX_COLS, MATMAT_MAX_K], local [MAX_COLS] and
-    [ROW_UNROLL] scratch."""
-    if Xc.shape[1] > MATMAT_MAX_K:                                   # (uniform) no room: the
-        return                                                       # grid helper refuses it
+    for this thread's warp's row of W; every thread of the block calls it. red: the simulator's
+    shared [COL_TREE]; acc, wk, xk: local [COL_SLOTS], [COL_UNROLL], [MAX_COLS, COL_UNROLL]."""
     tid = cuda.threadIdx.x
     lane = tid % WARP
-    r = cuda.blockIdx.x * MATVEC_ROWS_PER_BLOCK + tid // WARP
-    T = Xc.shape[0]
-    load_group(W, r, lane, wk)           # the first weights in flight while the columns stage
-    stage_cols(Xc, x_sh)
-    lane_dots(W, r, x_sh, T, acc, wk)
-    for t in range(MAX_COLS):
-        if t < T:                       # uniform over the block: every thread sums every column
-            dot = warp_sum(acc[t], tid, red)
-            if lane == t and r < out.shape[1]:
-                out[t, r] = (out[t, r] + dot) if add else dot
+    r = cuda.blockIdx.x * MATMAT_ROWS + tid // WARP
+    c = lane >> 1                        # the column this lane's slot holds after lane_sums16
+    cu = numba.uint64(min(c, Xc.shape[0] - 1))
+    ru = numba.uint64(min(r, out.shape[1] - 1))
+    res = out[cu, ru] if add else numba.float32(0.0)   # the residual in flight from the start
+    col_dots(W, r, Xc, lane, acc, wk, xk)
+    dot = lane_sums16(acc, tid, red)
+    if lane % 2 == 0 and c < Xc.shape[0] and r < out.shape[1]:
+        out[cu, ru] = (res + dot) if add else dot
+
+
+MATMAT_ROWS = MATVEC_ROWS_PER_BLOCK   # 4: one warp per row of a 128-thread block
 
 
 @kernel(_MATMAT_SIG, twin=matmat_twin, reads=(0, 1), writes=(2,))
@@ -215,17 +204,17 @@ def matmat(W, Xc, out):
     """out[t, r] = W[r] . Xc[t]; W [N, K], Xc [T, K], out [T, N]; grid ceil(N/4), block 128.
 
     One warp per row of W as in matvec: the warp loads each W[r, k] once and uses it for all T
-    columns (the weights are the bytes of a decode step, so T columns cost about one). The
-    block first stages the T columns in shared memory (`stage_cols`; K <= MATMAT_MAX_K), so
-    the inner loop's column reads wait on no global load; lane l keeps one fma chain per
-    column (`lane_dots`), then `warp_sum` per column: row_dot's order."""
+    columns (the weights are the bytes of a decode step, so T columns cost about one). Lane l
+    keeps one fma chain per column (`col_dots`), the columns read from global memory beside
+    the weights, COL_UNROLL = 8 k a pass; `lane_sums16` sums the chains over the lanes in
+    warp_sum's order (row_dot's: matvec's bits per column) and leaves column t in lane 2t."""
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
-    red = cuda.shared.array(MATVEC_THREADS, numba.float32)           # [threads] (simulator's tree)
-    x_sh = cuda.shared.array((MAX_COLS, MATMAT_MAX_K), numba.float32)  # [T, K] the columns
-    acc = cuda.local.array(MAX_COLS, numba.float32)                  # [cols] this lane's chains
-    wk = cuda.local.array(ROW_UNROLL, numba.float32)                 # [unroll] this lane's W[r, k]
-    matmat_rows(W, Xc, out, False, red, x_sh, acc, wk)
+    red = cuda.shared.array(COL_TREE, numba.float32)                  # (simulator's tree)
+    acc = cuda.local.array(COL_SLOTS, numba.float32)                  # [slots] this lane's chains
+    wk = cuda.local.array(COL_UNROLL, numba.float32)                  # [unroll] W[r, k]
+    xk = cuda.local.array((MAX_COLS, COL_UNROLL), numba.float32)      # [cols, unroll] Xc[t, k]
+    matmat_rows(W, Xc, out, False, red, acc, wk, xk)
 
 
 @kernel(_MATMAT_SIG, twin=matmat_residual_twin, reads=(0, 1, 2), writes=(2,))
@@ -233,15 +222,14 @@ def matmat_residual(W, Xc, out):
     """out[t, r] += W[r] . Xc[t] (the residual streams updated in place); Xc never aliases out."""
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
-    red = cuda.shared.array(MATVEC_THREADS, numba.float32)           # [threads] (simulator's tree)
-    x_sh = cuda.shared.array((MAX_COLS, MATMAT_MAX_K), numba.float32)  # [T, K] the columns
-    acc = cuda.local.array(MAX_COLS, numba.float32)                  # [cols] this lane's chains
-    wk = cuda.local.array(ROW_UNROLL, numba.float32)                 # [unroll] this lane's W[r, k]
-    matmat_rows(W, Xc, out, True, red, x_sh, acc, wk)
+    red = cuda.shared.array(COL_TREE, numba.float32)                  # (simulator's tree)
+    acc = cuda.local.array(COL_SLOTS, numba.float32)                  # [slots] this lane's chains
+    wk = cuda.local.array(COL_UNROLL, numba.float32)                  # [unroll] W[r, k]
+    xk = cuda.local.array((MAX_COLS, COL_UNROLL), numba.float32)      # [cols, unroll] Xc[t, k]
+    matmat_rows(W, Xc, out, True, red, acc, wk, xk)
 
 
 def swiglu_cols_twin(grid, block, W_gate, W_up, Xc, act):
-    assert Xc.shape[1] <= MATMAT_MAX_K, "swiglu_cols stages columns of at most MATMAT_MAX_K"
     g = (W_gate @ Xc.T).T                                  # [T, F]
     u = (W_up @ Xc.T).T                                    # [T, F]
     with np.errstate(over="ignore"):  # exp(-g) -> inf for very negative g: silu -> -0, fine
@@ -252,31 +240,25 @@ def swiglu_cols_twin(grid, block, W_gate, W_up, Xc, act):
         twin=swiglu_cols_twin, reads=(0, 1, 2), writes=(3,))
 def swiglu_cols(W_gate, W_up, Xc, act):
     """act[t, r] = silu(W_gate[r] . Xc[t]) * (W_up[r] . Xc[t]); W_* [F, D], Xc [T, D], act [T, F];
-    grid ceil(F/4), block 128."""
+    grid ceil(F/4), block 128. matmat's body over both rows at once (`col_dots2`), the two
+    reduce-scatters side by side."""
     pdl_wait()
     pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
-    red = cuda.shared.array(MATVEC_THREADS, numba.float32)           # [threads] (simulator's tree)
-    x_sh = cuda.shared.array((MAX_COLS, MATMAT_MAX_K), numba.float32)  # [T, D] the columns
-    acc_g = cuda.local.array(MAX_COLS, numba.float32)                # [cols] gate chains
-    acc_u = cuda.local.array(MAX_COLS, numba.float32)                # [cols] up chains
-    gk = cuda.local.array(ROW_UNROLL, numba.float32)                 # [unroll] W_gate[r, k]
-    uk = cuda.local.array(ROW_UNROLL, numba.float32)                 # [unroll] W_up[r, k]
-    if Xc.shape[1] > MATMAT_MAX_K:                                   # (uniform) no room: the
-        return                                                       # grid helper refuses it
+    red = cuda.shared.array(COL_TREE, numba.float32)                  # (simulator's tree)
+    acc_g = cuda.local.array(COL_SLOTS, numba.float32)                # [slots] gate chains
+    acc_u = cuda.local.array(COL_SLOTS, numba.float32)                # [slots] up chains
+    gk = cuda.local.array(COL_UNROLL, numba.float32)                  # [unroll] W_gate[r, k]
+    uk = cuda.local.array(COL_UNROLL, numba.float32)                  # [unroll] W_up[r, k]
+    xk = cuda.local.array((MAX_COLS, COL_UNROLL), numba.float32)      # [cols, unroll] Xc[t, k]
     tid = cuda.threadIdx.x
     lane = tid % WARP
-    r = cuda.blockIdx.x * MATVEC_ROWS_PER_BLOCK + tid // WARP
-    T = Xc.shape[0]
-    load_group(W_gate, r, lane, gk)      # the first weights in flight while the columns stage
-    load_group(W_up, r, lane, uk)
-    stage_cols(Xc, x_sh)
-    lane_dots2(W_gate, W_up, r, x_sh, T, acc_g, acc_u, gk, uk)
-    for t in range(MAX_COLS):
-        if t < T:
-            g = warp_sum(acc_g[t], tid, red)
-            u = warp_sum(acc_u[t], tid, red)
-            if lane == t and r < act.shape[1]:
-                act[t, r] = (g / (numba.float32(1.0) + math.exp(-g))) * u
+    r = cuda.blockIdx.x * MATMAT_ROWS + tid // WARP
+    col_dots2(W_gate, W_up, r, Xc, lane, acc_g, acc_u, gk, uk, xk)
+    g = lane_sums16(acc_g, tid, red)
+    u = lane_sums16(acc_u, tid, red)
+    c = lane >> 1
+    if lane % 2 == 0 and c < Xc.shape[0] and r < act.shape[1]:
+        act[c, r] = (g / (numba.float32(1.0) + math.exp(-g))) * u
 
 
 # ---------------------------------------------------------------- rope_kv_append_cols
@@ -354,8 +336,9 @@ CASES = {
     "cols": 3,   # T = k + 1 with k = 2 drafted tokens
     "rope_positions": lambda c: (0, 5, c["max_seq"] - 2),   # max_seq - 2: column 2 is past max_seq
     "rmsnorm_sizes": lambda c: (c["D"], 300),               # 300 > 256 threads
-    # (N, K): V rows end in a part block of the 4 rows per block; 40 > 32 lanes
-    "matmat_shapes": lambda c: ((c["V"], c["D"]), (5, 40)),
+    # (N, K): V rows end in a part block of the 4 rows per block; 40 > 32 lanes; 300 > COL_UNROLL
+    # * 32 = 256: two passes, the second a part one
+    "matmat_shapes": lambda c: ((c["V"], c["D"]), (5, 40), (3, 300)),
     "argmax_wide": 300,   # logits past the 256 threads' first stride
     "tol": {"embed_cols": (0.0, 0), "rope_kv_append_cols": (1e-6, 4), "rmsnorm_cols": (1e-6, 16),
             "matmat": (1e-5, 8), "matmat_residual": (1e-5, 8), "swiglu_cols": (1e-5, 16),

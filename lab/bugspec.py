@@ -148,6 +148,8 @@ def _refused(toggles, bugs, allowed_bugs, why_bugs: str) -> list[tuple[str, str]
 
 
 DRAFT_SPLITS_DEFAULT = 16       # LAB_DRAFT_SPLITS's default (lab/config.py TOGGLES)
+VERIFY_MAX_COLS = 9             # kernels/draft.py MAX_COLS (this module loads no numba; a test
+                                # holds the two equal): the columns a verify step's kernels take
 
 
 def draft_refusal(cfg) -> str | None:
@@ -163,6 +165,11 @@ def draft_refusal(cfg) -> str | None:
                 f"LAB_ATTN_TAIL=heads needs LAB_FUSION=1")
     if cfg.draft == 0:
         return None
+    if cfg.draft + 1 > VERIFY_MAX_COLS:
+        return (f"LAB_DRAFT={cfg.draft} would verify {cfg.draft + 1} columns a step: the verify "
+                f"kernels take at most MAX_COLS = {VERIFY_MAX_COLS} (kernels/draft.py: every lane "
+                f"of matmat holds one fma chain and a pass of loads per column in registers, "
+                f"MAX_COLS of them); use LAB_DRAFT=2, 4 or 8")
     off = _refused((
         ("LAB_FUSION=1", cfg.fusion, "the verify step is the unfused step over draft + 1 positions"),
         ("LAB_SPLIT_COMBINE=1", cfg.split_combine, "the verify step has its own merge and projection"),
@@ -222,7 +229,7 @@ def persistent_refusal(cfg) -> str | None:
 
 def tail_refusal(cfg) -> str | None:
     """Why `cfg`'s LAB_ATTN_TAIL cannot apply (None: it can), for LabConfig: it chooses the
-    fused attention's tail, so `heads` needs the fused step (the persistent step runs the heads
+    fused attention's tail, so `heads` needs the fused step (the persistent step runs the grid
     form whatever it says)."""
     if getattr(cfg, "attn_tail", "grid") == "heads" and not (cfg.fusion or cfg.persistent):
         return ("LAB_ATTN_TAIL=heads chooses the fused attention's tail: it needs LAB_FUSION=1 "

@@ -44,12 +44,12 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
      "attention's bits; LAB_SPLIT_COMBINE=1 makes it attn_partial + attn_combine); heads = "
      "attn_fused, the tail in the last block of each head (n_head blocks: lecture §6's combine, "
      "which LAB_SPLIT_COMBINE=1 splits into three launches that win under capture). "
-     "LAB_PERSISTENT=1 runs the heads form"),
+     "LAB_PERSISTENT=1 runs the grid form"),
     ("LAB_PERSISTENT", "persistent", ("0", "1"), "0",
      "1: the whole decode step of a token in ONE persistent cooperative kernel "
-     "(kernels/persistent.py: the math and bits of the fused step with LAB_ATTN_TAIL=heads, "
-     "phases separated by grid "
-     "barriers; 1 launch per token), captured in a graph or launched alone; refuses the other "
+     "(kernels/persistent.py: the math and bits of the fused step with LAB_ATTN_TAIL=grid, "
+     "each phase waiting on counters in global memory for what it reads, no grid barrier; "
+     "1 launch per token), captured in a graph or launched alone; refuses the other "
      "step variants (LAB_FUSION=1 too: it is implied)"),
     ("LAB_LAUNCH", "launch", ("dispatcher", "prebound"), "prebound",
      "eager launch mechanism: numba's dispatcher (types and flattens the arguments on every "
@@ -71,11 +71,12 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
     ("LAB_LOOP", "loop", ("host", "device"), "host",
      "generate: the host launches one graph per token, or ONE graph runs every step on the "
      "device (a WHILE node over a SWITCH of every plan's step; needs conditional nodes)"),
-    ("LAB_DRAFT", "draft", ("0", "2", "4", "8"), "0",
+    ("LAB_DRAFT", "draft", ("0", "2", "4", "8", "16"), "0",
      "speculative decoding: tokens drafted per step by prompt lookup on the device, verified "
      "by one step of the model over draft + 1 positions, accepted on the device (0: one token "
      "per step; lab/engine/draft.py). Runs the unfused step on one device, with graphs or "
-     "eagerly, PDL allowed; the other launch toggles are refused"),
+     "eagerly, PDL allowed; the other launch toggles are refused, and so is 16 (17 columns: "
+     "past the MAX_COLS = 9 the verify kernels take)"),
     ("LAB_DRAFT_SPLITS", "draft_splits", ("1", "2", "4", "8", "16", "32", "64"), "16",
      "the verify attention's split count over the cache (NSPLIT): fixed for the whole "
      "generation, so ONE graph serves every position; its workspace grows with it; needs "

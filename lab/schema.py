@@ -301,9 +301,25 @@ PDL_CONTEXT = Obj({"contexts": List(Obj({
     "position": COUNT, "context": Num(ge=1, integer=True),
     "rows": Rows(Obj({"arm": Str()}), "arm", {
         "graph": Obj({"minus_pdl_us": SIGNED, "minus_pdl_sem_us": Num(ge=0)})})}))})
+SPEC_TEXT = Obj({"offset": COUNT, "length": Num(ge=1, integer=True), "primed": COUNT,
+                 "what": Str(), "source": Str(contains="data/corpus.txt["),
+                 "prompt_chars": Num(ge=1, integer=True)})
+BREAK_EVEN_ROW = Obj({
+    "text": Str(), "draft": Num(ge=1, integer=True), "tokens_per_step": Num(ge=1),
+    "verify_steps": Num(ge=1, integer=True), "verify_step_cost": Num(gt=0),
+    "verify_step_cost_se": Num(ge=0), "verify_step_us": US_POS, "one_step_us": US_POS,
+    "ms_per_token": Num(gt=0), "se": Num(ge=0), "ms_per_token_one": Num(gt=0),
+    "se_one": Num(ge=0), "speedup": Num(gt=0), "predicted_speedup": Num(gt=0), "pays": Bool(),
+    "generated": Str(allow_empty=True)})
+# spec.json's break_even (lab.measure.spec.break_even): recorded since the two texts; older
+# recordings lack it
+BREAK_EVEN = Obj({"texts": Map(SPEC_TEXT), "new_tokens": Num(ge=1, integer=True),
+                  "reps": Num(ge=1, integer=True), "step_reps": Num(ge=1, integer=True),
+                  "source": Str(), "rows": List(BREAK_EVEN_ROW)})
 SPEC = Obj({"curve": Obj({"new_tokens": Num(ge=1, integer=True), "rows": List(Obj({
     "arm": Str(), "context": Num(ge=1, integer=True), "ms_per_token": Num(gt=0),
-    "tokens_per_step": Num(ge=0), "replay_fraction": Null(Num(ge=0, le=1))}))})})
+    "tokens_per_step": Num(ge=0), "replay_fraction": Null(Num(ge=0, le=1))}))}),
+    "break_even": Opt(BREAK_EVEN)})
 FINDINGS = Obj({"findings": List(Obj({"lesson": Str(), "reason": Str()}), allow_empty=True)})
 
 # file name -> its schema, for the recordings conformance reads

@@ -396,8 +396,9 @@ curve = spec.curve(model, drafts=(0, 2, 4, 8), contexts=(64, 300), new_tokens=24
                    base=SIM, bug=None, progress=False)
 show(spec.format_curve(curve))
 stand_ins = sorted({key.split(" ")[0] for key in ver.backend.cost.misses})
-show("kernels the H200's recording lacks, costed by a stand-in (their bytes at the bandwidth "
-     "fitted to the recorded kernels + the empty node): " + (", ".join(stand_ins) or "none"))
+show("launches the H200's recording lacks, costed by a stand-in (the same kernel's recorded "
+     "launch on the same shapes under another geometry, else its bytes at the bandwidth fitted to "
+     "the recorded kernels + the empty node): " + (", ".join(stand_ins) or "none"))
 
 # %% [markdown]
 # Before reading the curve, look at what the simulator charges for one step of each kind at
@@ -423,12 +424,21 @@ for eng, name in ((one, "matvec"), (ver, "matmat")):
 print(f"(simulated; stand-ins at the fitted {cost.bandwidth_gbs:.0f} GB/s)")
 
 # %% [markdown]
-# Every kernel of both steps is priced by its own recording on the H200 (the verify step's are in
-# `data/gpu/spec_costs.json`). The extra columns are not free: the qkv projection reads the same
-# weight bytes in both steps, yet the matmat takes about three times the matvec's time. At this
-# model's size every kernel is bound by latency, not by the bytes it reads, and a matmat stages
-# its columns in shared memory and keeps one fma chain per column in every lane: work the weight
-# bytes do not amortise. So a verify step costs well over two one-token steps.
+# The simulator prices each kernel by its recording on the H200 (the verify step's are in
+# `data/gpu/spec_costs.json`); a launch whose geometry changed since that recording is priced by a
+# stand-in, its kernel's recorded launch on the same shapes, until `decode-lab record spec_costs`
+# measures it again (the lines above say which). At this model's size every kernel is bound by
+# latency, not by the bytes it reads, so what a column costs is the work it adds to the critical
+# path, not its bytes. The verify products (`kernels/verify.py`) are built to add little: one warp
+# per row as in matvec, each weight loaded once for every column, the columns read straight from
+# global memory (L1 serves every warp after the first), no shared memory and no barrier, and the
+# T sums over the lanes done as ONE reduce-scatter (`lane_sums16`: each stride of the butterfly
+# keeps half the columns, 16 shuffles for any T where a warp sum per column costs 5 T) that keeps
+# matvec's summation order, so each column has matvec's bits. The verify attention gives each
+# column a warp that reads each K/V row once per tile of 32 rows and reduces the 32 scores the
+# same way (`lane_sums32`). How close that comes to one token's cost is for the GPU to say
+# (`scripts/verify_probe.py` times each pair); the recorded costs above are what the simulator
+# knows until then.
 
 
 # %%
@@ -485,9 +495,8 @@ print_pays(curve, "simulated")
 # a verify step costs more one-token steps than the tokens it yields, so drafting does not pay
 # here. The rule: drafting pays when the tokens per step exceed the step's cost in one-token
 # steps — text with many repeated n-grams (code, quoted context, long lists), on a step whose
-# extra columns are nearly free (each weight row and each cache row is read once for all of
-# them, which this build's kernels do; what they do not yet do is keep the per-column work off
-# the critical path).
+# extra columns are nearly free (each weight row and each cache row read once for all of them,
+# and the per-column work kept off the critical path).
 #
 # On the H200, recorded (`decode-lab record spec`, the same curve at contexts 64 and 900):
 
@@ -509,7 +518,71 @@ else:
 # there 64: other counts); `decode-lab conformance --only spec` re-runs the recording's own
 # settings on the simulator, finds the same tokens per step, and puts each ms/token difference
 # beside the H200's.
-#
+
+# %% [markdown]
+# ### The break-even line, on two texts fixed in advance
+# Whether drafting pays is one comparison: E, the tokens a verify step yields (the device's own
+# counts), against V, what a verify step costs in one-token steps (the two steps timed back to
+# back from the same position, interleaved). Drafting pays where E > V, and its speed-up is about
+# E / V. `lab.measure.spec.break_even` measures both on two texts chosen BEFORE any measurement
+# (`spec.TEXTS`, passages of the training corpus by offset): "repeating", a passage the prompt
+# holds once and then starts again, so every n-gram the generation should continue is in the
+# prompt; and "prose", a passage whose continuation the prompt does not hold.
+
+# %%
+for name, t in spec.TEXTS.items():
+    p = spec.text_prompt(model, name)
+    show(f"{name}: data/corpus.txt[{t['offset']}:{t['offset'] + t['length']}] ({t['what']}); "
+         f"the prompt ends ...{p[-40:]!r}")
+even = spec.break_even(model, drafts=(2, 4, 8), new_tokens=32, reps=2, step_reps=8, base=SIM,
+                       progress=False)
+show(spec.format_break_even(even))
+
+
+# %%
+def plot_even(res, label):
+    """V against E per text and k, with the break-even line E = V: below it drafting pays."""
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for name, marker in zip(res["texts"], "os"):
+        rows = [r for r in res["rows"] if r["text"] == name]
+        ax.errorbar([r["tokens_per_step"] for r in rows], [r["verify_step_cost"] for r in rows],
+                    [r["verify_step_cost_se"] for r in rows], fmt=marker, label=name)
+        for r in rows:
+            ax.annotate(f"k={r['draft']}: E/V {r['predicted_speedup']:.2f}",
+                        (r["tokens_per_step"], r["verify_step_cost"]), fontsize=7,
+                        xytext=(4, -3), textcoords="offset points")
+    top = max(max(r["verify_step_cost"], r["tokens_per_step"]) for r in res["rows"]) * 1.15
+    ax.plot([1, top], [1, top], "k--", lw=1, label="break-even E = V")
+    ax.fill_between([1, top], [1, 1], [1, top], color="tab:green", alpha=0.08)
+    ax.set_xlabel("E: tokens per verify step (measured acceptance)")
+    ax.set_ylabel("V: verify step / one-token step")
+    ax.set_xlim(0.9, top)
+    ax.set_ylim(0.9, top)
+    ax.legend(fontsize=8)
+    ax.set_title(f"when drafting pays (below the line) [{label}]", fontsize=9)
+    fig.tight_layout()
+    plt.show()
+
+
+plot_even(even, "simulated")
+
+# %% [markdown]
+# Each point is one (text, k); the shaded side of the line is where a verify step yields more
+# tokens than it costs. On the simulator, V comes from the recorded component costs (and their
+# stand-ins), E from the model itself, which is why E is the GPU's too (ties aside) and V is only
+# as good as the costs behind it. The printed E says how far prompt lookup gets with this model
+# on each text: a passage the prompt holds verbatim is accepted only as far as the model's own
+# greedy choice agrees with the copy. The same measurement on the H200, when the recording has it
+# (`decode-lab record spec` writes `break_even` into `data/gpu/spec.json`):
+
+# %%
+if rec is None or "break_even" not in rec:
+    print("data/gpu/spec.json has no break_even yet: run decode-lab record spec on a GPU")
+else:
+    show(spec.format_break_even(rec["break_even"]))
+    plot_even(rec["break_even"], report.source_label(rec["break_even"]["source"]))
+
+# %% [markdown]
 # ## 7. Case study 004 on the lab's own ground: `LAB_BUG_SPEC_KEY`
 # Here is a speculative decode configured for graphs. Its label says `graph`, its tokens are
 # right. Timed, beside the clean run:
@@ -614,8 +687,8 @@ show(f"NOT MEANINGFUL: {bench.replay_gate([summary])}")
 #   and have it checked in the real engine.
 # - Check that drafting keeps the greedy tokens (with the near-tie rule) and that eager and
 #   graph agree to the bit; count the host's reads: one per round, never between steps.
-# - Decide when drafting pays: tokens per verify step against the verify step's cost in
-#   one-token steps.
+# - Decide when drafting pays: tokens per verify step (E) against the verify step's cost in
+#   one-token steps (V), on texts fixed before measuring; the break-even line E = V.
 # - Find from the ledger a graph that is captured every step and never replayed, and fix its key.
 # - Say why a replay share alone passes that bug when a warm-up visits the timed positions, and
 #   what the replay gate counts instead: graph keys per plan, and captures of a plan already run.

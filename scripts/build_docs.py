@@ -162,9 +162,11 @@ def persistent() -> list[str]:
             for r in d["sweep"]["rows"]]
     return section(
         "The megakernel rung (`LAB_PERSISTENT=1`)", "`data/gpu/persistent.json`, `sweep.rows`", d,
-        [f"Grid {d['grid'][0]} x {d['block'][0]} threads, {d['barriers_per_token']} grid "
-         f"barriers per token; bits equal to the heads-tail fused step's: {d['bits']['ok']}. "
-         "Notebook 10."],
+        [f"Grid {d['grid'][0]} x {d['block'][0]} threads, "
+         + (f"{d['waits_per_token']} counter waits per token, no grid barrier" if "waits_per_token"
+            in d else f"{d['barriers_per_token']} grid barriers per token")
+         + f"; bits equal to the {d.get('bits_tail', 'heads')}-tail fused step's: "
+         f"{d['bits']['ok']}. Notebook 10."],
         ["context", "arm", "ms/token (mean ± sem)", "launches/token"], rows)
 
 

@@ -9,7 +9,8 @@ The verify step at position p (the device's `pos`; the host does not know it bet
                     last n tokens (n = 3, then 2, then 1), and the k tokens that followed it;
                     a prompt position's own token where p+i is still inside the prompt
   embed_cols        X [T, D] = the embeddings of the T = k + 1 columns
-  per layer         rmsnorm_cols, matmat (qkv: each weight row loaded once for all T columns),
+  per layer         rmsnorm_cols, matmat (qkv: each weight row loaded once for all T columns,
+                    matvec's bits per column),
                     rope_kv_append_cols (T positions' RoPE, KV rows p .. p+k appended),
                     verify_partial (split-K over the cache rows [0, p) in NSPLIT slices + the
                     causal block over the rows appended this step), verify_merge,
@@ -31,9 +32,10 @@ device's `limit` to the target position, issues the fewest steps that could reac
 limit does nothing. So the host syncs once per round (about log of the tokens), never between
 steps. Between two reads the host's `position` (and so each ledger entry's) is a lower bound:
 it counts one position per step, and each read sets it to the device's.
-Greedy tokens equal LAB_DRAFT=0's up to the order of a few sums (the verify attention slices
-the context differently): a difference shows only at a near-tie, which tests and
-`lab.measure.spec` report with the float64 oracle's margin.
+Greedy tokens equal LAB_DRAFT=0's up to the order of a few sums (the products are matvec's bits
+per column; the verify attention slices the context differently and runs its softmax in its own
+order): a difference shows only at a near-tie, which tests and `lab.measure.spec` report with
+the float64 oracle's margin.
 
 LAB_BUG_SPEC_KEY (case study 004 on its own ground): the verify graph keyed on the position
 read back after every step. Every step captures, successfully; no graph is replayed.
@@ -73,10 +75,9 @@ def alloc_draft(be, model_cfg, draft_len: int, splits: int) -> DraftBuffers:
     """The verify step's buffers for `draft_len` drafts and `splits` cache slices."""
     c, T, f32 = model_cfg, draft_len + 1, np.float32
     D, H, hd = c.d_model, c.n_head, c.head_dim
-    if max(D, c.d_ff) > verify.MATMAT_MAX_K:
-        raise LabError(f"LAB_DRAFT needs d_model and d_ff <= {verify.MATMAT_MAX_K} (the verify "
-                       f"step's products stage their columns in shared memory); this model has "
-                       f"d_model {D}, d_ff {c.d_ff}: run it with LAB_DRAFT=0")
+    if T > draft.MAX_COLS:     # (LabConfig refuses such a draft length first: lab/bugspec.py)
+        raise LabError(f"LAB_DRAFT={draft_len}: a verify step of {T} columns is past the "
+                       f"MAX_COLS = {draft.MAX_COLS} its kernels take (kernels/draft.py)")
     s = DraftBuffers()
     s.cols = be.alloc("draft_cols", (T,), np.int32)
     s.pred = be.alloc("draft_pred", (T,), np.int32)
@@ -114,20 +115,20 @@ class DraftStep(Step):
         for i in range(c.n_layer):
             p = f"layers.{i}."
             yield launch(verify.rmsnorm_cols, norm, (s.x, w[p + "attn_norm"], s.h, eps), i)
-            yield launch(verify.matmat, _ROWS(3 * D, D), (w[p + "wqkv"], s.h, s.qkv), i)
+            yield launch(verify.matmat, _ROWS(3 * D), (w[p + "wqkv"], s.h, s.qkv), i)
             yield launch(verify.rope_kv_append_cols, verify.rope_cols_grid(H, c.head_dim, T),
                          (s.qkv, b.pos, b.cos, b.sin, s.q, b.k_cache[i], b.v_cache[i]), i)
-            yield launch(va.verify_partial, va.verify_grid(H, plan.splits, c.head_dim),
+            yield launch(va.verify_partial, va.verify_grid(H, plan.splits, c.head_dim, T),
                          (s.q, b.k_cache[i], b.v_cache[i], b.pos, s.part_o, s.part_ml, scale), i)
             yield launch(va.verify_merge, va.merge_cols_grid(H, c.head_dim, T),
                          (s.part_o, s.part_ml, s.o), i)
-            yield launch(verify.matmat_residual, _ROWS(D, D), (w[p + "wo"], s.o, s.x), i)
+            yield launch(verify.matmat_residual, _ROWS(D), (w[p + "wo"], s.o, s.x), i)
             yield launch(verify.rmsnorm_cols, norm, (s.x, w[p + "mlp_norm"], s.h, eps), i)
-            yield launch(verify.swiglu_cols, _ROWS(c.d_ff, D),
+            yield launch(verify.swiglu_cols, _ROWS(c.d_ff),
                          (w[p + "w_gate"], w[p + "w_up"], s.h, s.act), i)
-            yield launch(verify.matmat_residual, _ROWS(D, c.d_ff), (w[p + "w_down"], s.act, s.x), i)
+            yield launch(verify.matmat_residual, _ROWS(D), (w[p + "w_down"], s.act, s.x), i)
         yield launch(verify.rmsnorm_cols, norm, (s.x, w["final_norm"], s.h, eps))
-        yield launch(verify.matmat, _ROWS(c.vocab_size, D), (w["lm_head"], s.h, s.logits))
+        yield launch(verify.matmat, _ROWS(c.vocab_size), (w["lm_head"], s.h, s.logits))
         yield launch(verify.argmax_cols, verify.cols_grid(T), (s.logits, s.pred))
 
     def accept(self, plan: Plan):
@@ -151,7 +152,7 @@ class DraftKey(DraftStep):
         return (*plan.key, "pos", self.engine.device_position())
 
 
-_ROWS = verify.matmat_grid      # one warp per output row, as matvec (K <= MATMAT_MAX_K)
+_ROWS = verify.matmat_grid      # one warp per output row, as matvec
 
 
 def decode_rounds(eng, steps: int, progress) -> float:

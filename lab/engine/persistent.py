@@ -1,24 +1,31 @@
 """The persistent step (LAB_PERSISTENT=1): one token, ONE launch -- kernels/persistent.py's
 `step_persistent`, a cooperative kernel that runs the fused step's math (the bits of
-LAB_FUSION=1 with LAB_ATTN_TAIL=heads) phase by phase over a persistent grid, the phases
-separated by grid barriers.
+LAB_FUSION=1 with LAB_ATTN_TAIL=grid) phase by phase over a persistent grid, each phase waiting
+on counters in global memory for exactly what it reads (no grid barrier).
 
 What it needs that the other steps do not, allocated once at start-up (`own_buffers`:
 `alloc_persistent`, before any capture, and only in this mode):
   norms [L, 2, D], wqkv [L, 3D, D], wo [L, D, D], w_gu [L, 2, F, D], w_down [L, D, F]
       every layer's weights stacked (a copy of the per-layer buffers: the kernel walks the
-      layers itself, and one argument per stack keeps its argument list at 25)
+      layers itself, and one argument per stack keeps its argument list at 24)
   k_cache, v_cache [L, max_seq, D]
       the KV cache as ONE buffer per K and V; `Buffers.k_cache[i]` are its rows, so everything
       that reads a layer's cache (evidence, downloads) sees the same memory
-  counter [n_head + 2] int32
-      the kernel's "last block done" slots (0 between launches)
+  counter [counter_slots(n_head)] int32
+      the kernel's error word, then its counts (0 between launches: the block that exits last
+      zeroes them, so a graph replays with no host work)
   geometry
       (grid, block) from `kernels.persistent.persistent_geometry`: as many blocks as SMs,
       capped by the blocks the device can co-schedule (the backend's `cooperative_limits`; the
       simulator, which has no occupancy API, uses SIM_GRID). A device that cannot co-schedule
       a block, or has no cooperative launch, is refused (`check_device`) before any buffer is
       allocated.
+
+The error word: a wait in the kernel that gives up (its producers never counted, within
+kernels/persistent.py's SPIN_LIMIT polls) writes which wait it was there, and the launch still
+ends with its counts at 0. The host never reads it inside a step: `check_decode` reads it once a
+decode's steps are done, clears it, and raises a DeviceFault naming the wait (the device itself
+is sound: the next request decodes normally).
 
 The step keeps the host-work pieces of the fused step (prepare_rope, prepare_attention,
 scratch, graph_key: the lazy-initialisation bugs and STEP_KEY work here too) and lacks every
@@ -33,9 +40,9 @@ from dataclasses import dataclass
 import numpy as np
 
 import kernels
-from kernels import fused, persistent
+from kernels import persistent
 from lab.bugspec import PERSISTENT_ABSENT
-from lab.errors import LabError
+from lab.errors import DeviceFault, LabError
 from lab.plan import Plan
 from .step import FusedStep, launch
 
@@ -56,7 +63,7 @@ class PersistentBuffers:
 def launch_geometry(be, model_cfg) -> tuple:
     """(grid, block) of step_persistent on backend `be`, or a LabError saying why this device
     cannot run it (no cooperative launch, or not one block of it co-resident)."""
-    threads = fused.attention_threads(model_cfg.head_dim)
+    threads = persistent.PERSISTENT_THREADS
     limits = be.cooperative_limits(kernels.REGISTRY["step_persistent"], threads)
     if limits is None:                               # the simulator: no occupancy to ask
         sms = co_resident = persistent.SIM_GRID
@@ -92,6 +99,20 @@ def alloc_persistent(be, model, kv_dtype, kv_init: str) -> PersistentBuffers:
     return out
 
 
+def check_error_word(be, counter) -> None:
+    """A DeviceFault naming the wait that gave up, if the kernel's error word says one did; the
+    word is cleared first (reported once)."""
+    word = be.download(counter)
+    code = int(word[persistent.SLOT_ERR])
+    if code:
+        word[persistent.SLOT_ERR] = 0
+        be.upload(counter, word)
+        raise DeviceFault(f"step_persistent: a wait gave up after {persistent.SPIN_LIMIT} polls "
+                          f"({persistent.describe_wait(code)}): its producers never counted, "
+                          f"so this decode's tokens are no result (error word {code}, read "
+                          f"after the decode)")
+
+
 class PersistentStep(FusedStep):
     """The step as one launch of step_persistent (1 launch per token, layer None: no layer
     stack of launches). Its host work is the fused step's: the tables' and the scratch's
@@ -108,6 +129,11 @@ class PersistentStep(FusedStep):
         super().own_buffers(dev, model, cfg, kv_init)
         dev.persistent = alloc_persistent(dev.backend, model, np.dtype(cfg.kv_dtype), kv_init)
 
+    def check_decode(self) -> None:
+        """After a decode's steps: the error word, read once (a DeviceFault if a wait gave up,
+        the word cleared)."""
+        check_error_word(self.dev.backend, self.dev.persistent.counter)
+
     def items(self, plan: Plan):
         for layer in range(self.engine.model.cfg.n_layer):
             yield from self.prepare_rope(layer)
@@ -122,5 +148,4 @@ class PersistentStep(FusedStep):
                       (b.tokens, b.pos, b.n_prompt, w["tok_emb"], pb.norms, pb.wqkv, pb.wo,
                        pb.w_gu, pb.w_down, w["final_norm"], w["lm_head"], np.float32(c.norm_eps),
                        np.float32(1.0 / np.sqrt(c.head_dim)), b.cos, b.sin, pb.k_cache,
-                       pb.v_cache, b.x, b.q, part_o, part_ml, b.head_out, b.act, b.logits,
-                       pb.counter))
+                       pb.v_cache, b.x, b.q, part_o, part_ml, b.act, b.logits, pb.counter))

@@ -71,7 +71,8 @@ def generate(eng, prompt: str, n_tokens: int, progress: bool | None = False) -> 
 def decode(eng, steps: int, progress: bool | None = False) -> float:
     """Decode `steps` steps from the current position (after reset, or seek); the seconds they
     took on the backend's clock (which waits for issued work: wall time on a GPU, model time in
-    the simulator). LAB_LOOP=device: ONE launch runs them all (no bar then)."""
+    the simulator). LAB_LOOP=device: ONE launch runs them all (no bar then). Then each step's
+    `check_decode` (the persistent step's error word: a DeviceFault)."""
     if eng.position + steps >= eng.model.cfg.max_seq:
         raise LabError(f"{steps} steps from position {eng.position} would exceed max_seq "
                        f"{eng.model.cfg.max_seq}")
@@ -84,7 +85,10 @@ def decode(eng, steps: int, progress: bool | None = False) -> float:
     desc = "decode" if eng.ranks == 1 else f"decode x{eng.ranks} ranks"
     for _ in progress_bar(range(steps), progress, desc):
         eng.step()
-    return eng.group.clock() - t0
+    seconds = eng.group.clock() - t0
+    for pieces in eng.issuer.pieces:   # after the clock: a check may read the device
+        pieces.check_decode()
+    return seconds
 
 
 def check_seek(eng, position: int) -> None:

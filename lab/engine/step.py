@@ -18,6 +18,7 @@ screen and each variant reads as its difference from it:
 The pieces, in the order the token meets them:
 
   prelude(plan)               host work before the step's launches (outside any capture): none
+  check_decode()              what the host checks once a decode's steps are done: nothing
   qkv_rope(plan, layer)       attention norm, q/k/v projection, RoPE + KV append
     norm_input(layer)           the buffer the attention norm reads: x
     attn_norm_kernel            rmsnorm: pdl_wait() is its first statement
@@ -127,6 +128,9 @@ class Step:
 
     def prelude(self, plan: Plan) -> None:
         """Host work before the step's launches, outside any capture: none."""
+
+    def check_decode(self) -> None:
+        """What the host checks once a decode's steps are done (requests.decode): nothing."""
 
     def qkv_rope(self, plan: Plan, layer: int):
         b, w, eps = self.dev.buf, self.dev.w, np.float32(self.engine.model.cfg.norm_eps)

@@ -131,7 +131,7 @@ def run_ab(model, a: LabConfig, b: LabConfig, reps: int = 5, tokens: int = 128,
 # (name, toggles over the base, what the rung removes). The persistent rung is another step, not
 # another launch of the same step: its toggles set the step's other variants off (it refuses
 # them), it runs on an engine of its own (its stacked buffers: `pool_key`), and its bits are the
-# fused step's with the heads tail (LAB_FUSION=1 LAB_ATTN_TAIL=heads), so its outputs are
+# fused step's with the grid tail (LAB_FUSION=1 LAB_ATTN_TAIL=grid), so its outputs are
 # compared with the other rungs' token ids only.
 LADDER = (("dispatcher", dict(graph=False, launch="dispatcher"),
            "eager, numba's dispatcher: types and flattens every argument at every launch"),
@@ -143,15 +143,15 @@ LADDER = (("dispatcher", dict(graph=False, launch="dispatcher"),
           ("persistent", dict(graph=True, pdl=False, fusion=False, split_combine=False,
                               overlap=False, persistent=True),
            "the whole step in one cooperative kernel (LAB_PERSISTENT=1), one graph node: no "
-           "node boundary inside a token, grid barriers instead (4 per layer)"))
+           "node boundary inside a token, counter waits instead (5 per layer, no grid barrier)"))
 
 
 def fused_bits(cfg: LabConfig) -> str | bool:
     """Which arithmetic a config's step runs: False for the unfused step's; for the fused
     step's, its attention tail ("grid" or "heads": LAB_ATTN_TAIL; LAB_PERSISTENT=1 runs the
-    fused step's math with the heads tail). Launch toggles keep the bits."""
+    fused step's math with the grid tail). Launch toggles keep the bits."""
     if cfg.persistent:
-        return "heads"
+        return "grid"
     return cfg.attn_tail if cfg.fusion else False
 
 

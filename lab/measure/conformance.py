@@ -508,8 +508,8 @@ def break_even_rows(rec: dict, sim: dict, rows: list) -> None:
     simulator's verify and one-token steps, node by node); what drafting saves per generated
     token, predicted from those costs and the simulator's own tokens per step; and E, the
     tokens per verify step, which the simulator gets by running the same model on the same
-    text (its twins' tokens: the GPU's but at a near-tie): a consistency check of the text and
-    the acceptance, not a prediction from costs."""
+    text (its twins' tokens: the GPU's but at a near-tie). No row echoes its recording: E is
+    the model's, recomputed, not a cost the simulator was given."""
     def row(res, text):
         for r in res["rows"]:
             if r["text"] == text and r["draft"] == SPEC_DRAFT:
@@ -523,7 +523,7 @@ def break_even_rows(rec: dict, sim: dict, rows: list) -> None:
         rows.append(Row(f"spec {text}: draft {SPEC_DRAFT} - draft 0", "us/token",
                         1000.0 * (s["ms_per_token"] - s["ms_per_token_one"]),
                         1000.0 * (g["ms_per_token"] - g["ms_per_token_one"]), note="spec.json"))
-        rows.append(Row(f"spec {text}: tokens per verify step (consistency check)", "tokens",
+        rows.append(Row(f"spec {text}: tokens per verify step", "tokens",
                         s["tokens_per_step"], g["tokens_per_step"], note="spec.json"))
 
 

@@ -11,6 +11,13 @@
   (the replay gate).
 - `splits_sweep(model, draft, splits, contexts)`: the verify attention's split count (NSPLIT)
   against its workspace and the context, as 003 weighed it.
+- `break_even(model, texts, drafts)`: on two texts fixed before any measurement (TEXTS:
+  "repeating", a corpus passage the prompt holds once and then starts again, and "prose", a
+  passage whose continuation the prompt does not hold), for each k: E (tokens per verify step,
+  the engine's draft stats), V (a verify step's cost in one-token steps, from interleaved
+  timing of verify steps and one-token steps at the same position), the ms per generated token
+  with and without drafting (interleaved reps, standard errors) and the break-even rule:
+  drafting pays where E > V (its speed-up is about E / V).
 
 Prompts of a given context come from the model's training corpus (data/corpus.txt): real text,
 so prompt lookup finds what it finds on text like the model's own.
@@ -31,6 +38,19 @@ from lab.reference import Reference
 
 CORPUS = DATA_DIR / "corpus.txt"
 TIE_MARGIN = 1e-3       # the lecture's near-tie: an oracle margin below this is rounding's to break
+
+# The two texts of `break_even`, fixed before any measurement: passages of data/corpus.txt by
+# (offset, length), whole lines. "repeating": the prompt is the passage, then its first `primed`
+# characters again, so the generation continues a text the prompt holds verbatim (prompt lookup
+# finds every n-gram of it; whether the model copies it is what E measures). "prose": the
+# prompt is the passage alone; the generation continues it, text the prompt does not hold.
+TEXTS = {
+    "repeating": {"offset": 73863, "length": 132, "primed": 32,
+                  "what": "Hamlet, 'To be, or not to be', three lines, then their first 32 "
+                          "characters again"},
+    "prose": {"offset": 794165, "length": 172, "primed": 0,
+              "what": "Julius Caesar, 'Friends, Romans, countrymen', four lines"},
+}
 
 
 def corpus_prompt(model, context: int, offset: int = 0) -> str:
@@ -238,3 +258,112 @@ def _bar(progress, total: int, desc: str):
     from tqdm.auto import tqdm
     return tqdm(total=total, desc=desc, disable=None if progress is None else False,
                 delay=0.0 if progress else 1.0)
+
+
+# ---- when drafting pays: E against V on two fixed texts --------------------------------------
+def text_prompt(model, name: str) -> str:
+    """TEXTS[name]'s prompt: the passage (data/corpus.txt at its offset), then its first
+    `primed` characters again (a repeat under way)."""
+    t = TEXTS[name]
+    passage = corpus_prompt(model, t["length"], t["offset"])
+    return passage + passage[:t["primed"]]
+
+
+def _step_seconds(eng, start: int, steps: int) -> float:
+    """Seconds per step of `steps` steps issued back to back from `start` (the device
+    position), on the backend's clock: one-token steps replay their graph, verify steps theirs
+    (limit at the end of the cache: every step does its whole work)."""
+    eng.seek(start)
+    if eng.cfg.draft:
+        eng.devices.upload("limit", np.array([eng.model.cfg.max_seq - 1], np.int32))
+    t0 = eng.group.clock()
+    for _ in range(steps):
+        eng.step()
+    return (eng.group.clock() - t0) / steps
+
+
+def _mean_se(xs) -> tuple[float, float]:
+    return statistics.fmean(xs), (statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1
+                                  else float("nan"))
+
+
+def break_even(model, texts=tuple(TEXTS), drafts=(2, 4, 8), new_tokens: int = 64, reps: int = 5,
+               step_reps: int = 16, base: LabConfig | None = None, progress=None,
+               backend_factory=None) -> dict:
+    """For each text of TEXTS and each k of `drafts`: E, V, ms per generated token against
+    LAB_DRAFT=0, and the break-even line E = V (see the module's docstring).
+
+    One engine per arm (draft 0 and each k), at the end of the text's prompt (`_engines`: the
+    drafting arms ingest it, draft 0 seeks). Each rep, interleaved arm by arm: `new_tokens`
+    generated positions timed (`_timed`: ms per generated token, the draft counts), then
+    `step_reps` steps of each arm timed back to back from the same position (`_step_seconds`).
+    E = tokens generated / verify steps (the device's counts over the reps); V = a verify
+    step's seconds over a one-token step's, per rep (the mean and its standard error over the
+    reps); speed-up = draft 0's ms per token over draft k's, and E / V its prediction."""
+    base = base or LabConfig()
+    arms = {f"draft {k}": base.replace(draft=k) for k in (0, *drafts)}
+    bar = _bar(progress, len(texts) * reps * len(arms), "break even")
+    out, source = [], None
+    for name in texts:
+        prompt = text_prompt(model, name)
+        engines = _engines(model, arms, prompt, backend_factory)
+        source = next(iter(engines.values())).describe()
+        start = len(model.tokenizer.encode(prompt)) - 1
+        runs = {a: [] for a in arms}
+        steps = {a: [] for a in arms}
+        for eng in engines.values():                  # untimed: every graph captured before
+            _timed(eng, start, new_tokens)
+            _step_seconds(eng, start, 2)
+        for _ in range(reps):
+            for a, eng in engines.items():            # interleaved: every arm in every rep
+                runs[a].append(_timed(eng, start, new_tokens))
+                steps[a].append(_step_seconds(eng, start, step_reps))
+                if bar is not None:
+                    bar.update(1)
+        one_ms = [1e3 * r[0] / new_tokens for r in runs["draft 0"]]
+        ms0, se0 = _mean_se(one_ms)
+        for k in drafts:
+            a = f"draft {k}"
+            made = sum(r[1]["tokens generated"] for r in runs[a])
+            verify = sum(r[1]["verify steps"] for r in runs[a])
+            E = made / verify if verify else float("nan")
+            V, V_se = _mean_se([v / o for v, o in zip(steps[a], steps["draft 0"])])
+            ms = [1e3 * r[0] / new_tokens for r in runs[a]]
+            msk, sek = _mean_se(ms)
+            out.append({
+                "text": name, "draft": k, "tokens_per_step": E, "verify_steps": verify,
+                "verify_step_cost": V, "verify_step_cost_se": V_se,
+                "verify_step_us": 1e6 * statistics.fmean(steps[a]),
+                "one_step_us": 1e6 * statistics.fmean(steps["draft 0"]),
+                "ms_per_token": msk, "se": sek, "ms_per_token_one": ms0, "se_one": se0,
+                "speedup": ms0 / msk, "predicted_speedup": E / V, "pays": bool(E > V),
+                "generated": model.tokenizer.decode(
+                    engines[a].tokens(start + 1 + new_tokens)[start + 1:]),
+            })
+    if bar is not None:
+        bar.close()
+    return {"what": "when drafting pays: tokens per verify step (E) against the verify step's cost "
+                    "in one-token steps (V) on two fixed texts (lab.measure.spec.break_even); "
+                    "break-even where E = V",
+            "texts": {n: {**TEXTS[n], "source": f"data/corpus.txt[{TEXTS[n]['offset']}:"
+                                                f"{TEXTS[n]['offset'] + TEXTS[n]['length']}]",
+                          "prompt_chars": len(text_prompt(model, n))} for n in texts},
+            "new_tokens": new_tokens, "reps": reps, "step_reps": step_reps, "source": source,
+            "rows": out}
+
+
+def format_break_even(res: dict) -> str:
+    """One row per (text, k): E, V, the speed-up measured and predicted, and the verdict."""
+    lines = [f"{'text':<10} {'k':>2} {'E tok/step':>10} {'V steps':>8} {'± se':>6} "
+             f"{'ms/tok k':>9} {'ms/tok 0':>9} {'speed-up':>8} {'E/V':>6}  verdict"]
+    for r in res["rows"]:
+        lines.append(f"{r['text']:<10} {r['draft']:>2} {r['tokens_per_step']:>10.2f} "
+                     f"{r['verify_step_cost']:>8.2f} {r['verify_step_cost_se']:>6.2f} "
+                     f"{r['ms_per_token']:>9.4f} {r['ms_per_token_one']:>9.4f} "
+                     f"{r['speedup']:>8.2f} {r['predicted_speedup']:>6.2f}  "
+                     f"{'pays (E > V)' if r['pays'] else 'does not pay (E <= V)'}")
+    for n, t in res["texts"].items():
+        lines.append(f"  {n}: {t['source']} ({t['what']}), prompt of {t['prompt_chars']} characters")
+    lines.append(f"({res['source']}; {res['new_tokens']} generated tokens and {res['step_reps']} "
+                 f"steps per arm per rep, {res['reps']} reps interleaved)")
+    return "\n".join(lines)

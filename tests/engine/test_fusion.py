@@ -387,9 +387,11 @@ def test_lab_fusion_2_is_a_clear_error():
 # ---- the kernels --------------------------------------------------------------------------------
 def test_fused_kernels_follow_the_house_rules():
     """pdl_wait() first; the only atomics in kernels/ are the block counters: arrive_last (it
-    elects the block that does the follow-on work, never what it computes) and attn_fused_grid's
-    count_arrival / wait_arrivals (its tail blocks wait for its partial blocks); every fused
-    kernel that has a counter uses it through them; the twins leave the counter at 0."""
+    elects the block that does the follow-on work, never what it computes), attn_fused_grid's
+    count_arrival / wait_arrivals (its tail blocks wait for its partial blocks) and the
+    megakernel's counts (kernels/persistent.py: release_add / acquire_load, whose simulator forms
+    are atomics, and wait_count's error word); every fused kernel that has a counter uses it
+    through them; the twins leave the counter at 0."""
     assert set(FUSED_KERNELS) <= set(kernels.REGISTRY)
     assert not set(FUSED_KERNELS) & set(wait_first_violations())
     users = set()
@@ -403,8 +405,10 @@ def test_fused_kernels_follow_the_house_rules():
                 users.add(f"calls:{fn.name}")
     assert users == {"fused.py:arrive_last", "fused.py:count_arrival", "fused.py:wait_arrivals",
                      "calls:attn_fused", "calls:attn_fused_grid", "calls:norm_lm_head_argmax",
-                     "calls:head_tail",            # the heads tail: attn_fused's, the megakernel's
-                     "calls:step_persistent"}      # LAB_PERSISTENT=1: the fused tails, in one kernel
+                     "calls:head_tail",            # the heads tail: attn_fused's
+                     "calls:persistent_body", "calls:_make_body",   # LAB_PERSISTENT=1: its exit
+                     "persistent.py:release_add", "persistent.py:acquire_load",
+                     "persistent.py:wait_count"}   # the megakernel's counts
     for name in ("attn_fused", "attn_fused_grid", "norm_lm_head_argmax"):
         spec = kernels.REGISTRY[name]
         assert spec.arg_names[-1] == "counter" and len(spec.arg_names) - 1 in spec.writes

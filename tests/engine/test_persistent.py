@@ -1,14 +1,15 @@
 """LAB_PERSISTENT=1: the whole step in one cooperative kernel (kernels/persistent.py,
 lab/engine/persistent.py).
 
-Device-free: greedy tokens and logits byte-identical to LAB_FUSION=1's on the simulator, eager
-and graph alike and over the plan boundaries; eager == graph byte-identical over many replays;
-1 launch per token in the ledger, the launch log and the bill; the counters back to 0; every
-refusal naming its reason, before anything is allocated; the cuda backend's co-residency
-refusal on fake occupancy numbers; the cost recorder's rows for the kernel (chains of
-[step_persistent, pos_set] at every recorded position, on the simulator); the kernel under
+Device-free: greedy tokens and logits byte-identical to LAB_FUSION=1's (grid tail) on the
+simulator, eager and graph alike and over the plan boundaries; eager == graph byte-identical over
+many replays; 1 launch per token in the ledger, the launch log and the bill; the counters back to
+0; the kernel's error word read after a decode (a DeviceFault naming the wait), reported once; every refusal naming its reason, before anything is allocated; the cuda backend's
+co-residency refusal on fake occupancy numbers; the cost recorder's rows for the kernel (chains
+of [step_persistent, pos_set] at every recorded position, on the simulator); the kernel under
 numba's CUDA simulator (slow: a subprocess, kernels.check's op persistent) against its twin and
-bit for bit against the fused kernels.
+bit for bit against the fused kernels. The counter protocol under adversarial block orders:
+tests/kernels/test_megakernel_protocol.py.
 Marked `gpu` (skipped without one): the kernel against its twin and the fused kernels on the
 device, and LAB_PERSISTENT=1's tokens and logits equal to LAB_FUSION=1's.
 """
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "ROMEO.\n"
 SIM = LabConfig(backend="sim")
 PERSIST = SIM.replace(persistent=True)
-FUSED = SIM.replace(fusion=True, attn_tail="heads")   # the persistent step runs the heads tail
+FUSED = SIM.replace(fusion=True)   # the persistent step runs the grid tail (the default)
 N = 72                        # crosses the plans at positions 32 and 64
 
 
@@ -72,7 +73,7 @@ def test_one_launch_per_token(model):
     eng.generate(PROMPT, 4)
     launches = eng.step_launches(eng.plan(0))
     assert [x.name for x in launches] == ["step_persistent"]
-    assert launches[0].grid == (persistent.SIM_GRID,) and launches[0].block == (512,)
+    assert launches[0].grid == (persistent.SIM_GRID,) and launches[0].block == (128,)
     for step in range(len(eng.ledger)):
         assert [r.kernel for r in eng.log.for_step(step)] == ["step_persistent"]
     bill = launch_bill(eng.log, 0, "eager", 0.1, "simulated")
@@ -213,8 +214,8 @@ def test_refused_before_anything_is_allocated(model):
         launch_geometry(NoCoop(cooperative_refusal("step_persistent", 1, 512, 4, False), 4), model.cfg)
     with pytest.raises(LabError, match="cannot hold one block"):
         launch_geometry(NoCoop("", 0), model.cfg)
-    assert launch_geometry(NoCoop("", 66), model.cfg) == ((66,), (512,))    # capped: co-resident
-    assert launch_geometry(NoCoop("", 528), model.cfg) == ((132,), (512,))  # one block per SM
+    assert launch_geometry(NoCoop("", 66), model.cfg) == ((66,), (128,))    # capped: co-resident
+    assert launch_geometry(NoCoop("", 528), model.cfg) == ((132,), (128,))  # one block per SM
 
 
 def test_cooperative_refusal_on_fake_occupancy():
@@ -237,10 +238,36 @@ def test_cooperative_refusal_on_fake_occupancy():
 
 
 def test_persistent_geometry_limits():
-    assert persistent.persistent_geometry(64, 132, 528) == ((132,), (512,))
-    with pytest.raises(ValueError, match="256 to 1024 threads"):
-        persistent.persistent_geometry(8, 132, 528, threads=64)       # pick_next needs 256
-    assert persistent.barriers_per_token(4) == 16
+    assert persistent.persistent_geometry(64, 132, 528) == ((132,), (128,))
+    with pytest.raises(ValueError, match="a block of 128 threads"):
+        persistent.persistent_geometry(64, 132, 528, threads=512)     # attn_partial's 4 warps
+    with pytest.raises(ValueError, match="even head_dim"):
+        persistent.persistent_geometry(256, 132, 528)
+    assert persistent.waits_per_token(4) == 20 and persistent.phase_count(4) == 22
+
+
+def test_the_error_word_is_read_after_the_decode_and_reported_once(model):
+    """A wait that gave up leaves its code in the counter's error word; the host reads it once
+    the decode's steps are done (never inside a step), clears it and raises a DeviceFault naming
+    the wait; the next request decodes the fused step's tokens."""
+    from lab.errors import DeviceFault
+    eng = DecodeEngine(model, PERSIST)
+    ids = model.tokenizer.encode(PROMPT)
+    eng.reset(ids, 4)
+    counter = eng.devices[0].persistent.counter
+    word = np.zeros(persistent.counter_slots(model.cfg.n_head), np.int32)
+    word[persistent.SLOT_ERR] = persistent.wait_code(1, 3, 0)
+    eng.backend.upload(counter, word)
+    with pytest.raises(DeviceFault, match=r"layer 1: mlp up waits for x: every output-projection "
+                                          r"row\).*read after the decode"):
+        eng.decode(ids.size - 1 + 2)
+    gen = eng.generate(PROMPT, 8)
+    assert not eng.backend.download(counter).any()
+    np.testing.assert_array_equal(gen.tokens, DecodeEngine(model, FUSED).generate(PROMPT, 8).tokens)
+    assert persistent.describe_wait(persistent.wait_code(2, 1, 3)) == \
+        "layer 2: attention waits for head 3's q, k and v rows"
+    assert persistent.describe_wait(persistent.wait_code(4, persistent.PHASE_LM, 0)).startswith(
+        "the LM head waits")
 
 
 def test_the_toggle_reads_and_rejects():
@@ -252,24 +279,26 @@ def test_the_toggle_reads_and_rejects():
 # ---- the kernel under numba's CUDA simulator, and on a GPU ----------------------------------------
 @pytest.mark.slow
 def test_kernel_under_cudasim_is_its_twin_and_the_fused_kernels_bits():
-    """One block (the simulator's cooperative grids have one), 1 layer at tiny dims (2 on a
-    GPU): against the twin, and bit for bit against embed + the fused kernels run one after
-    another (kernels.check's op persistent)."""
+    """One block (the simulator runs blocks one after another: a wait for a later block would
+    never be met), 1 layer at tiny dims (2 on a GPU): against the twin, bit for bit against embed
+    + the fused kernels (grid tail) run one after another, the stamped form, the timeout path
+    (kernels.check's op persistent)."""
     res = check.run(["persistent"], "cudasim")
     assert res["ok"] and res["mode"] == "cudasim trees", res["ops"]["persistent"]["error"]
 
 
 @pytest.mark.gpu
 def test_gpu_kernel_is_its_twin_and_the_fused_kernels_bits():
-    """kernels.check's op persistent compiled for the device: grids of 1, 2 and 7 blocks, both
-    KV dtypes, a second launch identical."""
+    """kernels.check's op persistent compiled for the device: grids of 1, 2, 7 and 132 blocks,
+    both KV dtypes, launches repeated identical, the stamped form's bits, a wait made impossible
+    naming itself in the error word."""
     res = check.run(["persistent"], "gpu")
     assert res["ok"], res["ops"]["persistent"]["error"]
 
 
 @pytest.mark.gpu
 def test_gpu_tokens_and_logits_equal_the_fused_steps(model):
-    base = _decoded(model, LabConfig(backend="cuda", fusion=True, attn_tail="heads", graph=False))[1]
+    base = _decoded(model, LabConfig(backend="cuda", fusion=True, graph=False))[1]
     for graph in (False, True):
         eng, run = _decoded(model, LabConfig(backend="cuda", persistent=True, graph=graph))
         assert run.tokens.tobytes() == base.tokens.tobytes(), graph

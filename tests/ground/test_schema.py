@@ -303,3 +303,29 @@ def test_non_finite_logits_the_re_run_does_not_reproduce_blame_a_kernel(model, m
     assert _one_line(exc).endswith("stays finite through all 8 steps: the non-finite values come "
                                    "from a kernel, not from float32's range (`python -m "
                                    "kernels.check` holds each kernel to its NumPy twin)")
+
+
+def test_spec_break_even_fields_are_checked_when_present():
+    """spec.json's break_even (the two texts' E and V) is optional for older recordings and
+    checked field by field when present: a V of zero or a text without its corpus offsets is
+    refused naming the field."""
+    rec = _real("spec.json")
+    rec.pop("break_even", None)
+    schema.check(rec, schema.SPEC, "spec.json")                 # older recordings: absent
+    row = {"text": "prose", "draft": 4, "tokens_per_step": 1.4, "verify_steps": 46,
+           "verify_step_cost": 1.3, "verify_step_cost_se": 0.01, "verify_step_us": 100.0,
+           "one_step_us": 77.0, "ms_per_token": 0.07, "se": 0.001, "ms_per_token_one": 0.08,
+           "se_one": 0.001, "speedup": 1.1, "predicted_speedup": 1.08, "pays": True,
+           "generated": "abc"}
+    text = {"offset": 794165, "length": 172, "primed": 0, "what": "four lines",
+            "source": "data/corpus.txt[794165:794337]", "prompt_chars": 172}
+    rec["break_even"] = {"texts": {"prose": text}, "new_tokens": 64, "reps": 5, "step_reps": 32,
+                         "source": "measured on a GPU", "rows": [row]}
+    schema.check(rec, schema.SPEC, "spec.json")
+    rec["break_even"]["rows"][0]["verify_step_cost"] = 0.0
+    with pytest.raises(LabError, match=r"break_even.rows\[0\].verify_step_cost: must be a finite number > 0"):
+        schema.check(rec, schema.SPEC, "spec.json")
+    rec["break_even"]["rows"][0]["verify_step_cost"] = 1.3
+    del rec["break_even"]["texts"]["prose"]["offset"]
+    with pytest.raises(LabError, match="offset"):
+        schema.check(rec, schema.SPEC, "spec.json")

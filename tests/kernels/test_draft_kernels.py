@@ -280,7 +280,7 @@ def test_verify_attention_twins_are_causal_softmax(cache_dtype, p, splits):
     scale = np.float32(1 / np.sqrt(hd))
     part_o = np.full((H, T, splits + 1, hd), np.nan, np.float32)   # NaN: an unwritten slot shows
     part_ml = np.full((H, T, splits + 1, 2), np.nan, np.float32)
-    grid, block = VA.verify_grid(H, splits, hd)
+    grid, block = VA.verify_grid(H, splits, hd, T)
     VA.verify_partial_twin(grid, block, q, kc, vc, one(p), part_o, part_ml, scale)
     for s in range(splits):        # the cache slices: rows [0, p) cut in `splits`
         r0, r1 = VA.verify_rows(p, splits, s, T, S)
@@ -314,7 +314,7 @@ def test_verify_attention_sees_each_row_it_should():
         for splits in (1, 2, 4):
             part_o = np.zeros((H, T, splits + 1, hd), np.float32)
             part_ml = np.zeros((H, T, splits + 1, 2), np.float32)
-            VA.verify_partial_twin(*VA.verify_grid(H, splits, hd), q, kc, vc, one(p), part_o, part_ml,
+            VA.verify_partial_twin(*VA.verify_grid(H, splits, hd, T), q, kc, vc, one(p), part_o, part_ml,
                                   np.float32(0.5))
             o = np.zeros((T, hd), np.float32)
             VA.verify_merge_twin(*VA.merge_cols_grid(H, hd, T), part_o, part_ml, o)
@@ -323,13 +323,44 @@ def test_verify_attention_sees_each_row_it_should():
 
 
 def test_geometry_helpers():
-    assert VA.verify_grid(4, 8, 64) == ((4, 9), (VA.VERIFY_THREADS,))
+    assert VA.verify_grid(4, 8, 64, 5) == ((4, 9), (32 * 5,))          # one warp per column
     assert V.cols_grid(9) == ((9,), (256,)) and V.rope_cols_grid(4, 64, 5) == ((4, 5), (64,))
     assert V.embed_cols_grid(256, 3) == ((2, 3), (128,)) and VA.merge_cols_grid(4, 64, 3) == ((4, 3), (64,))
     assert V.matmat_grid(10) == ((3,), (128,))
     assert VA.workspace_bytes(4, 9, 8, 64) == 4 * 4 * 9 * 9 * 66
     for bad in (lambda: V.cols_grid(V.MAX_COLS + 1), lambda: V.cols_grid(0),
-                lambda: VA.verify_grid(4, 0, 64), lambda: VA.verify_grid(4, 8, 130),
-                lambda: V.matmat_grid(10, V.MATMAT_MAX_K + 1)):
+                lambda: VA.verify_grid(4, 0, 64, 5), lambda: VA.verify_grid(4, 8, 130, 5),
+                lambda: VA.verify_grid(4, 8, 64, V.MAX_COLS + 1)):
         with pytest.raises(ValueError):
             bad()
+
+
+@pytest.mark.parametrize("slots", [16, 32])
+def test_the_column_reduce_scatter_is_warp_sums_tree_in_every_lane(slots):
+    """lane_sums16 / lane_sums32's dataflow (the butterfly that keeps half the slots at each
+    stride) leaves, in lane l, slot l // (32 // slots)'s total in warp_sum's tree order: the bits
+    of one warp_sum per slot (matvec's per column), whichever lane holds it."""
+    from kernels.reduce import warp_sum_shuffle_twin, warp_sum_tree_twin
+    r = rng()
+    v = (r.standard_normal((32, slots)) * 10.0 ** r.integers(-3, 4, (32, slots))).astype(np.float32)
+    # the reduce-scatter, simulated lane by lane: vals[lane] holds the lane's current slots
+    vals = [v[lane].copy() for lane in range(32)]
+    n, s = slots, 16
+    while n > 1:
+        half = n // 2
+        new = []
+        for lane in range(32):
+            upper = bool(lane & s)
+            keep = vals[lane][half:n] if upper else vals[lane][:half]
+            got = vals[lane ^ s][half:n] if upper else vals[lane ^ s][:half]
+            new.append(np.concatenate([keep + got, vals[lane][n:]]).astype(np.float32))
+        vals, n, s = new, half, s // 2
+    out = np.array([x[0] for x in vals], np.float32)
+    while s > 0:                                   # the strides left: a plain butterfly
+        out = out + out[np.arange(32) ^ s]
+        s //= 2
+    want = warp_sum_tree_twin(v.T)[np.arange(32) // (32 // slots)]
+    assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(VA.lane_sums_twin(v).view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(warp_sum_shuffle_twin(v.T)[:, 0].view(np.uint32),
+                          warp_sum_tree_twin(v.T).view(np.uint32))

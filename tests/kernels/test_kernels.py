@@ -61,10 +61,13 @@ def assert_close(got, ref, atol, k, eps=EPS32):
 
 
 def test_atomics_only_count_blocks():
-    """No kernel sums with atomics: the atomics in kernels/ are the fused step's block counters
+    """No kernel sums with atomics: the atomics in kernels/ are block counters, the fused step's
     (kernels/fused.py): `arrive_last`, which elects the block that does the follow-on work,
     and `count_arrival` / `wait_arrivals`, with which attn_fused_grid's tail blocks wait for
-    its partial blocks. What any block computes after them reads every part in a fixed order."""
+    its partial blocks; and the megakernel's (kernels/persistent.py): `wait_count`'s error word
+    (a compare-and-swap of a code) and, on the simulator, its release add and acquire load
+    (`release_add` / `acquire_load`, inline PTX on a GPU). What any block computes after them
+    reads every part in a fixed order."""
     where = []
     for path in sorted(Path(kernels.__file__).parent.glob("*.py")):
         tree = ast.parse(path.read_text())
@@ -74,7 +77,8 @@ def test_atomics_only_count_blocks():
                     if isinstance(node, ast.Attribute) and node.attr == "atomic":
                         where.append((path.name, fn.name))
     assert set(where) == {("fused.py", "arrive_last"), ("fused.py", "count_arrival"),
-                          ("fused.py", "wait_arrivals")}, where
+                          ("fused.py", "wait_arrivals"), ("persistent.py", "wait_count"),
+                          ("persistent.py", "release_add"), ("persistent.py", "acquire_load")}, where
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
@@ -337,7 +341,7 @@ def _cudasim_env(*paths):
 FAMILIES = check.FAMILIES
 QUICK = {"attention", "spec_cols"}   # the shuffle path runs these on one case per code path (--quick)
 TREES_ONLY = {"spec"}   # no kernel of these reaches kernels/reduce.py: the shuffle path is theirs
-REDUCTIONS = {"warp_sum", "warp_sums", "block_sum", "block_argmax"}
+REDUCTIONS = {"warp_sum", "warp_sums", "block_sum", "block_argmax", "lane_sums16", "lane_sums32"}
 # one simulator child per path for each group: attention (the slowest) apart, so the two groups
 # spread over pytest-xdist's workers; the persistent step is tests/engine/test_persistent.py's
 GROUPS = {"attention": ["attention"],

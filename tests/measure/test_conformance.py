@@ -260,7 +260,8 @@ def test_a_slower_host_scales_host_paced_predictions_only_and_boundedly(model, r
 
 def test_break_even_rows_predict_v_and_the_saving_and_check_e_per_text():
     """spec.json's break_even: per recorded text at k = SPEC_DRAFT, V (predicted from the
-    component costs), what drafting saves per token, and E labelled a consistency check."""
+    component costs), what drafting saves per token, and E (the model's, recomputed: no row
+    echoes its recording, so none is a consistency check)."""
     def even(v, e, msk, ms0):
         return {"texts": {"repeating": {}, "prose": {}}, "rows": [
             {"text": t, "draft": k, "verify_step_cost": v, "verify_step_cost_se": 0.01,
@@ -271,8 +272,9 @@ def test_break_even_rows_predict_v_and_the_saving_and_check_e_per_text():
     assert [r.lesson for r in rows] == [
         f"spec {t}: {w}" for t in ("repeating", "prose") for w in (
             "verify step (k = 4) in one-token steps", "draft 4 - draft 0",
-            "tokens per verify step (consistency check)")]
+            "tokens per verify step")]
     assert rows[0].gpu == pytest.approx(1.30) and rows[0].sim == pytest.approx(1.25)
     assert rows[1].gpu == pytest.approx(-40.0) and all(r.ok for r in rows)
+    assert not any(r.consistency for r in rows)
     with pytest.raises(LabError, match="no row for text 'prose'"):
         conformance.break_even_rows({"texts": {"prose": {}}, "rows": []}, even(1, 1, 1, 1), [])

@@ -69,6 +69,15 @@ def test_spec(ctx):
     assert res["same_tokens"]["ok"]
     assert {r["arm"] for r in res["curve"]["rows"]} == {
         "draft 0", "draft 2", "draft 4", "draft 8", "draft 4 + LAB_BUG_SPEC_KEY"}
+    even = res["break_even"]        # the two fixed texts, their corpus offsets, E and V per k
+    assert set(even["texts"]) == {"repeating", "prose"}
+    assert even["texts"]["prose"]["source"] == "data/corpus.txt[794165:794337]"
+    assert {(r["text"], r["draft"]) for r in even["rows"]} == {
+        (t, k) for t in ("repeating", "prose") for k in (2, 4, 8)}
+    for r in even["rows"]:
+        assert 1.0 <= r["tokens_per_step"] <= r["draft"] + 1 and r["verify_step_cost"] > 0
+        assert r["pays"] == (r["tokens_per_step"] > r["verify_step_cost"])
+        assert r["predicted_speedup"] == r["tokens_per_step"] / r["verify_step_cost"]
 
 
 def test_pdl_context(ctx):
@@ -97,7 +106,8 @@ def test_persistent_bits_and_sweep(ctx):
     assert res["bits"]["ok"] and not res["bits"]["mismatches"] and "kernel_checks" not in res
     assert {r["arm"] for r in res["sweep"]["rows"]} == {"graph", "graph+pdl", "fused graph",
                                                         "persistent graph"}
-    assert res["barriers_per_token"] == 16 and held(ctx.out)
+    assert res["barriers_per_token"] == 0 and res["waits_per_token"] == 20 and held(ctx.out)
+    assert res["bits_tail"] == "grid"
     res["bits"]["ok"] = False
     (ctx.out / "persistent.json").write_text(json.dumps(res))
     assert not held(ctx.out) and not held(ctx.out / "nowhere")

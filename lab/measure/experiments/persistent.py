@@ -2,9 +2,9 @@
 step (notebook 10); on a GPU, every op's kernels against their twins first (kernels.check).
 
   kernel_checks  `kernels.check.run(None, "gpu")`: each op's kernels at the model's dims, the
-                 persistent kernel at grids of 1, 2 and 7 blocks (a GPU only)
+                 persistent kernel at grids of 1, 2, 7 and 132 blocks (a GPU only)
   bits           the five standard prompts fed eagerly, then 64 greedy tokens, eagerly and as
-                 graph replays, on a LAB_FUSION=1 (heads tail) and a LAB_PERSISTENT=1 engine:
+                 graph replays, on a LAB_FUSION=1 (grid tail) and a LAB_PERSISTENT=1 engine:
                  every id and every step's logits the same bytes in all four runs; the
                  persistent engine's counters back to 0, one launch (step_persistent) per step
   sweep          graph replay ms/token at CONTEXTS for ARMS (lab/measure/bench.py's run_sweep)
@@ -24,7 +24,7 @@ from lab.measure.replay_check import decode_after_prompt
 from lab.measure.experiment import experiment, today
 
 ARMS = {"graph": {}, "graph+pdl": {"pdl": True},
-        "fused graph": {"fusion": True, "attn_tail": "heads"},
+        "fused graph": {"fusion": True},          # the grid tail: the persistent step's bits
         "persistent graph": {"persistent": True}}
 CONTEXTS, REPS, TOKENS, BITS_TOKENS = (64, 900), 5, 64, 64
 QUICK = dict(contexts=(64, 900), reps=2, tokens=2, bits_tokens=8)
@@ -108,10 +108,10 @@ def record(ctx) -> None:
         bad.append(f"timing not meaningful: {sweep['reason']}")
     eng = DecodeEngine(model, base.replace(**ARMS["persistent graph"]), warm_up=False)
     launch = eng.step_launches(eng.plan(0))[0]
-    barriers = persistent.barriers_per_token(model.cfg.n_layer)
+    waits = persistent.waits_per_token(model.cfg.n_layer)
     lines = [f"source: {sweep['source']}",
-             f"step_persistent: grid {launch.grid}, block {launch.block}, {barriers} grid "
-             f"barriers per token",
+             f"step_persistent: grid {launch.grid}, block {launch.block}, {waits} counter "
+             f"waits per token, no grid barrier",
              f"bits: fused vs persistent, eager vs graph, {len(STANDARD_PROMPTS)} prompts x "
              f"{p['bits_tokens']} tokens: {'identical' if not bad else 'MISMATCH'}",
              f"{'context':>7}  {'arm':<18} {'ms/token':>9} {'± sem us':>9} {'launches':>8} "
@@ -130,7 +130,7 @@ def record(ctx) -> None:
     result = {"what": "LAB_PERSISTENT=1 against LAB_FUSION=1: bits, and graph replay ms/token",
               "source": sweep["source"], "date": today(),
               "grid": list(launch.grid), "block": list(launch.block),
-              "barriers_per_token": barriers,
+              "barriers_per_token": 0, "waits_per_token": waits, "bits_tail": "grid",
               "bits": {"ok": not bad, "mismatches": bad, "prompts": records},
               "sweep": sweep, "table": "\n".join(lines),
               "seconds": {"bits": round(t_bits, 1), "total": round(time.perf_counter() - t0, 1)}}

@@ -1,0 +1,285 @@
+"""The megakernel's counter protocol (kernels/persistent.py), device-free and fast: a Python model
+of a launch whose blocks are `block_program` generators (the kernel's items, waits and bumps, in
+its loops' order), run under adversarial block orders.
+
+The model's memory holds, per cell, a value and a version. An item checks the version of every
+cell it reads (the version its phase and layer must see: an older one is data not yet written, a
+newer one data already overwritten) and writes a value mixed from what it read, so the launch's
+outputs are a digest of every read. It holds that:
+  - under fair orders (forward, reversed, random seeds, bursts) every read sees completed data,
+    no wait gives up, and the outputs are the same bits for every order and every grid size >= 1
+    (up to more blocks than items);
+  - the counts are back to 0 after each launch, so launches replay back to back with no reset;
+  - a block starved until the others spin out ends the launch anyway (no deadlock), with the
+    error word naming a wait and the counts back to 0; a read of incomplete data happens only
+    when the error word is set;
+  - a protocol with one wait's target lowered is caught (the model has teeth).
+Marked `gpu` (skipped without one): the real kernel on the device, bits stable over replays and
+grid sizes, the error word set when a wait is made impossible (kernels.check's op persistent).
+"""
+import random
+
+import numpy as np
+import pytest
+
+from kernels import persistent as P
+
+TINY = dict(n_layer=2, D=8, F=12, V=5, n_head=2, head_dim=4, splits=3)
+MODEL = dict(n_layer=4, D=256, F=512, V=77, n_head=4, head_dim=64, splits=2)
+MASK = (1 << 61) - 1
+
+
+def _mix(*parts) -> int:
+    h = 0x2545F4914F6CDD1D
+    for v in parts:
+        h = ((h ^ (int(v) & MASK)) * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & MASK
+    return h
+
+
+class Memory:
+    """The step's buffers as cells: values and versions; `bad` lists the reads that saw a wrong
+    version (phase, layer, item, buffer)."""
+
+    def __init__(self, c, pos):
+        D, H, half = c["D"], c["n_head"], c["head_dim"] // 2
+        self.c, self.pos = c, pos
+        self.coef = np.array([_mix(i) for i in range(max(D, c["F"], 3 * D, 64))], np.uint64)
+        self.val = {"emb": np.array([_mix(pos, i) for i in range(D)], np.uint64)}
+        self.ver = {}
+        for name, n in (("x", D), ("qkv", 3 * (D // 2)), ("part", H * c["splits"]),
+                        ("act", c["F"]), ("logits", c["V"])):
+            self.val[name] = np.zeros(n, np.uint64)
+            self.ver[name] = np.zeros(n, np.int64)
+        self.head_of = (np.arange(3 * (D // 2)) % (D // 2)) // half
+        self.bad = []
+        self.token = None
+
+    def read(self, name, want, where, idx=None):
+        ver = self.ver.get(name)
+        if ver is not None:
+            seen = ver if idx is None else ver[idx]
+            if np.any(seen != want):
+                self.bad.append((*where, name))
+        v = self.val[name] if idx is None else self.val[name][idx]
+        return int(np.dot(np.atleast_1d(v), self.coef[:np.size(v)]) & np.uint64(MASK))
+
+    def write(self, name, i, value, version):
+        self.val[name][i] = np.uint64(value & MASK)
+        self.ver[name][i] = version
+
+    def item(self, phase, layer, i):
+        """Item i of `phase` at `layer`: its reads (with the versions it must see), its write."""
+        where = (phase, layer, i)
+        L = self.c["n_layer"]
+        xin = ("emb", 0) if layer == 0 else ("x", 2 * layer)
+        if phase == 0:                    # a qkv pair: all of x
+            d = self.read(*xin, where)
+            self.write("qkv", i, _mix(0, layer, i, d), layer + 1)
+        elif phase == 1:                  # attention (h, s): head h's q, k and v pairs
+            h = i // self.c["splits"]
+            d = self.read("qkv", layer + 1, where, np.flatnonzero(self.head_of == h))
+            self.write("part", i, _mix(1, layer, i, d), layer + 1)
+        elif phase == 2:                  # out proj row i: every partial, x[i]
+            d = self.read("part", layer + 1, where)
+            r = self.read(xin[0], xin[1], where, [i])
+            self.write("x", i, _mix(2, layer, i, d, r), 2 * layer + 1)
+        elif phase == 3:                  # mlp row i: all of x
+            d = self.read("x", 2 * layer + 1, where)
+            self.write("act", i, _mix(3, layer, i, d), layer + 1)
+        elif phase == 4:                  # down row i: all of act, x[i]
+            d = self.read("act", layer + 1, where)
+            r = self.read("x", 2 * layer + 1, where, [i])
+            self.write("x", i, _mix(4, layer, i, d, r), 2 * layer + 2)
+        else:                             # LM head row i: all of x after the last layer
+            d = self.read("x", 2 * L, where)
+            self.write("logits", i, _mix(5, i, d), 1)
+
+    def outputs(self):
+        return (self.val["x"].tobytes(), self.val["logits"].tobytes(), self.token)
+
+
+def block(mem, counter, b, G, read_pos, program, spin_limit, give_up_every):
+    """Block b as a generator: one yield per poll, item, bump or exit (a point where another
+    block may run)."""
+    read_pos[b] = True                   # every block reads pos first
+    yield
+    for op in program(b, G):
+        if op[0] == "wait":
+            _, slot, target, code = op
+            polls = 0
+            while counter[slot] < target:
+                polls += 1
+                if polls >= spin_limit:
+                    if counter[P.SLOT_ERR] == 0:
+                        counter[P.SLOT_ERR] = code
+                    break
+                if polls % give_up_every == 0 and counter[P.SLOT_ERR] != 0:
+                    break
+                yield
+        elif op[0] == "item":
+            mem.item(*op[1:])
+            yield
+        elif op[0] == "bump":
+            counter[op[1]] += op[2]
+            yield
+        else:                            # exit: arrive_last; the last picks, advances, resets
+            arrived = counter[P.SLOT_EXIT]
+            counter[P.SLOT_EXIT] += 1
+            if arrived == G - 1:
+                counter[P.SLOT_EXIT] = 0
+                assert all(read_pos), "pos advanced before every block read it"
+                mem.token = mem.read("logits", 1, ("exit", 0, 0))
+                mem.pos += 1
+                counter[P.SLOT_EXIT + 1:] = 0
+            yield
+
+
+def launch(c, G, order, counter, pos=0, seed=0, victim=None, spin_limit=100_000,
+           give_up_every=P.GIVE_UP_EVERY, program=None):
+    """One launch of G blocks in `order`; returns its Memory (counter is updated in place)."""
+    mem = Memory(c, pos)
+    read_pos = [False] * G
+    prog = program or (lambda b, g: P.block_program(b, g, **c))
+    gens = {b: block(mem, counter, b, G, read_pos, prog, spin_limit, give_up_every)
+            for b in range(G)}
+    rng = random.Random(seed)
+
+    def step(b):
+        try:
+            next(gens[b])
+        except StopIteration:
+            del gens[b]
+
+    while gens:
+        alive = sorted(gens)
+        if victim is not None and len(alive) > 1 and victim in alive:
+            alive.remove(victim)         # starved until every other block is done
+        if order == "forward":
+            for b in alive:
+                step(b)
+        elif order == "reversed":
+            for b in reversed(alive):
+                step(b)
+        elif order == "random":
+            step(rng.choice(alive))
+        elif order == "bursts":          # a block runs several operations at once
+            b = rng.choice(alive)
+            for _ in range(rng.randint(1, 40)):
+                if b in gens:
+                    step(b)
+        else:
+            raise ValueError(order)
+    return mem
+
+
+def clean_counter(c):
+    return np.zeros(P.counter_slots(c["n_head"]), np.int64)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """Two launches back to back of one block in order (numba's simulator's run)."""
+    counter = clean_counter(TINY)
+    first = launch(TINY, 1, "forward", counter)
+    second = launch(TINY, 1, "forward", counter, pos=1)
+    assert not first.bad and not second.bad and not counter.any()
+    return first.outputs(), second.outputs()
+
+
+GRIDS = [1, 2, 3, 4, 5, 7, 8, 13, 25, 64]        # up to more blocks than any phase has items
+ORDERS = [("forward", 0), ("reversed", 0), ("random", 1), ("random", 2), ("bursts", 3)]
+
+
+@pytest.mark.parametrize("G", GRIDS)
+def test_every_order_reads_complete_data_and_writes_the_same_bits(reference, G):
+    for order, seed in ORDERS:
+        counter = clean_counter(TINY)
+        for pos in (0, 1):               # a replay: the counts the first launch left, unreset
+            mem = launch(TINY, G, order, counter, pos=pos, seed=seed + G)
+            assert counter[P.SLOT_ERR] == 0, (order, G, P.describe_wait(int(counter[0])))
+            assert not mem.bad, (order, G, mem.bad[:3])
+            assert not counter.any(), (order, G, counter)
+            assert mem.outputs() == reference[pos], (order, G, pos)
+
+
+def test_the_model_sized_protocol_in_two_orders():
+    """The real model's dims (4 layers, 4 heads of 64, d_ff 512, vocab 77, 2 slices) on the
+    H200's 132 blocks and on 7: the same outputs, complete reads, counts back to 0."""
+    outs = set()
+    for G, order, seed in ((132, "random", 5), (7, "reversed", 0)):
+        counter = clean_counter(MODEL)
+        mem = launch(MODEL, G, order, counter, seed=seed)
+        assert counter[P.SLOT_ERR] == 0 and not mem.bad and not counter.any()
+        outs.add(mem.outputs())
+    assert len(outs) == 1
+
+
+@pytest.mark.parametrize("G,victim", [(1, 0), (2, 0), (2, 1), (5, 3), (13, 0), (13, 11), (13, 12)])
+def test_a_starved_block_ends_in_the_error_word_not_a_deadlock(G, victim):
+    """Every other block runs until it is done or has given up waiting, then the victim: the
+    launch ends, the error word names a wait (where the victim had work another block waits
+    for; a victim with no item starves nobody), the counts are 0 again; a read of incomplete data
+    happened only with the error word set; the next launch (the victim no longer starved) is
+    clean."""
+    counter = clean_counter(TINY)
+    mem = launch(TINY, G, "forward", counter, victim=victim, spin_limit=300, give_up_every=16)
+    code = int(counter[P.SLOT_ERR])
+    works = G > 1 and any(op[0] == "bump" for op in P.block_program(victim, G, **TINY))
+    assert bool(code) == works and (not code or P.describe_wait(code)), (code, works)
+    assert not counter[1:].any(), counter
+    counter[P.SLOT_ERR] = 0                          # the host's reset at the next request
+    again = launch(TINY, G, "random", counter, seed=9)
+    assert not again.bad and not counter.any()
+    assert code or not mem.bad                       # incomplete reads only under an error
+
+
+def test_a_lowered_wait_target_is_caught():
+    """The model has teeth: the output projection's wait lowered by one partial lets some order
+    read a partial before it is written, with no error word (silent corruption)."""
+    def lowered(b, G):
+        for op in P.block_program(b, G, **TINY):
+            if op[0] == "wait" and op[1] == P.SLOT_PART:
+                op = (op[0], op[1], op[2] - 1, op[3])
+            yield op
+    caught = False
+    for seed in range(40):
+        counter = clean_counter(TINY)
+        mem = launch(TINY, 6, "random", counter, seed=seed, program=lowered)
+        if mem.bad and counter[P.SLOT_ERR] == 0:
+            caught = True
+            break
+    assert caught
+
+
+def test_the_program_matches_the_kernels_counts():
+    """What block_program bumps adds up to each wait's target, for any grid: every count reaches
+    exactly what its last waiter needs (the LM head waits for every down row of the last layer),
+    and the attention waits for its own head's pairs only."""
+    c = TINY
+    for G in (1, 3, 8, 40):
+        bumps = np.zeros(P.counter_slots(c["n_head"]), np.int64)
+        targets = {}
+        for b in range(G):
+            for op in P.block_program(b, G, **c):
+                if op[0] == "bump":
+                    bumps[op[1]] += op[2]
+                elif op[0] == "wait":
+                    targets[op[1]] = max(targets.get(op[1], 0), op[2])
+        for slot, t in targets.items():
+            assert bumps[slot] >= t, (G, slot)
+        L, D, F = c["n_layer"], c["D"], c["F"]
+        assert bumps[P.SLOT_X_DOWN] == L * D == targets[P.SLOT_X_DOWN]
+        assert bumps[P.SLOT_ACT] == L * F == targets[P.SLOT_ACT]
+        assert bumps[P.SLOT_PART] == L * c["n_head"] * c["splits"] == targets[P.SLOT_PART]
+        for h in range(c["n_head"]):
+            assert bumps[P.SLOT_QKV + h] == L * 3 * (c["head_dim"] // 2)
+
+
+@pytest.mark.gpu
+def test_gpu_kernel_bits_over_replays_and_grids_and_its_error_word():
+    """kernels.check's op persistent on the device: grids of 1, 2, 7 and 132 blocks, launches
+    repeated identical, the fused step's bits, the stamped form's bits, a wait made impossible
+    (a count started far below 0) setting the error word to that wait and leaving the counts 0."""
+    from kernels import check
+    res = check.run(["persistent"], "gpu")
+    assert res["ok"], res["ops"]["persistent"]["error"]
