@@ -970,9 +970,11 @@ def check_case(rng, cfg, dt, p, splits, n_prompt, grid, fused_bits):
             ok, err = close(a, b, *persistent.CASES["tol"], np.finfo(a.dtype).eps)
             if not ok:
                 raise Mismatch(f"step_persistent {label}: {name} max |err| {err:.3g} vs the twin")
-    if np.any(got[P_COUNTER] != 0):
+    if got[P_COUNTER][persistent.SLOT_ERR] or not persistent.settled(got[P_COUNTER],
+                                                                    _adds(cfg)):
         raise Mismatch(f"step_persistent {label}: counter slots {got[P_COUNTER]} after the "
-                       f"launch, not 0 (error word: {persistent.describe_wait(got[P_COUNTER][0])})")
+                       f"launch, not one clean launch's (error word: "
+                       f"{persistent.describe_wait(got[P_COUNTER][0])})")
     # the token: the argmax policy on the kernel's own logits (a near tie may differ from the
     # twin's pick on its logits), only at a generated slot
     tok = args[P_TOKENS].copy()
@@ -999,6 +1001,46 @@ def check_case(rng, cfg, dt, p, splits, n_prompt, grid, fused_bits):
     return got
 
 
+def _adds(cfg):
+    return persistent.launch_adds(cfg["L"], cfg["D"], cfg["F"], cfg["V"], cfg["H"], cfg["hd"])
+
+
+def _variant(name: str, stamped: bool, dt):
+    """Variant `name` of the persistent kernel (kernels/persistent.py's VARIANTS), compiled once
+    with step_persistent's signature for `dt` (stamped: STAMPED_SIGS) and jit options."""
+    i = 0 if np.dtype(dt) == np.float32 else 1
+    sig = persistent.STAMPED_SIGS[i] if stamped else REGISTRY["step_persistent"].signatures[i]
+    key = ("step_persistent", name, stamped, sig)
+    if key not in _compiled:
+        opts = dict(REGISTRY["step_persistent"].jit_options) if OPT.gpu else {}
+        _compiled[key] = cuda.jit(sig, **opts)(persistent.variant_kernel(name, stamped))
+    return _compiled[key]
+
+
+def check_variants(rng, cfg, dt, p, splits, n_prompt, grid, plain) -> None:
+    """Every other variant of the body (VARIANTS) on the same inputs: step_persistent's bits in
+    every output, the counter as its own twin leaves it (a clean launch of its exit form)."""
+    T = cfg["T"]
+    args = model_args(rng, cfg, dt, p, splits, n_prompt)
+    spec = REGISTRY["step_persistent"]
+    for name in persistent.VARIANTS:
+        if name == persistent.DEFAULT_VARIANT:
+            continue
+        label = f"variant {name} pos={p} splits={splits} grid={grid}"
+        got = _copies(args)
+        _variant(name, False, dt)[grid, (T,)](*got)
+        want = _copies(args)
+        persistent.variant_spec(name).twin(grid, (T,), *want)
+        for i in spec.writes:
+            if i == P_COUNTER:
+                if got[i].tobytes() != want[i].tobytes():
+                    raise Mismatch(f"step_persistent {label}: counter {got[i]}, its twin's "
+                                   f"{want[i]}")
+            elif got[i].tobytes() != plain[i].tobytes():
+                raise Mismatch(f"step_persistent {label}: {spec.arg_names[i]} differs from "
+                               f"step_persistent's ({persistent.DEFAULT_VARIANT})")
+
+
 def check_stamped(rng, cfg, dt, p, splits, n_prompt, grid, plain) -> None:
     """step_persistent_stamped on the same inputs: the plain kernel's bits, and a stamp per
     phase: start <= ready <= end in every block that had items."""
@@ -1007,13 +1049,8 @@ def check_stamped(rng, cfg, dt, p, splits, n_prompt, grid, plain) -> None:
     args = model_args(rng, cfg, dt, p, splits, n_prompt)
     n_ph = persistent.phase_count(cfg["L"])
     stamps = np.zeros((grid[0], n_ph, persistent.STAMP_FIELDS), np.int64)
-    sig = persistent.STAMPED_SIGS[0 if np.dtype(dt) == np.float32 else 1]
-    key = ("step_persistent_stamped", sig)
-    if key not in _compiled:
-        opts = dict(REGISTRY["step_persistent"].jit_options) if OPT.gpu else {}
-        _compiled[key] = cuda.jit(sig, **opts)(persistent.step_persistent_stamped)
     got = _copies(args) + [stamps]
-    _compiled[key][grid, (T,)](*got)
+    _variant(persistent.DEFAULT_VARIANT, True, dt)[grid, (T,)](*got)
     for i in REGISTRY["step_persistent"].writes:
         if got[i].tobytes() != plain[i].tobytes():
             raise Mismatch(f"step_persistent {label}: {REGISTRY['step_persistent'].arg_names[i]} "
@@ -1030,8 +1067,9 @@ def check_stamped(rng, cfg, dt, p, splits, n_prompt, grid, plain) -> None:
 
 def check_timeout(rng, cfg, dt, p, splits, n_prompt, grid) -> None:
     """A wait made impossible (the mlp's count started far below 0): the launch still ends, the
-    error word names that wait (layer 0's mlp up), every count is back to 0, and the next launch
-    on fresh inputs writes the clean bits."""
+    error word names that wait (layer 0's mlp up), every other count is as a launch leaves it
+    (the poisoned one stays poisoned: the host zeroes the counter when it reads the error word),
+    and the next launch on fresh inputs writes the clean bits."""
     T = cfg["T"]
     label = f"timeout grid={grid}"
     args = model_args(rng, cfg, dt, p, splits, n_prompt)
@@ -1047,8 +1085,13 @@ def check_timeout(rng, cfg, dt, p, splits, n_prompt, grid) -> None:
         raise Mismatch(f"step_persistent {label}: error word {word} "
                        f"({persistent.describe_wait(word)!r}), want {want} "
                        f"({persistent.describe_wait(want)!r})")
-    if np.any(bad[P_COUNTER][1:] != 0):
-        raise Mismatch(f"step_persistent {label}: counts {bad[P_COUNTER]} after a timeout, not 0")
+    poisoned = bad[P_COUNTER].astype(np.int64)
+    if persistent.VARIANTS[persistent.DEFAULT_VARIANT]["epochs"]:
+        poisoned[persistent.SLOT_X_ATTN] += 1 << 30    # the poisoned count stays poisoned
+    poisoned[persistent.SLOT_ERR] = 0                  # (the arrive exit zeroes every count)
+    if not persistent.settled(poisoned, _adds(cfg)):
+        raise Mismatch(f"step_persistent {label}: counts {bad[P_COUNTER]} after a timeout, not "
+                       f"a launch's")
     again = _copies(args)
     kern[grid, (T,)](*again)
     for i in REGISTRY["step_persistent"].writes:
@@ -1059,8 +1102,8 @@ def check_timeout(rng, cfg, dt, p, splits, n_prompt, grid) -> None:
 
 def check_persistent() -> set[str]:
     """step_persistent against its twin and, bit for bit, the fused kernels (grid tail) one after
-    another; its clock-stamped form writes the same bits; a wait made impossible sets the error
-    word and leaves the counts clean. On the simulator: the first case at grid (1,), one layer
+    another; its clock-stamped form and every other variant of its body (VARIANTS) write the
+    same bits; a wait made impossible sets the error word and leaves the other counts clean. On the simulator: the first case at grid (1,), one layer
     (the timeout case too: a wait there is met at once or never). On a GPU: every case at grids
     of 1, 2, 7 and 132 blocks, two layers, launches repeated identical."""
     if OPT.shuffles and not reduce.SHUFFLES:
@@ -1080,6 +1123,8 @@ def check_persistent() -> set[str]:
             if n == 0 and (OPT.gpu or grid == (1,)):
                 rng.bit_generator.state = state              # the same inputs again
                 check_stamped(rng, cfg, dt, p, splits, n_prompt, grid, out)
+                rng.bit_generator.state = state
+                check_variants(rng, cfg, dt, p, splits, n_prompt, grid, out)
             if n == 0 and grid == grids[-1]:
                 check_timeout(np.random.default_rng(PERSISTENT_SEED), cfg, dt, p, splits,
                               n_prompt, grid)

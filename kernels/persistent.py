@@ -5,22 +5,32 @@ instead of grid barriers.
 Contents
   geometry        PERSISTENT_THREADS, persistent_geometry, counter_slots, waits_per_token,
                   barriers_per_token (0), phase_count
-  the protocol    the counter slots (SLOT_*), wait_code / describe_wait (the error word), the
-                  items a block does (mine), block_program: the kernel's items, waits and bumps
-                  as a Python generator (tests/kernels/test_megakernel_protocol.py runs it under
+  the protocol    the counter slots (SLOT_*), the body's VARIANTS (preload; epoch or arrive
+                  exit) and DEFAULT_VARIANT, launch_adds / wrap32 / settled (the counts a clean
+                  launch leaves), wait_code / describe_wait (the error word), the items a block
+                  does (mine), block_program: the kernel's items, waits and bumps as a Python
+                  generator (tests/kernels/test_megakernel_protocol.py runs it under
                   adversarial block orders)
-  device pieces   release_add, acquire_load (PTX release/acquire), wait_count (a bounded spin),
-                  bump, block_pick (the argmax of a 128-thread block), clock64 / globaltimer
-  twin            step_persistent_twin: the fused step's twins (LAB_ATTN_TAIL=grid), composed
-  the kernel      step_persistent; step_persistent_stamped, the same body with a clock stamp
-                  per phase (STAMP_FIELDS), not registered: kernels/check.py and
-                  scripts/megakernel_probe.py compile it
+  device pieces   release_add, acquire_load (PTX release/acquire), wait_count (a bounded spin
+                  over an int32 difference), bump, block_pick (the argmax of a 128-thread
+                  block), clock64 / globaltimer
+  twin            step_persistent_twin: the fused step's twins (LAB_ATTN_TAIL=grid), composed,
+                  then the counter as a clean launch leaves it (_make_twin: per exit form)
+  the kernel      _make_body (stamped, preload, epochs); step_persistent (DEFAULT_VARIANT);
+                  step_persistent_stamped, the same body with a clock stamp per phase
+                  (STAMP_FIELDS); variant_kernel / variant_spec: the other variants. Only
+                  step_persistent is registered: kernels/check.py and
+                  scripts/megakernel_probe.py compile the others
   CASES           kernels/check.py's cases
 
 Every phase calls the fused step's device functions (kernels/fused_device.py's folded-norm dots,
 kernels/attention.py's partial_slice_at and merge, kernels/matvec.py's row dots) in their order,
 so the kernel writes the bits of LAB_FUSION=1 with LAB_ATTN_TAIL=grid (attn_fused_grid: the
-unfused attention's partials and combine), on the simulator and on a GPU.
+unfused attention's partials and combine), on the simulator and on a GPU, in every variant.
+The default calls the plain dots after each wait: kernels/matvec.py's `row_load` records that
+matvec built on the preloading forms (`row_load` / `row_dot_loaded`: local arrays passed across
+device functions) measured 1.1 to 2.4 us slower per node on the H200; the preload variants keep
+that form for scripts/megakernel_probe.py to time against it.
 """
 import math
 import time
@@ -29,15 +39,15 @@ import numba
 import numpy as np
 from numba import config, cuda
 
-from kernels.registry import kernel
+from kernels.registry import KernelSpec, kernel
 from kernels.attention import (ATTN_STEPS, ATTN_THREADS, ATTN_WARPS, MAX_D, MERGE_MAX_PAIRS,
                                merge_elem_sh, merge_weights, partial_slice_at, udivmod)
 from kernels.embed import embed_twin
 from kernels.fused import (MAX_HEAD_DIM, arrive_last, attn_fused_grid_twin, backoff,
                            norm_lm_head_argmax_twin, norm_qkv_rope_twin, norm_swiglu_twin)
-from kernels.fused_device import (XW_UNROLL, inv_rms, xw_dot2_loaded, xw_dot_loaded, xw_load,
-                                  xw_load1)
-from kernels.matvec import ROW_UNROLL, matvec_residual_twin, row_dot_loaded, row_load
+from kernels.fused_device import (XW_UNROLL, inv_rms, xw_dot, xw_dot2, xw_dot2_loaded,
+                                  xw_dot_loaded, xw_load, xw_load1)
+from kernels.matvec import ROW_UNROLL, matvec_residual_twin, row_dot, row_dot_loaded, row_load
 from kernels.pdl import pdl_wait
 from kernels.reduce import WARP, better
 
@@ -55,37 +65,96 @@ GIVE_UP_EVERY = 1024 if not config.ENABLE_CUDASIM else 16  # polls between looks
                           # word: once one wait gave up, the others stop within this many
 
 # ---- the protocol ------------------------------------------------------------------------------
-# counter slots (int32): the error word, the exit election, then one count per dependency. A
-# count is cumulative over the layers of one launch (its target at layer l is (l + 1) times what
-# one layer adds) and the block elected last at exit sets every slot but the error word back to
-# 0, so a captured graph replays step after step with no host reset.
+# counter slots (int32): the error word, the exit's slots, then one count per dependency. A count
+# is cumulative over the layers of one launch (its target at layer l is (l + 1) times what one
+# layer adds). Two ways to leave them for the next launch (a compile-time choice, `VARIANTS`):
+#   epoch   nothing is reset: every block reads the launch count E (SLOT_EPOCH) at
+#           its start and waits for E * launch_adds(slot) + its target, compared as an int32
+#           difference (wraparound-safe); one block (the grid's last) waits for every logit,
+#           picks the token, advances pos and E. No other block waits at the exit.
+#   arrive  (the default) every block arrives at SLOT_EXIT (arrive_last); the last picks the
+#           token, advances pos and sets every count back to 0.
+# Either way a captured graph replays step after step with no host reset.
 SLOT_ERR = 0       # 0, or the wait_code of a wait that gave up (the first to set it)
-SLOT_EXIT = 1      # blocks past their last phase (arrive_last: the last picks the token)
-SLOT_X_DOWN = 2    # rows of x the down projection has written (D per layer)
-SLOT_X_ATTN = 3    # rows of x the attention output projection has written (D per layer)
-SLOT_ACT = 4       # rows of act the MLP's up projection has written (F per layer)
-SLOT_PART = 5      # attention items (head, slice) written (n_head * splits per layer)
-SLOT_QKV = 6       # + h: rotate-half pairs of head h's q, k and v written (3 hd / 2 per layer)
+SLOT_EXIT = 1      # arrive: blocks past their last phase (arrive_last: the last picks the token)
+SLOT_EPOCH = 2     # epoch: launches completed (E; the picker adds 1)
+SLOT_LOGITS = 3    # epoch: logits the LM head has written (V per launch)
+SLOT_X_DOWN = 4    # rows of x the down projection has written (D per layer)
+SLOT_X_ATTN = 5    # rows of x the attention output projection has written (D per layer)
+SLOT_ACT = 6       # rows of act the MLP's up projection has written (F per layer)
+SLOT_PART = 7      # attention items (head, slice) written (n_head * splits per layer)
+SLOT_QKV = 8       # + h: rotate-half pairs of head h's q, k and v written (3 hd / 2 per layer)
+
+# the body's compile-time choices (kernels/check.py holds every variant to the default's bits;
+# scripts/megakernel_probe.py times them side by side)
+#   preload  each warp phase loads its first group of weights before its wait (the `_loaded`
+#            dots); else it calls the plain dots (row_dot, xw_dot2, xw_dot) after the wait: the
+#            same fmas in the same order
+#   epochs   the exit: epoch (True) or arrive (False), above
+VARIANTS = {"plain/epoch": dict(preload=False, epochs=True),
+            "preload/epoch": dict(preload=True, epochs=True),
+            "plain/arrive": dict(preload=False, epochs=False),
+            "preload/arrive": dict(preload=True, epochs=False)}
+# The default: plain dots (measured on the H200 with scripts/megakernel_probe.py, graph replay
+# at context 64: plain 0.0686-0.0687 ms/token, preload 0.0783-0.0802) and the arrive exit (the
+# same speed as the epoch exit, 0.0687 against 0.0686; the epoch exit's timeout check on the
+# H200 reported the token pick's wait, not the wait made impossible: not the default until that
+# is understood; kernels.check --gpu holds the default to its timeout case)
+DEFAULT_VARIANT = "plain/arrive"   # step_persistent's body
 
 PHASES = ("qkv", "attention", "out proj", "mlp up", "down")   # a layer's phases, in order
 PHASE_LM = len(PHASES)                                         # then the LM head, then the exit
+PHASE_PICK = PHASE_LM + 1                                      # (the epoch exit's one wait)
 WAIT_WHAT = ("qkv waits for x: every down-projection row of the layer before",
              "attention waits for head {h}'s q, k and v rows",
              "the output projection waits for every attention partial",
              "mlp up waits for x: every output-projection row",
              "down waits for act: every mlp row",
-             "the LM head waits for x: every down-projection row of the last layer")
+             "the LM head waits for x: every down-projection row of the last layer",
+             "the token pick waits for every logit")
 CODE_HEADS = 1024  # wait_code's room for a head index
 
 
 def counter_slots(n_head: int) -> int:
-    """The kernel's int32 counter slots: the error word, the exit, four counts, one per head."""
+    """The kernel's int32 counter slots: the error word, the exit's three, four counts, one per
+    head (every variant's layout)."""
     return SLOT_QKV + n_head
+
+
+def launch_adds(n_layer, D, F, V, n_head, head_dim) -> np.ndarray:
+    """What one clean launch of the epoch form adds to each slot (int64 [counter_slots]): after
+    E launches from zeros the counter reads E * this (int32 wraparound), whatever plans (split
+    counts) they ran: the picker tops the partials' count up from n_layer * n_head * splits to
+    n_layer * MERGE_MAX_PAIRS. The arrive form adds nothing net (its counts end at 0)."""
+    adds = np.zeros(counter_slots(n_head), np.int64)
+    adds[SLOT_EPOCH] = 1
+    adds[SLOT_LOGITS] = V
+    adds[SLOT_X_DOWN] = adds[SLOT_X_ATTN] = n_layer * D
+    adds[SLOT_ACT] = n_layer * F
+    adds[SLOT_PART] = n_layer * MERGE_MAX_PAIRS
+    adds[SLOT_QKV:] = n_layer * 3 * (head_dim // 2)
+    return adds
+
+
+def wrap32(v):
+    """v as an int32 wraps it (two's complement): the counts' arithmetic."""
+    return ((v + 2147483648) % 4294967296) - 2147483648
+
+
+_wrap32 = cuda.jit(device=True)(wrap32)
+
+
+def settled(counter, adds) -> bool:
+    """Is `counter` (int [counter_slots]) what clean launches leave: the exit election at 0 and
+    every count E * adds (E = its epoch slot; 0 for the arrive form, whose counts are 0)?"""
+    c = np.asarray(counter, np.int64)
+    want = np.array([wrap32(int(c[SLOT_EPOCH]) * int(a)) for a in adds], np.int64)
+    return c[SLOT_EXIT] == 0 and np.array_equal(c[SLOT_LOGITS:], want[SLOT_LOGITS:])
 
 
 def wait_code(layer, kind, head):
     """The error word a wait writes when it gives up: nonzero, naming the wait."""
-    return 1 + (layer * (PHASE_LM + 1) + kind) * CODE_HEADS + head
+    return 1 + (layer * (PHASE_PICK + 1) + kind) * CODE_HEADS + head
 
 
 _wait_code = cuda.jit(device=True)(wait_code)
@@ -95,10 +164,10 @@ def describe_wait(code: int) -> str:
     """The wait an error word names, in words ('' for 0)."""
     if code <= 0:
         return ""
-    layer, rest = divmod(code - 1, (PHASE_LM + 1) * CODE_HEADS)
+    layer, rest = divmod(code - 1, (PHASE_PICK + 1) * CODE_HEADS)
     kind, head = divmod(rest, CODE_HEADS)
     what = WAIT_WHAT[kind].format(h=head) if kind < len(WAIT_WHAT) else f"wait kind {kind}"
-    return what if kind == PHASE_LM else f"layer {layer}: {what}"
+    return what if kind >= PHASE_LM else f"layer {layer}: {what}"
 
 
 def mine(n, blk, G):
@@ -110,11 +179,14 @@ def mine(n, blk, G):
 _mine = cuda.jit(device=True)(mine)
 
 
-def waits_per_token(n_layer: int) -> int:
-    """Phases per token that wait for other blocks' writes: the qkv of every layer but the first
-    (x), attention, output projection, mlp up and down of every layer, the LM head. Each is one
-    count's wait, in the blocks that have items in it; no grid barrier."""
-    return 5 * n_layer
+def waits_per_token(n_layer: int, epochs: bool | None = None) -> int:
+    """Counts waited on per token: the qkv of every layer but the first (x), attention, output
+    projection, mlp up and down of every layer, the LM head (each one count's wait, in the
+    blocks that have items in it), and with the epoch exit the token pick's wait for every
+    logit (one block). No grid barrier. epochs None: the default variant's exit."""
+    if epochs is None:
+        epochs = VARIANTS[DEFAULT_VARIANT]["epochs"]
+    return 5 * n_layer + (1 if epochs else 0)
 
 
 def barriers_per_token(n_layer: int) -> int:
@@ -147,13 +219,19 @@ def persistent_geometry(head_dim: int, sms: int, co_resident: int, threads: int 
     return (min(sms, co_resident),), (t,)
 
 
-def block_program(blk, G, n_layer, D, F, V, n_head, head_dim, splits, warps=PERSISTENT_WARPS):
+def block_program(blk, G, n_layer, D, F, V, n_head, head_dim, splits, warps=PERSISTENT_WARPS,
+                  epochs=VARIANTS[DEFAULT_VARIANT]["epochs"]):
     """Block blk's program in a grid of G blocks, as step_persistent runs it, one operation at a
-    time: ("wait", slot, target, code), ("item", phase, layer, i) -- the item's writes done, in
-    that order within the block --, ("bump", slot, n) and last ("exit",). The kernel's loops in
+    time: ("wait", slot, target, code) -- the target relative to the launch: the kernel adds
+    E * launch_adds(slot) in the epoch form --, ("item", phase, layer, i) -- the item's writes
+    done, in that order within the block --, ("bump", slot, n), and last ("pick",) in the
+    epoch form's picker (block G - 1: the token, pos and E advanced) or ("exit",) in every
+    block of the arrive form (arrive_last; the last picks and resets); the picker first tops
+    the partials' count up to a launch's whole (launch_adds). The kernel's loops in
     Python: warp phases give warp w of round b the item b * G * warps + w * G + blk, the
     attention gives the block items blk, blk + G, ...; a warp phase waits once, before its first
-    item's compute (its weights are loaded before the wait), the attention before each item."""
+    item (with preload, its weights are loaded before the wait), the attention before each
+    item. The body's preload choice changes no operation here."""
     half = head_dim // 2
     n_pairs = 3 * (D // 2)
     n_items = n_head * splits
@@ -191,7 +269,15 @@ def block_program(blk, G, n_layer, D, F, V, n_head, head_dim, splits, warps=PERS
                 yield ("bump", out, mine(n, blk, G))
     yield from warp_phase(V, PHASE_LM, n_layer, SLOT_X_DOWN, n_layer * D,
                           wait_code(n_layer, PHASE_LM, 0))
-    yield ("exit",)
+    if not epochs:
+        yield ("exit",)
+        return
+    if mine(V, blk, G):
+        yield ("bump", SLOT_LOGITS, mine(V, blk, G))
+    if blk == G - 1:
+        yield ("wait", SLOT_LOGITS, V, wait_code(n_layer, PHASE_PICK, 0))
+        yield ("bump", SLOT_PART, n_layer * (MERGE_MAX_PAIRS - n_items))   # the plan-free top-up
+        yield ("pick",)
 
 
 # ---- device pieces -----------------------------------------------------------------------------
@@ -270,15 +356,17 @@ else:
 
 
 @cuda.jit(device=True)
-def wait_count(counter, slot, target, code):
-    """Return, in every thread of the block, once counter[slot] >= target: thread 0 polls it with
-    acquire loads, then the block meets (its later reads see what the counted producers wrote).
+def wait_count(counter, slot, base, target, code):
+    """Return, in every thread of the block, once counter[slot] - base >= target (an int32
+    difference: a count that wrapped around still compares right; base: the epoch form's
+    E * launch_adds(slot), 0 in the arrive form): thread 0 polls it with acquire loads, then
+    the block meets (its later reads see what the counted producers wrote).
     Bounded: after SPIN_LIMIT polls, or once the error word is set by another wait, thread 0
     writes `code` to counter[SLOT_ERR] (if it is still 0) and stops waiting; the step's result is
     then void and the host says which wait gave up. Every thread of the block must call it."""
     if cuda.threadIdx.x == 0:
         polls = 0
-        while acquire_load(counter, slot) < target:
+        while _wrap32(numba.int64(acquire_load(counter, slot)) - base) < target:
             polls += 1
             if polls >= SPIN_LIMIT:
                 cuda.atomic.cas(counter, SLOT_ERR, numba.int32(0), numba.int32(code))
@@ -345,36 +433,54 @@ def stamp(stamps, blk, ph, which):
 
 
 # ---- the twin: the fused step's twins (grid tail), composed ------------------------------------
-def step_persistent_twin(grid, block, tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down,
-                         final_norm, lm_head, eps, scale, cos, sin, k_cache, v_cache, x, q,
-                         part_o, part_ml, act, logits, counter):
-    # embed, then per layer norm_qkv_rope, attn_fused_grid (attn_partial + attn_combine),
-    # norm_swiglu, matvec_residual, then norm_lm_head_argmax: the kernel's phases, each the
-    # twin of the fused kernel whose device functions it calls. The counts end at 0, the error
-    # word as it was.
-    embed_twin(None, None, tokens, pos, wte, x)
-    for layer in range(wqkv.shape[0]):
-        norm_qkv_rope_twin(None, None, x, norms[layer, 0], eps, wqkv[layer], 0, pos, cos, sin,
-                           q, k_cache[layer], v_cache[layer])
-        attn_fused_grid_twin(None, None, q, k_cache[layer], v_cache[layer], pos, part_o, part_ml,
-                             scale, wo[layer], x, counter)
-        norm_swiglu_twin(None, None, x, norms[layer, 1], eps, w_gu[layer, 0], w_gu[layer, 1], act)
-        matvec_residual_twin(None, None, w_down[layer], act, x)
-    norm_lm_head_argmax_twin(None, None, x, final_norm, eps, lm_head, logits, pos, n_prompt,
-                             tokens, counter)
-    counter[SLOT_EXIT:] = 0
+def _make_twin(epochs: bool):
+    """The twin of a variant: the fused step's twins (grid tail), composed, then the counter as
+    a clean launch leaves it (epochs: every count and E advanced by launch_adds; arrive: every
+    count 0). The error word stays as it was."""
+
+    def twin(grid, block, tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, final_norm,
+             lm_head, eps, scale, cos, sin, k_cache, v_cache, x, q, part_o, part_ml, act, logits,
+             counter):
+        # embed, then per layer norm_qkv_rope, attn_fused_grid (attn_partial + attn_combine),
+        # norm_swiglu, matvec_residual, then norm_lm_head_argmax: the kernel's phases, each the
+        # twin of the fused kernel whose device functions it calls
+        embed_twin(None, None, tokens, pos, wte, x)
+        for layer in range(wqkv.shape[0]):
+            norm_qkv_rope_twin(None, None, x, norms[layer, 0], eps, wqkv[layer], 0, pos, cos,
+                               sin, q, k_cache[layer], v_cache[layer])
+            attn_fused_grid_twin(None, None, q, k_cache[layer], v_cache[layer], pos, part_o,
+                                 part_ml, scale, wo[layer], x, counter)
+            norm_swiglu_twin(None, None, x, norms[layer, 1], eps, w_gu[layer, 0], w_gu[layer, 1],
+                             act)
+            matvec_residual_twin(None, None, w_down[layer], act, x)
+        norm_lm_head_argmax_twin(None, None, x, final_norm, eps, lm_head, logits, pos, n_prompt,
+                                 tokens, counter)
+        if epochs:
+            adds = launch_adds(wqkv.shape[0], x.shape[0], act.shape[0], logits.shape[0],
+                               part_o.shape[0], part_o.shape[2])
+            now = counter.astype(np.int64)
+            counter[SLOT_EXIT:] = [wrap32(int(v)) for v in now[SLOT_EXIT:] + adds[SLOT_EXIT:]]
+        else:
+            counter[SLOT_EXIT:] = 0
+
+    twin.__name__ = twin.__qualname__ = "step_persistent_twin"
+    return twin
+
+
+step_persistent_twin = _make_twin(VARIANTS[DEFAULT_VARIANT]["epochs"])
 
 
 # ---- the kernel --------------------------------------------------------------------------------
-def _make_body(stamped: bool):
+def _make_body(stamped: bool, preload: bool, epochs: bool):
     """step_persistent's body; stamped: thread 0 of each block writes STAMP_FIELDS per phase
     into stamps [grid, phase_count(L), STAMP_FIELDS] int64 (the plain kernel passes a dummy and
-    compiles no stamp)."""
+    compiles no stamp); preload, epochs: the compile-time choices of `VARIANTS` (each variant
+    writes the same bits)."""
 
     @cuda.jit(device=True)
-    def persistent_body(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, final_norm, lm_head,
-             eps, scale, cos, sin, k_cache, v_cache, x, q, part_o, part_ml, act, logits, counter,
-             stamps):
+    def persistent_body(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, final_norm,
+                        lm_head, eps, scale, cos, sin, k_cache, v_cache, x, q, part_o, part_ml,
+                        act, logits, counter, stamps):
         red = cuda.shared.array((ATTN_STEPS, PERSISTENT_THREADS), numba.float32)  # partial's trees
         o_w = cuda.shared.array((ATTN_WARPS, MAX_HEAD_DIM), numba.float32)  # partial: o per warp
         ml_w = cuda.shared.array((ATTN_WARPS, 2), numba.float32)            # partial: (m, l) per warp
@@ -406,8 +512,14 @@ def _make_body(stamped: bool):
         n_items = H * splits
         n_pairs = 3 * (D // 2)
         L = wqkv.shape[0]
-        p = pos[0]                     # every block reads it here; the last to exit advances it
+        p = pos[0]                     # every block reads it here; the picker advances it
         emb = wte[tokens[p]]           # [D] the embedding row: layer 0's x
+        # the epoch form's bases: E launches' adds (launch_adds) under every count
+        ep = numba.int64(counter[SLOT_EPOCH]) if epochs else numba.int64(0)
+        b_xd = ep * (L * D)            # SLOT_X_DOWN, SLOT_X_ATTN
+        b_act = ep * (L * F)
+        b_part = ep * (L * MERGE_MAX_PAIRS)   # every launch's whole (the picker tops it up)
+        b_qkv = ep * (L * 3 * half)
         for layer in range(L):
             xin = emb if layer == 0 else x
             ph = layer * 5
@@ -417,6 +529,10 @@ def _make_body(stamped: bool):
             W = wqkv[layer]
             wn = norms[layer, 0]
             if blk < n_pairs:
+                if not preload and layer > 0:
+                    wait_count(counter, SLOT_X_DOWN, b_xd, layer * D, _wait_code(layer, 0, 0))
+                if stamped and not preload:
+                    stamp(stamps, blk, ph, 1)
                 base = 0
                 while base < n_pairs:
                     pair = base + wg
@@ -427,13 +543,17 @@ def _make_body(stamped: bool):
                     lo_row = own * D + head * hd + j
                     if not valid:
                         lo_row = W.shape[0]                     # no rows: the warp still reduces
-                    xw_load(W, lo_row, W, lo_row + half, wn, tid, ak, bk, wk)
-                    if base == 0 and layer > 0:
-                        wait_count(counter, SLOT_X_DOWN, layer * D, _wait_code(layer, 0, 0))
-                    if stamped and base == 0:
-                        stamp(stamps, blk, ph, 1)
-                    lo, hi, ss = xw_dot2_loaded(W, lo_row, W, lo_row + half, xin, wn, tid, red1,
-                                                ak, bk, wk)
+                    if preload:
+                        xw_load(W, lo_row, W, lo_row + half, wn, tid, ak, bk, wk)
+                        if base == 0 and layer > 0:
+                            wait_count(counter, SLOT_X_DOWN, b_xd, layer * D,
+                                       _wait_code(layer, 0, 0))
+                        if stamped and base == 0:
+                            stamp(stamps, blk, ph, 1)
+                        lo, hi, ss = xw_dot2_loaded(W, lo_row, W, lo_row + half, xin, wn, tid,
+                                                    red1, ak, bk, wk)
+                    else:
+                        lo, hi, ss = xw_dot2(W, lo_row, W, lo_row + half, xin, wn, tid, red1)
                     inv = inv_rms(ss, D, eps)
                     lo = lo * inv
                     hi = hi * inv
@@ -473,7 +593,8 @@ def _make_body(stamped: bool):
             item = blk
             while item < n_items:
                 h, s = udivmod(item, splits)
-                wait_count(counter, SLOT_QKV + h, (layer + 1) * 3 * half, _wait_code(layer, 1, h))
+                wait_count(counter, SLOT_QKV + h, b_qkv, (layer + 1) * 3 * half,
+                           _wait_code(layer, 1, h))
                 if stamped and item == blk:
                     stamp(stamps, blk, ph + 1, 1)
                 partial_slice_at(q, k_cache[layer], v_cache[layer], p + 1, part_o, part_ml, scale,
@@ -493,9 +614,10 @@ def _make_body(stamped: bool):
                 base = 0
                 while base < D:
                     r = base + wg
-                    row_load(Wo, r, tid, rk)                    # Wo's row in flight meanwhile
+                    if preload:
+                        row_load(Wo, r, tid, rk)                # Wo's row in flight meanwhile
                     if base == 0:
-                        wait_count(counter, SLOT_PART, (layer + 1) * n_items,
+                        wait_count(counter, SLOT_PART, b_part, (layer + 1) * n_items,
                                    _wait_code(layer, 2, 0))
                         if stamped:
                             stamp(stamps, blk, ph + 2, 1)
@@ -506,7 +628,10 @@ def _make_body(stamped: bool):
                             o_sh[i] = merge_elem_sh(part_o, ml_sh, w_sh, hh * splits, hh, d)
                             i += T
                         cuda.syncthreads()
-                    dot = row_dot_loaded(Wo, r, o_sh, tid, red1, rk)
+                    if preload:
+                        dot = row_dot_loaded(Wo, r, o_sh, tid, red1, rk)
+                    else:
+                        dot = row_dot(Wo, r, o_sh, tid, red1)
                     if lane == 0 and r < D:
                         x[r] = xin[r] + dot
                     base += GW
@@ -526,12 +651,17 @@ def _make_body(stamped: bool):
                 base = 0
                 while base < F:
                     r = base + wg
-                    xw_load(Wg, r, Wu, r, wn, tid, ak, bk, wk)
+                    if preload:
+                        xw_load(Wg, r, Wu, r, wn, tid, ak, bk, wk)
                     if base == 0:
-                        wait_count(counter, SLOT_X_ATTN, (layer + 1) * D, _wait_code(layer, 3, 0))
+                        wait_count(counter, SLOT_X_ATTN, b_xd, (layer + 1) * D,
+                                   _wait_code(layer, 3, 0))
                         if stamped:
                             stamp(stamps, blk, ph + 3, 1)
-                    g, u, ss = xw_dot2_loaded(Wg, r, Wu, r, x, wn, tid, red1, ak, bk, wk)
+                    if preload:
+                        g, u, ss = xw_dot2_loaded(Wg, r, Wu, r, x, wn, tid, red1, ak, bk, wk)
+                    else:
+                        g, u, ss = xw_dot2(Wg, r, Wu, r, x, wn, tid, red1)
                     inv = inv_rms(ss, D, eps)
                     g = g * inv
                     u = u * inv
@@ -552,12 +682,17 @@ def _make_body(stamped: bool):
                 base = 0
                 while base < D:
                     r = base + wg
-                    row_load(Wd, r, tid, rk)
+                    if preload:
+                        row_load(Wd, r, tid, rk)
                     if base == 0:
-                        wait_count(counter, SLOT_ACT, (layer + 1) * F, _wait_code(layer, 4, 0))
+                        wait_count(counter, SLOT_ACT, b_act, (layer + 1) * F,
+                                   _wait_code(layer, 4, 0))
                         if stamped:
                             stamp(stamps, blk, ph + 4, 1)
-                    dot = row_dot_loaded(Wd, r, act, tid, red1, rk)
+                    if preload:
+                        dot = row_dot_loaded(Wd, r, act, tid, red1, rk)
+                    else:
+                        dot = row_dot(Wd, r, act, tid, red1)
                     if lane == 0 and r < D:
                         x[r] = x[r] + dot
                     base += GW
@@ -575,41 +710,89 @@ def _make_body(stamped: bool):
             base = 0
             while base < V:
                 r = base + wg
-                xw_load1(lm_head, r, lm_head, r, final_norm, tid, ak, ak, wk)
+                if preload:
+                    xw_load1(lm_head, r, lm_head, r, final_norm, tid, ak, ak, wk)
                 if base == 0:
-                    wait_count(counter, SLOT_X_DOWN, L * D, _wait_code(L, PHASE_LM, 0))
+                    wait_count(counter, SLOT_X_DOWN, b_xd, L * D, _wait_code(L, PHASE_LM, 0))
                     if stamped:
                         stamp(stamps, blk, ph, 1)
-                dot, ss = xw_dot_loaded(lm_head, r, x, final_norm, tid, red1, ak, wk)
+                if preload:
+                    dot, ss = xw_dot_loaded(lm_head, r, x, final_norm, tid, red1, ak, wk)
+                else:
+                    dot, ss = xw_dot(lm_head, r, x, final_norm, tid, red1)
                 if lane == 0 and r < V:
                     logits[r] = dot * inv_rms(ss, D, eps)
                 base += GW
+        if epochs:
+            bump(counter, SLOT_LOGITS, _mine(V, blk, G))
         if stamped:
             stamp(stamps, blk, ph, 2)
             stamp(stamps, blk, ph + 1, 0)
             if tid == 0:
                 stamps[blk, ph, 6] = _mine(V, blk, G)
-        # ---- exit: the last block picks the token, advances pos and zeroes the counts
-        if arrive_last(counter, SLOT_EXIT, G, flag):
+        # ---- exit. epoch: the grid's last block waits for every logit, picks the token and
+        # advances pos and E (every block with an item read both before its first item, and every
+        # item is upstream of the logits); no other block waits. Every wait on the partials is
+        # upstream too, so the top-up cannot meet one early. arrive: the last block to
+        # arrive picks, advances pos and zeroes the counts.
+        if epochs:
+            pick = blk == G - 1
+            if pick:
+                wait_count(counter, SLOT_LOGITS, ep * V, V, _wait_code(L, PHASE_PICK, 0))
+                if tid == 0:   # the partials' count to a launch's whole, whatever the splits
+                    release_add(counter, SLOT_PART, L * (MERGE_MAX_PAIRS - n_items))
+        else:
+            pick = arrive_last(counter, SLOT_EXIT, G, flag)
+        if pick:
+            if stamped:
+                stamp(stamps, blk, ph + 1, 1)
             nxt = p + 1
             if nxt < tokens.shape[0] and nxt >= n_prompt[0]:    # uniform over the block
                 block_pick(logits, tokens, nxt, tid, red1, best_i)
             if tid == 0:
                 pos[0] = nxt
-                for sl in range(SLOT_EXIT + 1, counter.shape[0]):
-                    counter[sl] = 0          # every block is past its last wait
-            if stamped:
-                stamp(stamps, blk, ph + 1, 1)
-                if tid == 0:
-                    stamps[blk, ph + 1, 6] = 1
+                if epochs:
+                    counter[SLOT_EPOCH] = ep + 1     # int32: wraps around, as the counts do
+                else:
+                    for sl in range(SLOT_EXIT + 1, counter.shape[0]):
+                        counter[sl] = 0              # every block is past its last wait
+            if stamped and tid == 0:
+                stamps[blk, ph + 1, 6] = 1
         if stamped:
             stamp(stamps, blk, ph + 1, 2)
 
     return persistent_body
 
 
-_body = _make_body(False)
-_body_stamped = _make_body(True)
+def _make_kernel(body, stamped: bool):
+    """A kernel around `body` (cooperative, PDL's wait first): the registered step_persistent's
+    form, or with stamps (the stamped form's last argument)."""
+    if stamped:
+        def kern(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, final_norm, lm_head,
+                 eps, scale, cos, sin, k_cache, v_cache, x, q, part_o, part_ml, act, logits,
+                 counter, stamps):
+            pdl_wait()
+            require_cooperative()
+            body(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, final_norm, lm_head,
+                 eps, scale, cos, sin, k_cache, v_cache, x, q, part_o, part_ml, act, logits,
+                 counter, stamps)
+    else:
+        def kern(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, final_norm, lm_head,
+                 eps, scale, cos, sin, k_cache, v_cache, x, q, part_o, part_ml, act, logits,
+                 counter):
+            pdl_wait()
+            require_cooperative()
+            stamps = cuda.local.array((1, 1, STAMP_FIELDS), numba.int64)   # unused: no stamp
+            body(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, final_norm, lm_head,
+                 eps, scale, cos, sin, k_cache, v_cache, x, q, part_o, part_ml, act, logits,
+                 counter, stamps)
+    return kern
+
+
+_BODIES = {(name, st): _make_body(st, **choice) for name, choice in VARIANTS.items()
+           for st in (False, True)}
+_body = _BODIES[DEFAULT_VARIANT, False]
+_body_stamped = _BODIES[DEFAULT_VARIANT, True]
 
 _SIG = ("void(int32[::1], int32[::1], int32[::1], float32[:, ::1], float32[:, :, ::1], "
         "float32[:, :, ::1], float32[:, :, ::1], float32[:, :, :, ::1], float32[:, :, ::1], "
@@ -634,24 +817,29 @@ def step_persistent(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, f
     the MLP's); wqkv [L, 3D, D]; wo [L, D, D]; w_gu [L, 2, F, D] (gate, up); w_down [L, D, F];
     final_norm [D]; lm_head [V, D]; cos/sin [max_seq, hd/2]; k_cache/v_cache [L, max_seq, D];
     x, q [D]; part_o [n_head, splits, hd], part_ml [n_head, splits, 2] (the plan's view);
-    act [F]; logits [V]; counter [counter_slots(n_head)] int32: the error word, then counts
-    that are 0 between launches. Grid persistent_geometry (any number of co-resident blocks),
-    block PERSISTENT_THREADS = 128.
+    act [F]; logits [V]; counter [counter_slots(n_head)] int32: the error word, then the
+    counts as clean launches leave them (`settled`: zeros to start with). Grid
+    persistent_geometry (any number of co-resident blocks), block PERSISTENT_THREADS = 128.
+    Its body is VARIANTS[DEFAULT_VARIANT] (plain dots after each wait, the arrive exit);
+    `variant_spec` gives the others, unregistered, for scripts/megakernel_probe.py.
 
     One token (items go round-robin over the blocks, so every phase spreads over every SM; a
-    "wait" is `wait_count` on one count, a "bump" the block's release-add to it):
-      qkv        norm_qkv_rope's warps, a warp per rotate-half pair (the norm folded): the
-                 pair's rows of Wqkv loaded, then wait x (every down row of the layer before;
-                 layer 0 reads the embedding row itself); bump each head's count
+    "wait" is `wait_count` on one count, above the launch's base E * launch_adds, a "bump" the
+    block's release-add to it):
+      qkv        norm_qkv_rope's warps, a warp per rotate-half pair (the norm folded): wait x
+                 (every down row of the layer before; layer 0 reads the embedding row
+                 itself), then the pair's rows; bump each head's count
       attention  attn_partial's items (head, slice), a block each: wait for the item's head's
                  q, k, v pairs only; bump the partials' count
-      out proj   attn_combine's rows, a warp per row of Wo: the row loaded, then wait every
-                 partial, merge o into shared memory, x[r] = xin[r] + Wo[r] . o; bump
-      mlp up     norm_swiglu's rows: gate and up rows loaded, wait every out-proj row; bump
-      down       matvec_residual's rows: the row loaded, wait every act row, x[r] += ...; bump
-      LM head    norm_lm_head_argmax's rows: wait every down row of the last layer
-      exit       `arrive_last` over every block; the last picks the id (block_pick), advances
-                 pos and zeroes the counts
+      out proj   attn_combine's rows, a warp per row of Wo: wait every partial, merge o into
+                 shared memory, x[r] = xin[r] + Wo[r] . o; bump
+      mlp up     norm_swiglu's rows: wait every out-proj row, then gate and up; bump
+      down       matvec_residual's rows: wait every act row, x[r] += Wd[r] . act; bump
+      LM head    norm_lm_head_argmax's rows: wait every down row of the last layer; bump the
+                 logits' count
+      exit       the grid's last block waits for every logit, picks the id (block_pick),
+                 advances pos and E; the others are done (nothing to reset: the next launch's
+                 targets start at E + 1 launches' counts)
     Every wait is on phases before it, whose items every block does before its own later
     phases, so with every block resident (the cooperative launch) nothing waits for ever, for
     any grid >= 1: one block does everything in order (numba's simulator runs exactly that).
@@ -659,8 +847,8 @@ def step_persistent(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, f
     its fused kernel's, whoever runs it, and the counts only say when to read.
 
     Bounded: a wait gives up after SPIN_LIMIT polls and writes its `wait_code` to the error
-    word (lab/engine/persistent.py reads it after a decode and raises a DeviceFault naming the
-    wait); the other waits then stop at their next look at it. Limits: head_dim <= 128, D <=
+    word (lab/engine/persistent.py reads it after a decode, zeroes the counter and raises a
+    DeviceFault naming the wait); the other waits then stop at their next look at it. Limits: head_dim <= 128, D <=
     MAX_D, n_head * splits <= MERGE_MAX_PAIRS, the grid co-resident.
     """
     pdl_wait()
@@ -677,12 +865,35 @@ def step_persistent_stamped(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w
     phase, clock64 and globaltimer at its start, when its wait returned (its start where it
     waits for nothing; 0 where the block has no item) and its end, then its item count. Not
     registered (no step runs it): scripts/megakernel_probe.py and kernels/check.py compile it
-    with STAMPED_SIGS."""
+    with STAMPED_SIGS (`variant_kernel(name, stamped=True)`: any variant's)."""
     pdl_wait()
     require_cooperative()
     _body_stamped(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, final_norm, lm_head,
                   eps, scale, cos, sin, k_cache, v_cache, x, q, part_o, part_ml, act, logits,
                   counter, stamps)
+
+
+def variant_kernel(name: str, stamped: bool = False):
+    """The Python source of variant `name`'s kernel (VARIANTS), to compile with step_persistent's
+    signatures (stamped: STAMPED_SIGS) and jit options; the default's is step_persistent's own
+    (or step_persistent_stamped)."""
+    if name == DEFAULT_VARIANT:
+        return step_persistent_stamped if stamped else step_persistent.py_func
+    return _make_kernel(_BODIES[name, stamped], stamped)
+
+
+def variant_spec(name: str) -> KernelSpec:
+    """Variant `name` as a KernelSpec the engine can launch (lab/engine/persistent.py's
+    `variant_step`), named step_persistent[name]: step_persistent's signatures, reads, writes
+    and jit options, the variant's twin. Not registered: no toggle selects it."""
+    if name == DEFAULT_VARIANT:
+        return step_persistent
+    if name not in VARIANTS:
+        raise ValueError(f"no persistent variant {name!r}; the variants: {', '.join(VARIANTS)}")
+    s = step_persistent
+    return KernelSpec(f"step_persistent[{name}]", variant_kernel(name), s.signatures,
+                      _make_twin(VARIANTS[name]["epochs"]), s.reads, s.writes, s.doc,
+                      s.jit_options)
 
 
 # ---- the cases kernels/check.py runs

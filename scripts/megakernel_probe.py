@@ -1,9 +1,10 @@
 """Where the megakernel's time goes, on a GPU: a table per phase from step_persistent_stamped's
-clock stamps, the kernel's span over grid sizes, and LAB_PERSISTENT=1 timed against the fused
-graph arms with PDL, interleaved.
+clock stamps, the kernel's span over grid sizes, and every variant of its body
+(kernels/persistent.py's VARIANTS) timed against the fused graph arms with PDL, interleaved.
 
-    python3 scripts/megakernel_probe.py [--context 64] [--launches 30] [--grids 33,66,132]
-                                        [--contexts 64,900] [--reps 5] [--tokens 64]
+    python3 scripts/megakernel_probe.py [--variants all] [--context 64] [--launches 30]
+                                        [--grids 33,66,132] [--contexts 64,900] [--reps 5]
+                                        [--tokens 64]
 
   1. the phase table: the persistent engine decodes the bench prompt up to --context, then
      step_persistent_stamped (kernels/persistent.py: the kernel's body with a stamp per block
@@ -15,7 +16,10 @@ graph arms with PDL, interleaved.
   2. the kernel's span (first block's start -> last block's end, globaltimer) at each grid in
      --grids that the device co-schedules: what the step costs on the device, no launch in it
   3. graph replay ms/token at --contexts for the fused step with PDL (grid tail; its split
-     form), and LAB_PERSISTENT=1, interleaved (lab/measure/bench.py's run_sweep)
+     form) and LAB_PERSISTENT=1 with each variant in --variants (lab/engine/persistent.py's
+     variant_step: an engine of its own each; the default is step_persistent), interleaved
+     (lab/measure/bench.py's sweep_arms); then one table: each variant's ms/token and its
+     ratio to the best fused arm at each context
 Everything printed is measured on this GPU (the header names it). Needs the cuda backend.
 """
 from __future__ import annotations
@@ -31,8 +35,18 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 ARMS = {"fused+pdl graph": dict(fusion=True, pdl=True),
-        "fused+split+pdl graph": dict(fusion=True, split_combine=True, pdl=True),
-        "persistent graph": dict(persistent=True)}
+        "fused+split+pdl graph": dict(fusion=True, split_combine=True, pdl=True)}
+PERSISTENT = dict(persistent=True)     # each variant's arm: its own step class (variant_step)
+
+
+def _variants(text: str) -> tuple[str, ...]:
+    from kernels import persistent
+    names = tuple(persistent.VARIANTS) if text == "all" else tuple(v for v in text.split(",") if v)
+    for n in names:
+        if n not in persistent.VARIANTS:
+            raise SystemExit(f"--variants: no {n!r}; use all or some of "
+                             f"{','.join(persistent.VARIANTS)}")
+    return names
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -125,6 +139,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--no-sweep", action="store_true", help="the stamps only")
+    ap.add_argument("--variants", default="all",
+                    help="all, or a comma list of kernels/persistent.py's VARIANTS to time")
     args = ap.parse_args(argv)
 
     from kernels import persistent
@@ -144,7 +160,8 @@ def main(argv=None) -> int:
     (launch,) = eng.step_launches(eng.plan(args.context))
     print(eng.describe())
     print(f"step_persistent: grid {launch.grid}, block {launch.block}, "
-          f"{persistent.waits_per_token(c.n_layer)} counter waits per token, splits "
+          f"{persistent.waits_per_token(c.n_layer)} counter waits per token (variant "
+          f"{persistent.DEFAULT_VARIANT}), splits "
           f"{eng.plan(args.context).splits} at context {args.context}")
     kern = stamped_kernel(base.kv_dtype)
 
@@ -186,21 +203,42 @@ def main(argv=None) -> int:
         med, best = kernel_span_us(stamped_runs(eng, kern, g, args.context, args.launches))
         print(f"  grid {g:>4}: median {med:7.2f} us, min {best:7.2f} us")
 
-    # ---- 3. graph replay, interleaved against the fused graph arms with PDL
+    # ---- 3. graph replay, interleaved: every variant against the fused graph arms with PDL
     if not args.no_sweep:
-        sweep = run_sweep(model, {n: base.replace(**kw) for n, kw in ARMS.items()}, args.contexts,
-                          reps=args.reps, tokens=args.tokens, prompt=BENCH_PROMPT)
+        from lab.engine.persistent import variant_step
+        from lab.measure.arms import Arm, default_backend, make_arm
+        from lab.measure.bench import sweep_arms
+        names = _variants(args.variants)
+        pool: dict = {}
+        arms = [make_arm(model, n, base.replace(**kw), i, pool=pool)
+                for i, (n, kw) in enumerate(ARMS.items())]
+        for i, name in enumerate(names, len(arms)):
+            cfg = base.replace(**PERSISTENT)
+            eng_v = DecodeEngine(model, cfg, backend=default_backend(cfg, i),
+                                 step=variant_step(name))
+            arms.append(Arm(f"persistent {name}", cfg, eng_v))
+        sweep = sweep_arms(arms, args.contexts, args.reps, args.tokens, BENCH_PROMPT)
         print(f"\ngraph replay, interleaved ({sweep['source']}); meaningful: "
               f"{sweep['meaningful']} {sweep['reason'] or ''}")
-        print(f"{'context':>7}  {'arm':<22} {'ms/token':>9} {'± sem us':>9} {'launches':>8}")
+        print(f"{'context':>7}  {'arm':<26} {'ms/token':>9} {'± sem us':>9} {'launches':>8}")
         for r in sweep["rows"]:
-            print(f"{r['context']:>7}  {r['arm']:<22} {r['mean_ms']:>9.4f} "
+            print(f"{r['context']:>7}  {r['arm']:<26} {r['mean_ms']:>9.4f} "
                   f"{1000 * r['sem_ms']:>9.2f} {r['launches_per_token']:>8}")
-        for ctx in args.contexts:
-            ms = {r["arm"]: r["mean_ms"] for r in sweep["rows"] if r["context"] == ctx}
-            best = min(ms[n] for n in ARMS if n != "persistent graph")
-            print(f"context {ctx}: persistent / best fused+pdl graph arm "
-                  f"{ms['persistent graph'] / best:.3f}")
+        for a in arms[len(ARMS):]:
+            persistent_error(a.engine)
+        ms = {(r["context"], r["arm"]): r["mean_ms"] for r in sweep["rows"]}
+        best = {c: min(ms[c, n] for n in ARMS) for c in args.contexts}
+        print(f"\nvariants (default {persistent.DEFAULT_VARIANT}: step_persistent): ms/token "
+              f"and ratio to the best fused graph arm at each context (target < 1)")
+        print(f"{'variant':<16} {'preload':>7} {'exit':>6} " + " ".join(
+            f"{'ms@' + str(c):>9} {'ratio@' + str(c):>9}" for c in args.contexts))
+        for name in names:
+            v = persistent.VARIANTS[name]
+            print(f"{name:<16} {str(v['preload']):>7} {'epoch' if v['epochs'] else 'arrive':>6} "
+                  + " ".join(f"{ms[c, 'persistent ' + name]:>9.4f} "
+                             f"{ms[c, 'persistent ' + name] / best[c]:>9.3f}"
+                             for c in args.contexts))
+        print("best fused   " + " ".join(f"{c}: {best[c]:.4f} ms" for c in args.contexts))
     return 0
 
 

@@ -12,8 +12,10 @@ What it needs that the other steps do not, allocated once at start-up (`own_buff
       the KV cache as ONE buffer per K and V; `Buffers.k_cache[i]` are its rows, so everything
       that reads a layer's cache (evidence, downloads) sees the same memory
   counter [counter_slots(n_head)] int32
-      the kernel's error word, then its counts (0 between launches: the block that exits last
-      zeroes them, so a graph replays with no host work)
+      the kernel's error word, then its counts (zeros at start; each clean launch leaves them
+      `settled`: the default's arrive exit zeroes them, the epoch variant's advances a launch
+      count E the next launch's targets start from; either way a graph replays with no host
+      work)
   geometry
       (grid, block) from `kernels.persistent.persistent_geometry`: as many blocks as SMs,
       capped by the blocks the device can co-schedule (the backend's `cooperative_limits`; the
@@ -23,9 +25,14 @@ What it needs that the other steps do not, allocated once at start-up (`own_buff
 
 The error word: a wait in the kernel that gives up (its producers never counted, within
 kernels/persistent.py's SPIN_LIMIT polls) writes which wait it was there, and the launch still
-ends with its counts at 0. The host never reads it inside a step: `check_decode` reads it once a
-decode's steps are done, clears it, and raises a DeviceFault naming the wait (the device itself
-is sound: the next request decodes normally).
+ends. The host never reads it inside a step: `check_decode` reads it once a decode's steps are
+done, zeroes the whole counter (word and counts: a clean start whatever the counts were left
+at) and raises a DeviceFault naming the wait (the device itself is sound: the next request
+decodes normally).
+
+The kernel: `PersistentStep.kernel`, kernels/persistent.py's registered step_persistent (its
+default variant); `variant_step(name)` is the step launching another of its VARIANTS
+(scripts/megakernel_probe.py times them side by side).
 
 The step keeps the host-work pieces of the fused step (prepare_rope, prepare_attention,
 scratch, graph_key: the lazy-initialisation bugs and STEP_KEY work here too) and lacks every
@@ -60,11 +67,12 @@ class PersistentBuffers:
     geometry: tuple = ()
 
 
-def launch_geometry(be, model_cfg) -> tuple:
-    """(grid, block) of step_persistent on backend `be`, or a LabError saying why this device
-    cannot run it (no cooperative launch, or not one block of it co-resident)."""
+def launch_geometry(be, model_cfg, kernel=None) -> tuple:
+    """(grid, block) of step_persistent (or `kernel`, a variant's spec) on backend `be`, or a
+    LabError saying why this device cannot run it (no cooperative launch, or not one block of
+    it co-resident)."""
     threads = persistent.PERSISTENT_THREADS
-    limits = be.cooperative_limits(kernels.REGISTRY["step_persistent"], threads)
+    limits = be.cooperative_limits(kernel or kernels.REGISTRY["step_persistent"], threads)
     if limits is None:                               # the simulator: no occupancy to ask
         sms = co_resident = persistent.SIM_GRID
     else:
@@ -77,10 +85,10 @@ def launch_geometry(be, model_cfg) -> tuple:
         raise LabError(f"LAB_PERSISTENT=1 refused on this device: {exc}") from None
 
 
-def alloc_persistent(be, model, kv_dtype, kv_init: str) -> PersistentBuffers:
+def alloc_persistent(be, model, kv_dtype, kv_init: str, kernel=None) -> PersistentBuffers:
     """The persistent step's buffers (above), weights uploaded; refuses before allocating."""
     c, w, f32 = model.cfg, model.weights, np.float32
-    out = PersistentBuffers(geometry=launch_geometry(be, c))
+    out = PersistentBuffers(geometry=launch_geometry(be, c, kernel))
     L = range(c.n_layer)
     host = {
         "norms": np.stack([np.stack([w[f"layers.{i}.attn_norm"], w[f"layers.{i}.mlp_norm"]]) for i in L]),
@@ -101,12 +109,11 @@ def alloc_persistent(be, model, kv_dtype, kv_init: str) -> PersistentBuffers:
 
 def check_error_word(be, counter) -> None:
     """A DeviceFault naming the wait that gave up, if the kernel's error word says one did; the
-    word is cleared first (reported once)."""
+    counter is zeroed first (reported once; the counts start clean, whatever they were left at)."""
     word = be.download(counter)
     code = int(word[persistent.SLOT_ERR])
     if code:
-        word[persistent.SLOT_ERR] = 0
-        be.upload(counter, word)
+        be.upload(counter, np.zeros_like(word))
         raise DeviceFault(f"step_persistent: a wait gave up after {persistent.SPIN_LIMIT} polls "
                           f"({persistent.describe_wait(code)}): its producers never counted, "
                           f"so this decode's tokens are no result (error word {code}, read "
@@ -119,15 +126,17 @@ class PersistentStep(FusedStep):
     preparation (none, unless a lazy-initialisation bug overrides them), then the launch."""
 
     absent = PERSISTENT_ABSENT
+    kernel = persistent.step_persistent    # a variant's step (variant_step) launches its own
 
     @classmethod
     def check_device(cls, be, model_cfg) -> None:
-        launch_geometry(be, model_cfg)
+        launch_geometry(be, model_cfg, cls.kernel)
 
     @classmethod
     def own_buffers(cls, dev, model, cfg, kv_init: str) -> None:
         super().own_buffers(dev, model, cfg, kv_init)
-        dev.persistent = alloc_persistent(dev.backend, model, np.dtype(cfg.kv_dtype), kv_init)
+        dev.persistent = alloc_persistent(dev.backend, model, np.dtype(cfg.kv_dtype), kv_init,
+                                          cls.kernel)
 
     def check_decode(self) -> None:
         """After a decode's steps: the error word, read once (a DeviceFault if a wait gave up,
@@ -144,8 +153,17 @@ class PersistentStep(FusedStep):
     def whole_step(self, part_o, part_ml):
         """The token's step: embed, every layer, the LM head, argmax and pos += 1."""
         c, b, w, pb = self.engine.model.cfg, self.dev.buf, self.dev.w, self.dev.persistent
-        return launch(persistent.step_persistent, pb.geometry,
+        return launch(self.kernel, pb.geometry,
                       (b.tokens, b.pos, b.n_prompt, w["tok_emb"], pb.norms, pb.wqkv, pb.wo,
                        pb.w_gu, pb.w_down, w["final_norm"], w["lm_head"], np.float32(c.norm_eps),
                        np.float32(1.0 / np.sqrt(c.head_dim)), b.cos, b.sin, pb.k_cache,
                        pb.v_cache, b.x, b.q, part_o, part_ml, b.act, b.logits, pb.counter))
+
+
+def variant_step(name: str) -> type[PersistentStep]:
+    """The persistent step launching variant `name` of the kernel (kernels/persistent.py's
+    VARIANTS, `variant_spec`): pass it as DecodeEngine(..., step=...) with LAB_PERSISTENT=1."""
+    spec = persistent.variant_spec(name)
+    if spec is PersistentStep.kernel:
+        return PersistentStep
+    return type(f"PersistentStep[{name}]", (PersistentStep,), {"kernel": spec})

@@ -3,8 +3,8 @@ lab/engine/persistent.py).
 
 Device-free: greedy tokens and logits byte-identical to LAB_FUSION=1's (grid tail) on the
 simulator, eager and graph alike and over the plan boundaries; eager == graph byte-identical over
-many replays; 1 launch per token in the ledger, the launch log and the bill; the counters back to
-0; the kernel's error word read after a decode (a DeviceFault naming the wait), reported once; every refusal naming its reason, before anything is allocated; the cuda backend's
+many replays; 1 launch per token in the ledger, the launch log and the bill; the counters as
+clean launches leave them (`settled`); the kernel's error word read after a decode (a DeviceFault naming the wait), reported once; every refusal naming its reason, before anything is allocated; the cuda backend's
 co-residency refusal on fake occupancy numbers; the cost recorder's rows for the kernel (chains
 of [step_persistent, pos_set] at every recorded position, on the simulator); the kernel under
 numba's CUDA simulator (slow: a subprocess, kernels.check's op persistent) against its twin and
@@ -24,7 +24,7 @@ from lab.backend.instrument import launch_bill
 from lab.bugspec import BUGS
 from lab.config import LabConfig, from_env
 from lab.engine import bugs
-from lab.engine.persistent import PersistentStep, launch_geometry
+from lab.engine.persistent import PersistentStep, launch_geometry, variant_step
 from lab.engine.runner import DecodeEngine
 from lab.errors import LabError
 from lab.measure.audit import audit, detect_lazy_init
@@ -36,6 +36,14 @@ SIM = LabConfig(backend="sim")
 PERSIST = SIM.replace(persistent=True)
 FUSED = SIM.replace(fusion=True)   # the persistent step runs the grid tail (the default)
 N = 72                        # crosses the plans at positions 32 and 64
+
+
+def _settled(eng, model) -> bool:
+    c = model.cfg
+    adds = persistent.launch_adds(c.n_layer, c.d_model, c.d_ff, c.vocab_size, c.n_head,
+                                  c.head_dim)
+    word = eng.backend.download(eng.devices[0].persistent.counter)
+    return word[persistent.SLOT_ERR] == 0 and persistent.settled(word, adds)
 
 
 def _decoded(model, cfg, steps=N):
@@ -54,10 +62,27 @@ def test_tokens_and_logits_are_the_fused_steps_bytes(model, fused_run, graph):
     eng, run = _decoded(model, PERSIST.replace(graph=graph))
     assert run.tokens.tobytes() == fused_run.tokens.tobytes()
     assert run.logits.tobytes() == fused_run.logits.tobytes()
-    assert not eng.backend.download(eng.devices[0].persistent.counter).any()   # every slot back to 0
+    assert _settled(eng, model)   # every count as a whole launch leaves it
     if graph:   # one graph per plan key, each replayed: 3 plans over 72 tokens
         summary = eng.ledger_summary()
         assert summary.get("capture") == 3 and summary["replay"] == len(eng.ledger) - 3 - summary.get("eager", 0)
+
+
+@pytest.mark.parametrize("name", [n for n in persistent.VARIANTS
+                                  if n != persistent.DEFAULT_VARIANT])
+def test_a_variant_step_launches_its_own_kernel(model, fused_run, name):
+    """variant_step(name): the engine launches step_persistent[name] (one launch a token), the
+    fused step's bytes over the plan boundaries in graph replay, the counter as its exit form
+    leaves it (the arrive form's zeros)."""
+    assert variant_step(persistent.DEFAULT_VARIANT) is PersistentStep
+    eng = DecodeEngine(model, PERSIST.replace(graph=True), step=variant_step(name))
+    run = decode_after_prompt(eng, model.tokenizer.encode(PROMPT), N, graph=True)[0]
+    assert run.tokens.tobytes() == fused_run.tokens.tobytes()
+    assert run.logits.tobytes() == fused_run.logits.tobytes()
+    assert {x.name for x in eng.step_launches(eng.plan(0))} == {f"step_persistent[{name}]"}
+    assert _settled(eng, model)
+    if not persistent.VARIANTS[name]["epochs"]:
+        assert not eng.backend.download(eng.devices[0].persistent.counter).any()
 
 
 def test_graph_replays_are_bitwise_eager(model):
@@ -243,13 +268,14 @@ def test_persistent_geometry_limits():
         persistent.persistent_geometry(64, 132, 528, threads=512)     # attn_partial's 4 warps
     with pytest.raises(ValueError, match="even head_dim"):
         persistent.persistent_geometry(256, 132, 528)
-    assert persistent.waits_per_token(4) == 20 and persistent.phase_count(4) == 22
+    assert persistent.waits_per_token(4) == 20 and persistent.phase_count(4) == 22   # arrive
+    assert persistent.waits_per_token(4, epochs=True) == 21
 
 
 def test_the_error_word_is_read_after_the_decode_and_reported_once(model):
     """A wait that gave up leaves its code in the counter's error word; the host reads it once
-    the decode's steps are done (never inside a step), clears it and raises a DeviceFault naming
-    the wait; the next request decodes the fused step's tokens."""
+    the decode's steps are done (never inside a step), zeroes the counter and raises a
+    DeviceFault naming the wait; the next request decodes the fused step's tokens."""
     from lab.errors import DeviceFault
     eng = DecodeEngine(model, PERSIST)
     ids = model.tokenizer.encode(PROMPT)
@@ -261,8 +287,9 @@ def test_the_error_word_is_read_after_the_decode_and_reported_once(model):
     with pytest.raises(DeviceFault, match=r"layer 1: mlp up waits for x: every output-projection "
                                           r"row\).*read after the decode"):
         eng.decode(ids.size - 1 + 2)
+    assert not eng.backend.download(counter).any()          # the host's reset
     gen = eng.generate(PROMPT, 8)
-    assert not eng.backend.download(counter).any()
+    assert _settled(eng, model)
     np.testing.assert_array_equal(gen.tokens, DecodeEngine(model, FUSED).generate(PROMPT, 8).tokens)
     assert persistent.describe_wait(persistent.wait_code(2, 1, 3)) == \
         "layer 2: attention waits for head 3's q, k and v rows"
@@ -303,4 +330,4 @@ def test_gpu_tokens_and_logits_equal_the_fused_steps(model):
         eng, run = _decoded(model, LabConfig(backend="cuda", persistent=True, graph=graph))
         assert run.tokens.tobytes() == base.tokens.tobytes(), graph
         assert run.logits.tobytes() == base.logits.tobytes(), graph
-        assert not eng.backend.download(eng.devices[0].persistent.counter).any()
+        assert _settled(eng, model)

@@ -5,18 +5,28 @@ its loops' order), run under adversarial block orders.
 The model's memory holds, per cell, a value and a version. An item checks the version of every
 cell it reads (the version its phase and layer must see: an older one is data not yet written, a
 newer one data already overwritten) and writes a value mixed from what it read, so the launch's
-outputs are a digest of every read. It holds that:
+outputs are a digest of every read. The counts are int32 (they
+wrap) and, as in the kernel's epoch exit (a variant, modelled first here; the default kernel's
+arrive exit is run by test_the_arrive_variant_gives_the_same_outputs and the starved-block
+cases), never reset: a block reads the launch count
+E when it first runs and waits for E launches' adds plus its target; the grid's last block picks
+the token once every logit is counted and advances pos and E. It holds that:
   - under fair orders (forward, reversed, random seeds, bursts) every read sees completed data,
     no wait gives up, and the outputs are the same bits for every order and every grid size >= 1
     (up to more blocks than items);
-  - the counts are back to 0 after each launch, so launches replay back to back with no reset;
+  - after each launch the counts are E launches' adds (`settled`), so launches replay back to
+    back with no reset, across the int32 wraparound too; no block with an item reads a pos or
+    an E already advanced;
   - a block starved until the others spin out ends the launch anyway (no deadlock), with the
-    error word naming a wait and the counts back to 0; a read of incomplete data happens only
-    when the error word is set;
-  - a protocol with one wait's target lowered is caught (the model has teeth).
+    error word naming a wait; a read of incomplete data happens only when the error word is
+    set; the host's reset (the counter zeroed) makes the next launch clean;
+  - a protocol with one wait's target lowered is caught (the model has teeth);
+  - the arrive exit (a variant: arrive_last elects the picker, which zeroes the counts) holds
+    the same under fair orders.
 Marked `gpu` (skipped without one): the real kernel on the device, bits stable over replays and
 grid sizes, the error word set when a wait is made impossible (kernels.check's op persistent).
 """
+import itertools
 import random
 
 import numpy as np
@@ -98,16 +108,22 @@ class Memory:
         return (self.val["x"].tobytes(), self.val["logits"].tobytes(), self.token)
 
 
-def block(mem, counter, b, G, read_pos, program, spin_limit, give_up_every):
+def wrap(v):
+    return P.wrap32(int(v))
+
+
+def block(mem, counter, b, G, read_pos, program, spin_limit, give_up_every, adds):
     """Block b as a generator: one yield per poll, item, bump or exit (a point where another
     block may run)."""
-    read_pos[b] = True                   # every block reads pos first
+    read_pos[b] = True                   # every block reads pos and E first
+    seen_pos, epoch = mem.pos, int(counter[P.SLOT_EPOCH])
     yield
     for op in program(b, G):
         if op[0] == "wait":
             _, slot, target, code = op
+            base = epoch * int(adds[slot])
             polls = 0
-            while counter[slot] < target:
+            while wrap(counter[slot] - base) < target:
                 polls += 1
                 if polls >= spin_limit:
                     if counter[P.SLOT_ERR] == 0:
@@ -117,10 +133,17 @@ def block(mem, counter, b, G, read_pos, program, spin_limit, give_up_every):
                     break
                 yield
         elif op[0] == "item":
+            if seen_pos != mem.pos:          # this block read pos after the pick advanced it
+                mem.bad.append((*op[1:], "pos"))
             mem.item(*op[1:])
             yield
         elif op[0] == "bump":
-            counter[op[1]] += op[2]
+            counter[op[1]] = wrap(counter[op[1]] + op[2])
+            yield
+        elif op[0] == "pick":            # the epoch exit: every logit counted (or given up)
+            mem.token = mem.read("logits", 1, ("pick", 0, 0))
+            mem.pos += 1
+            counter[P.SLOT_EPOCH] = wrap(epoch + 1)
             yield
         else:                            # exit: arrive_last; the last picks, advances, resets
             arrived = counter[P.SLOT_EXIT]
@@ -135,12 +158,13 @@ def block(mem, counter, b, G, read_pos, program, spin_limit, give_up_every):
 
 
 def launch(c, G, order, counter, pos=0, seed=0, victim=None, spin_limit=100_000,
-           give_up_every=P.GIVE_UP_EVERY, program=None):
+           give_up_every=P.GIVE_UP_EVERY, program=None, epochs=True):
     """One launch of G blocks in `order`; returns its Memory (counter is updated in place)."""
     mem = Memory(c, pos)
     read_pos = [False] * G
-    prog = program or (lambda b, g: P.block_program(b, g, **c))
-    gens = {b: block(mem, counter, b, G, read_pos, prog, spin_limit, give_up_every)
+    prog = program or (lambda b, g: P.block_program(b, g, **c, epochs=epochs))
+    adds = adds_of(c) if epochs else np.zeros(P.counter_slots(c["n_head"]), np.int64)
+    gens = {b: block(mem, counter, b, G, read_pos, prog, spin_limit, give_up_every, adds)
             for b in range(G)}
     rng = random.Random(seed)
 
@@ -176,13 +200,22 @@ def clean_counter(c):
     return np.zeros(P.counter_slots(c["n_head"]), np.int64)
 
 
+def adds_of(c):
+    return P.launch_adds(c["n_layer"], c["D"], c["F"], c["V"], c["n_head"], c["head_dim"])
+
+
+def settled(counter, c):
+    return P.settled(counter, adds_of(c))
+
+
 @pytest.fixture(scope="module")
 def reference():
     """Two launches back to back of one block in order (numba's simulator's run)."""
     counter = clean_counter(TINY)
     first = launch(TINY, 1, "forward", counter)
     second = launch(TINY, 1, "forward", counter, pos=1)
-    assert not first.bad and not second.bad and not counter.any()
+    assert not first.bad and not second.bad and settled(counter, TINY)
+    assert counter[P.SLOT_EPOCH] == 2
     return first.outputs(), second.outputs()
 
 
@@ -198,8 +231,47 @@ def test_every_order_reads_complete_data_and_writes_the_same_bits(reference, G):
             mem = launch(TINY, G, order, counter, pos=pos, seed=seed + G)
             assert counter[P.SLOT_ERR] == 0, (order, G, P.describe_wait(int(counter[0])))
             assert not mem.bad, (order, G, mem.bad[:3])
-            assert not counter.any(), (order, G, counter)
+            assert settled(counter, TINY), (order, G, counter)
             assert mem.outputs() == reference[pos], (order, G, pos)
+
+
+@pytest.mark.parametrize("G", [1, 3, 13])
+def test_the_arrive_exit_reads_complete_data_and_zeroes_the_counts(reference, G):
+    """The arrive variant (no epochs: the last to arrive picks and zeroes): the same outputs."""
+    for order, seed in ORDERS:
+        counter = clean_counter(TINY)
+        for pos in (0, 1):
+            mem = launch(TINY, G, order, counter, pos=pos, seed=seed + G, epochs=False)
+            assert counter[P.SLOT_ERR] == 0 and not mem.bad and not counter.any(), (order, G)
+            assert mem.outputs() == reference[pos], (order, G, pos)
+
+
+@pytest.mark.parametrize("G", [1, 5, 13])
+def test_launches_of_changing_split_counts_replay_with_no_reset(G):
+    """The plan (split count) changes from launch to launch, as at the plan boundaries of a
+    decode: the counts stay whole launches' (the picker's top-up), every read complete."""
+    counter = clean_counter(TINY)
+    for n, splits in enumerate((3, 1, 4, 2, 3)):
+        c = dict(TINY, splits=splits)
+        mem = launch(c, G, "random", counter, pos=n % 2, seed=G * 7 + n)
+        assert counter[P.SLOT_ERR] == 0 and not mem.bad and settled(counter, c), (G, splits)
+    assert counter[P.SLOT_EPOCH] == 5
+
+
+@pytest.mark.parametrize("G", [1, 4, 13])
+def test_launches_across_the_int32_wraparound(reference, G):
+    """E just below 2**31 and every count at E launches' adds (wrapped): launches go on clean
+    through the wrap of the counts and of E."""
+    adds = adds_of(TINY)
+    start = (1 << 31) - 2
+    counter = np.array([P.wrap32(start * int(a)) for a in adds], np.int64)
+    counter[P.SLOT_ERR] = counter[P.SLOT_EXIT] = 0
+    counter[P.SLOT_EPOCH] = start
+    for n, pos in enumerate((0, 1, 0, 1)):
+        mem = launch(TINY, G, "random", counter, pos=pos, seed=G + n)
+        assert counter[P.SLOT_ERR] == 0 and not mem.bad and settled(counter, TINY), (G, n)
+        assert mem.outputs() == reference[pos]
+    assert counter[P.SLOT_EPOCH] == P.wrap32(start + 4) < 0
 
 
 def test_the_model_sized_protocol_in_two_orders():
@@ -209,7 +281,7 @@ def test_the_model_sized_protocol_in_two_orders():
     for G, order, seed in ((132, "random", 5), (7, "reversed", 0)):
         counter = clean_counter(MODEL)
         mem = launch(MODEL, G, order, counter, seed=seed)
-        assert counter[P.SLOT_ERR] == 0 and not mem.bad and not counter.any()
+        assert counter[P.SLOT_ERR] == 0 and not mem.bad and settled(counter, MODEL)
         outs.add(mem.outputs())
     assert len(outs) == 1
 
@@ -218,18 +290,21 @@ def test_the_model_sized_protocol_in_two_orders():
 def test_a_starved_block_ends_in_the_error_word_not_a_deadlock(G, victim):
     """Every other block runs until it is done or has given up waiting, then the victim: the
     launch ends, the error word names a wait (where the victim had work another block waits
-    for; a victim with no item starves nobody), the counts are 0 again; a read of incomplete data
-    happened only with the error word set; the next launch (the victim no longer starved) is
+    for; a victim with no item starves nobody), the counts are whole launches' again (every
+    block bumps what it did, wait or no wait); a read of incomplete data happened only with the
+    error word set; after the host's reset the next launch (the victim no longer starved) is
     clean."""
     counter = clean_counter(TINY)
     mem = launch(TINY, G, "forward", counter, victim=victim, spin_limit=300, give_up_every=16)
     code = int(counter[P.SLOT_ERR])
-    works = G > 1 and any(op[0] == "bump" for op in P.block_program(victim, G, **TINY))
+    ops = P.block_program(victim, G, **TINY, epochs=True)   # its bumps before the exit (the
+    works = G > 1 and any(op[0] == "bump" for op in     # picker's top-up: no one waits on it)
+                          itertools.takewhile(lambda op: op[:2] != ("wait", P.SLOT_LOGITS), ops))
     assert bool(code) == works and (not code or P.describe_wait(code)), (code, works)
-    assert not counter[1:].any(), counter
-    counter[P.SLOT_ERR] = 0                          # the host's reset at the next request
+    assert settled(counter, TINY), counter
+    counter[:] = 0                                   # the host's reset (check_error_word)
     again = launch(TINY, G, "random", counter, seed=9)
-    assert not again.bad and not counter.any()
+    assert not again.bad and settled(counter, TINY) and counter[P.SLOT_ERR] == 0
     assert code or not mem.bad                       # incomplete reads only under an error
 
 
@@ -237,7 +312,7 @@ def test_a_lowered_wait_target_is_caught():
     """The model has teeth: the output projection's wait lowered by one partial lets some order
     read a partial before it is written, with no error word (silent corruption)."""
     def lowered(b, G):
-        for op in P.block_program(b, G, **TINY):
+        for op in P.block_program(b, G, **TINY, epochs=True):
             if op[0] == "wait" and op[1] == P.SLOT_PART:
                 op = (op[0], op[1], op[2] - 1, op[3])
             yield op
@@ -252,7 +327,7 @@ def test_a_lowered_wait_target_is_caught():
 
 
 def test_the_program_matches_the_kernels_counts():
-    """What block_program bumps adds up to each wait's target, for any grid: every count reaches
+    """What block_program (the epoch exit) bumps adds up to each wait's target, for any grid: every count reaches
     exactly what its last waiter needs (the LM head waits for every down row of the last layer),
     and the attention waits for its own head's pairs only."""
     c = TINY
@@ -260,7 +335,7 @@ def test_the_program_matches_the_kernels_counts():
         bumps = np.zeros(P.counter_slots(c["n_head"]), np.int64)
         targets = {}
         for b in range(G):
-            for op in P.block_program(b, G, **c):
+            for op in P.block_program(b, G, **c, epochs=True):
                 if op[0] == "bump":
                     bumps[op[1]] += op[2]
                 elif op[0] == "wait":
@@ -270,7 +345,12 @@ def test_the_program_matches_the_kernels_counts():
         L, D, F = c["n_layer"], c["D"], c["F"]
         assert bumps[P.SLOT_X_DOWN] == L * D == targets[P.SLOT_X_DOWN]
         assert bumps[P.SLOT_ACT] == L * F == targets[P.SLOT_ACT]
-        assert bumps[P.SLOT_PART] == L * c["n_head"] * c["splits"] == targets[P.SLOT_PART]
+        assert targets[P.SLOT_PART] == L * c["n_head"] * c["splits"]   # the top-up: after it
+        assert bumps[P.SLOT_PART] == L * P.MERGE_MAX_PAIRS
+        assert bumps[P.SLOT_LOGITS] == c["V"] == targets[P.SLOT_LOGITS]
+        assert list(bumps[P.SLOT_LOGITS:]) == list(adds_of(c)[P.SLOT_LOGITS:])
+        picks = [b for b in range(G) if ("pick",) in P.block_program(b, G, **c, epochs=True)]
+        assert picks == [G - 1]
         for h in range(c["n_head"]):
             assert bumps[P.SLOT_QKV + h] == L * 3 * (c["head_dim"] // 2)
 

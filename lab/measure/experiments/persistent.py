@@ -6,7 +6,8 @@ step (notebook 10); on a GPU, every op's kernels against their twins first (kern
   bits           the five standard prompts fed eagerly, then 64 greedy tokens, eagerly and as
                  graph replays, on a LAB_FUSION=1 (grid tail) and a LAB_PERSISTENT=1 engine:
                  every id and every step's logits the same bytes in all four runs; the
-                 persistent engine's counters back to 0, one launch (step_persistent) per step
+                 persistent engine's counters as clean launches leave them, one launch
+                 (step_persistent) per step
   sweep          graph replay ms/token at CONTEXTS for ARMS (lab/measure/bench.py's run_sweep)
 The peer times its persistent arm only where this file says the checks held (`held`).
 """
@@ -69,8 +70,13 @@ def check_bits(model, base: LabConfig, prompts, tokens: int) -> tuple[list[str],
         records.append({"prompt": prompt, "ids": ref_toks.tolist(), "runs": sorted(runs),
                         "text": model.tokenizer.decode(ref_toks)})
     eng = engines["persistent"]
-    if eng.backend.download(eng.devices[0].persistent.counter).any():
-        bad.append("persistent: counter slots not 0 after the runs")
+    from kernels import persistent
+    c = model.cfg
+    adds = persistent.launch_adds(c.n_layer, c.d_model, c.d_ff, c.vocab_size, c.n_head,
+                                  c.head_dim)
+    word = eng.backend.download(eng.devices[0].persistent.counter)
+    if word[persistent.SLOT_ERR] or not persistent.settled(word, adds):
+        bad.append("persistent: counter slots not as clean launches leave them after the runs")
     kinds = {r.kernel for r in eng.log.records if r.kind in ("eager", "capture")}
     if kinds != {"step_persistent"}:
         bad.append(f"persistent: its launch log holds {sorted(kinds)}, not step_persistent only")
