@@ -34,9 +34,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from lab.measure.megakernel import (kernel_span_us, persistent_error, phase_kinds,  # noqa: E402
+                                    phase_rows, stamped_kernel, stamped_runs, variant_arms)
+
 ARMS = {"fused+pdl graph": dict(fusion=True, pdl=True),
         "fused+split+pdl graph": dict(fusion=True, split_combine=True, pdl=True)}
-PERSISTENT = dict(persistent=True)     # each variant's arm: its own step class (variant_step)
 
 
 def _variants(text: str) -> tuple[str, ...]:
@@ -51,83 +53,6 @@ def _variants(text: str) -> tuple[str, ...]:
 
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(v) for v in text.split(",") if v)
-
-
-def stamped_kernel(dtype):
-    """step_persistent_stamped compiled for this device (launch bounds as the registered one's)."""
-    from numba import cuda
-    from kernels import REGISTRY, persistent
-    sig = persistent.STAMPED_SIGS[0 if np.dtype(dtype) == np.float32 else 1]
-    return cuda.jit(sig, **dict(REGISTRY["step_persistent"].jit_options))(
-        persistent.step_persistent_stamped)
-
-
-def stamped_runs(eng, kern, grid: int, position: int, launches: int) -> list[np.ndarray]:
-    """`launches` stamped steps at `position` on the engine's buffers: the stamps of each."""
-    from numba import cuda
-    from kernels import persistent
-    from lab.backend.base import Buffer
-    (launch,) = eng.step_launches(eng.plan(position))
-    args = [a.handle[1] if isinstance(a, Buffer) else a for a in launch.args]
-    n_ph = persistent.phase_count(eng.model.cfg.n_layer)
-    out = []
-    for _ in range(launches):
-        eng.seek(position)
-        eng.backend.synchronize()
-        stamps = cuda.to_device(np.zeros((grid, n_ph, persistent.STAMP_FIELDS), np.int64))
-        kern[(grid,), launch.block](*args, stamps)
-        cuda.synchronize()
-        out.append(stamps.copy_to_host())
-    persistent_error(eng)
-    return out
-
-
-def persistent_error(eng) -> None:
-    from lab.engine.persistent import check_error_word
-    check_error_word(eng.backend, eng.devices[0].persistent.counter)
-
-
-def phase_rows(runs: list[np.ndarray], n_layer: int) -> list[dict]:
-    """Per phase, the median over launches of: busy blocks, first start, last end (us from the
-    kernel's first stamp, globaltimer), mean/max wait and mean work of the busy blocks (us,
-    clock64 at each block's rate)."""
-    from kernels import persistent
-    names = [f"L{l} {p}" for l in range(n_layer) for p in persistent.PHASES] + ["LM head", "exit"]
-    per = []
-    for st in runs:
-        st = st.astype(np.float64)
-        t0 = st[:, 0, 3].min()
-        # each block's clock rate: cycles per ns over its whole step
-        span_c = st[:, -1, 2] - st[:, 0, 0]
-        span_g = np.maximum(st[:, -1, 5] - st[:, 0, 3], 1.0)
-        rate = np.where(span_c > 0, span_c / span_g, np.nan)            # [blocks] cycles / ns
-        rows = []
-        for ph in range(st.shape[1]):
-            s = st[:, ph]
-            busy = s[:, 6] > 0
-            if not busy.any():
-                rows.append(dict(busy=0, items=0, start=np.nan, end=np.nan, wait=np.nan,
-                                 wait_max=np.nan, work=np.nan))
-                continue
-            b = s[busy]
-            wait = (b[:, 1] - b[:, 0]) / rate[busy] / 1e3
-            work = (b[:, 2] - b[:, 1]) / rate[busy] / 1e3
-            rows.append(dict(busy=int(busy.sum()), items=int(b[:, 6].sum()),
-                             start=(b[:, 3].min() - t0) / 1e3, end=(b[:, 5].max() - t0) / 1e3,
-                             wait=float(np.nanmean(wait)), wait_max=float(np.nanmax(wait)),
-                             work=float(np.nanmean(work))))
-        per.append(rows)
-    out = []
-    for i, name in enumerate(names):
-        med = {k: float(np.nanmedian([r[i][k] for r in per])) for k in per[0][i]}
-        out.append({"phase": name, **med})
-    return out
-
-
-def kernel_span_us(runs: list[np.ndarray]) -> tuple[float, float]:
-    """Median and min over launches of first block start -> last block end (globaltimer, us)."""
-    spans = [(st[:, -1, 5].max() - st[:, 0, 3].min()) / 1e3 for st in runs]
-    return float(np.median(spans)), float(np.min(spans))
 
 
 def main(argv=None) -> int:
@@ -175,21 +100,10 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"{r['phase']:<14} {r['busy']:>6.0f} {r['items']:>6.0f} {r['start']:>8.2f} "
               f"{r['end']:>8.2f} {r['wait']:>7.2f} {r['wait_max']:>8.2f} {r['work']:>7.2f}")
-    per_phase = {}
-    for r in rows[:-2]:
-        per_phase.setdefault(r["phase"].split(" ", 1)[1], []).append(r)
     print("\nper phase kind, mean over layers (us): end-to-end step of the chain "
           "(this phase's end - the previous phase's end), wait, work")
-    ends = [r["end"] for r in rows]
-    steps = np.diff([0.0] + ends)
-    kinds = {}
-    for r, dt in zip(rows, steps):
-        k = r["phase"].split(" ", 1)[1] if r["phase"].startswith("L") else r["phase"]
-        kinds.setdefault(k, []).append((dt, r["wait"], r["work"]))
-    for k, v in kinds.items():
-        a = np.array(v, dtype=np.float64)
-        print(f"  {k:<12} step {np.nanmean(a[:, 0]):6.2f}  wait {np.nanmean(a[:, 1]):6.2f}  "
-              f"work {np.nanmean(a[:, 2]):6.2f}")
+    for k, v in phase_kinds(rows).items():
+        print(f"  {k:<12} step {v['step']:6.2f}  wait {v['wait']:6.2f}  work {v['work']:6.2f}")
 
     # ---- 2. the kernel's span over grid sizes
     sms, co, why = eng.backend.cooperative_limits(launch.kernel, launch.block[0])
@@ -205,18 +119,13 @@ def main(argv=None) -> int:
 
     # ---- 3. graph replay, interleaved: every variant against the fused graph arms with PDL
     if not args.no_sweep:
-        from lab.engine.persistent import variant_step
-        from lab.measure.arms import Arm, default_backend, make_arm
+        from lab.measure.arms import make_arm
         from lab.measure.bench import sweep_arms
         names = _variants(args.variants)
         pool: dict = {}
         arms = [make_arm(model, n, base.replace(**kw), i, pool=pool)
                 for i, (n, kw) in enumerate(ARMS.items())]
-        for i, name in enumerate(names, len(arms)):
-            cfg = base.replace(**PERSISTENT)
-            eng_v = DecodeEngine(model, cfg, backend=default_backend(cfg, i),
-                                 step=variant_step(name))
-            arms.append(Arm(f"persistent {name}", cfg, eng_v))
+        arms += variant_arms(model, base, names, len(arms))
         sweep = sweep_arms(arms, args.contexts, args.reps, args.tokens, BENCH_PROMPT)
         print(f"\ngraph replay, interleaved ({sweep['source']}); meaningful: "
               f"{sweep['meaningful']} {sweep['reason'] or ''}")

@@ -104,8 +104,15 @@ def test_persistent_bits_and_sweep(ctx):
     from lab.measure.experiments.persistent import held
     res = _recorded(ctx, "persistent")
     assert res["bits"]["ok"] and not res["bits"]["mismatches"] and "kernel_checks" not in res
-    assert {r["arm"] for r in res["sweep"]["rows"]} == {"graph", "graph+pdl", "fused graph",
-                                                        "persistent graph"}
+    assert {r["arm"] for r in res["sweep"]["rows"]} == {
+        "graph", "graph+pdl", "fused graph", "fused+pdl graph", "fused+split+pdl graph",
+        "persistent graph", "persistent plain/epoch", "persistent preload/epoch",
+        "persistent preload/arrive"}
+    assert res["default_variant"] == "plain/arrive" and "phases" not in res   # a GPU's only
+    for c, r in res["ratio_to_best_multi_node"].items():
+        ms = {row["arm"]: row["mean_ms"] for row in res["sweep"]["rows"] if row["context"] == int(c)}
+        assert r["best_ms"] == min(ms[a] for a in ms if not a.startswith("persistent"))
+        assert r["persistent graph"] == pytest.approx(ms["persistent graph"] / r["best_ms"])
     assert res["barriers_per_token"] == 0 and res["waits_per_token"] == 20 and held(ctx.out)
     assert res["bits_tail"] == "grid"
     res["bits"]["ok"] = False

@@ -8,7 +8,12 @@ step (notebook 10); on a GPU, every op's kernels against their twins first (kern
                  every id and every step's logits the same bytes in all four runs; the
                  persistent engine's counters as clean launches leave them, one launch
                  (step_persistent) per step
-  sweep          graph replay ms/token at CONTEXTS for ARMS (lab/measure/bench.py's run_sweep)
+  sweep          graph replay ms/token at CONTEXTS for ARMS and every other variant of the
+                 megakernel's body (kernels/persistent.py VARIANTS), interleaved; each
+                 persistent arm's ratio to the best multi-node graph arm (MULTI_NODE)
+  phases         (a GPU only) where the default kernel's time goes at PHASE_CONTEXT: per
+                 phase, blocks busy, wait and work, and the kernel's span (lab/measure/
+                 megakernel.py: the clock-stamped body launched PHASE_LAUNCHES times)
 The peer times its persistent arm only where this file says the checks held (`held`).
 """
 from __future__ import annotations
@@ -26,8 +31,12 @@ from lab.measure.experiment import experiment, today
 
 ARMS = {"graph": {}, "graph+pdl": {"pdl": True},
         "fused graph": {"fusion": True},          # the grid tail: the persistent step's bits
+        "fused+pdl graph": {"fusion": True, "pdl": True},
+        "fused+split+pdl graph": {"fusion": True, "split_combine": True, "pdl": True},
         "persistent graph": {"persistent": True}}
+MULTI_NODE = ("graph", "graph+pdl", "fused graph", "fused+pdl graph", "fused+split+pdl graph")
 CONTEXTS, REPS, TOKENS, BITS_TOKENS = (64, 900), 5, 64, 64
+PHASE_CONTEXT, PHASE_LAUNCHES = 64, 30
 QUICK = dict(contexts=(64, 900), reps=2, tokens=2, bits_tokens=8)
 
 
@@ -83,6 +92,48 @@ def check_bits(model, base: LabConfig, prompts, tokens: int) -> tuple[list[str],
     return bad, records
 
 
+def _sweep(model, base: LabConfig, p: dict) -> dict:
+    """ARMS and every non-default variant of the megakernel's body (an engine each),
+    interleaved at each context (lab/measure/bench.py's sweep_arms)."""
+    from kernels import persistent
+    from lab.measure.arms import make_arm
+    from lab.measure.bench import BENCH_PROMPT, check_contexts, sweep_arms
+    from lab.measure.megakernel import variant_arms
+    check_contexts(model, p["contexts"], p["tokens"], BENCH_PROMPT)
+    pool: dict = {}
+    arms = [make_arm(model, n, base.replace(**kw), i, pool=pool)
+            for i, (n, kw) in enumerate(ARMS.items())]
+    others = [n for n in persistent.VARIANTS if n != persistent.DEFAULT_VARIANT]
+    arms += variant_arms(model, base, others, len(arms))
+    return sweep_arms(arms, p["contexts"], p["reps"], p["tokens"], BENCH_PROMPT)
+
+
+def _phases(model, base: LabConfig, progress) -> dict:
+    """The default kernel's phase table at PHASE_CONTEXT after a real prefix, and its span."""
+    from lab.engine.runner import DecodeEngine
+    from lab.measure.bench import BENCH_PROMPT
+    from lab.measure.megakernel import (kernel_span_us, phase_kinds, phase_rows,
+                                        stamped_kernel, stamped_runs)
+    eng = DecodeEngine(model, base.replace(persistent=True, graph=False))
+    ids = model.tokenizer.encode(BENCH_PROMPT)
+    eng.generate(BENCH_PROMPT, PHASE_CONTEXT - ids.size + 1)
+    (launch,) = eng.step_launches(eng.plan(PHASE_CONTEXT))
+    runs = stamped_runs(eng, stamped_kernel(base.kv_dtype), launch.grid[0], PHASE_CONTEXT,
+                        PHASE_LAUNCHES)
+    rows = phase_rows(runs, model.cfg.n_layer)
+    kinds = phase_kinds(rows)
+    med, best = kernel_span_us(runs)
+    progress("phases (us, mean over layers): " + ", ".join(
+        f"{k} {v['step']:.2f} (wait {v['wait']:.2f}, work {v['work']:.2f})"
+        for k, v in kinds.items()) + f"; span {med:.2f} us")
+    return {"context": PHASE_CONTEXT, "launches": PHASE_LAUNCHES, "grid": list(launch.grid),
+            "block": list(launch.block), "rows": rows, "kinds": kinds,
+            "span_us": {"median": med, "min": best},
+            "how": "step_persistent_stamped (the default body, a stamp per block and phase) on "
+                   "the engine's buffers: start/end by globaltimer from the kernel's first "
+                   "stamp, wait and work by clock64 at each block's rate; medians over launches"}
+
+
 def kernel_checks(progress) -> dict:
     """kernels.check on this GPU, every op; a line per op."""
     from kernels.check import run
@@ -99,7 +150,6 @@ def kernel_checks(progress) -> dict:
 def record(ctx) -> None:
     from kernels import persistent
     from lab.engine.runner import DecodeEngine
-    from lab.measure.bench import BENCH_PROMPT, run_sweep
     from lab.measure.compare import STANDARD_PROMPTS
     p = QUICK if ctx.quick else dict(contexts=CONTEXTS, reps=REPS, tokens=TOKENS,
                                      bits_tokens=BITS_TOKENS)
@@ -108,8 +158,7 @@ def record(ctx) -> None:
     kernels = kernel_checks(ctx.progress) if ctx.backend == "cuda" else None
     bad, records = check_bits(model, base, STANDARD_PROMPTS, p["bits_tokens"])
     t_bits = time.perf_counter() - t0
-    sweep = run_sweep(model, {n: base.replace(**kw) for n, kw in ARMS.items()}, p["contexts"],
-                      reps=p["reps"], tokens=p["tokens"], prompt=BENCH_PROMPT)
+    sweep = _sweep(model, base, p)
     if not sweep["meaningful"]:
         bad.append(f"timing not meaningful: {sweep['reason']}")
     eng = DecodeEngine(model, base.replace(**ARMS["persistent graph"]), warm_up=False)
@@ -127,21 +176,30 @@ def record(ctx) -> None:
         lines.append(f"{r['context']:>7}  {r['arm']:<18} {r['mean_ms']:>9.4f} "
                      f"{1000 * r['sem_ms']:>9.2f} {r['launches_per_token']:>8} "
                      f"{'-' if rf is None else f'{100 * rf:.1f}%':>8}")
+    ratios = {}
     for c in p["contexts"]:
         ms = {r["arm"]: r["mean_ms"] for r in sweep["rows"] if r["context"] == c}
-        lines.append(f"context {c}: persistent / fused graph "
-                     f"{ms['persistent graph'] / ms['fused graph']:.3f}, persistent / graph+pdl "
-                     f"{ms['persistent graph'] / ms['graph+pdl']:.3f}")
+        best = min(MULTI_NODE, key=lambda a: ms[a])
+        ratios[str(c)] = {"best_multi_node": best, "best_ms": ms[best],
+                          **{a: ms[a] / ms[best] for a in ms if a.startswith("persistent")}}
+        lines.append(f"context {c}: the best multi-node graph arm is {best} ({ms[best]:.4f} "
+                     f"ms/token); " + ", ".join(f"{a} / it {r:.3f}" for a, r in
+                                                 ratios[str(c)].items() if a.startswith("pers")))
+    phases = _phases(model, base, ctx.progress) if ctx.backend == "cuda" and not ctx.quick else None
     ctx.progress("\n".join(lines))
     result = {"what": "LAB_PERSISTENT=1 against LAB_FUSION=1: bits, and graph replay ms/token",
               "source": sweep["source"], "date": today(),
               "grid": list(launch.grid), "block": list(launch.block),
               "barriers_per_token": 0, "waits_per_token": waits, "bits_tail": "grid",
+              "default_variant": persistent.DEFAULT_VARIANT,
+              "variants": {n: dict(v) for n, v in persistent.VARIANTS.items()},
               "bits": {"ok": not bad, "mismatches": bad, "prompts": records},
-              "sweep": sweep, "table": "\n".join(lines),
+              "sweep": sweep, "ratio_to_best_multi_node": ratios, "table": "\n".join(lines),
               "seconds": {"bits": round(t_bits, 1), "total": round(time.perf_counter() - t0, 1)}}
     if kernels is not None:
         result["kernel_checks"] = kernels
+    if phases is not None:
+        result["phases"] = phases
     ctx.write_json("persistent.json", result)
     failed = [op for op, r in (kernels or {"ops": {}})["ops"].items() if not r["ok"]]
     if bad or failed:

@@ -1,0 +1,126 @@
+"""Where the megakernel's time goes, on a GPU (scripts/megakernel_probe.py prints it; the
+persistent experiment records it in persistent.json):
+
+  stamped_kernel, stamped_runs   step_persistent_stamped (kernels/persistent.py: the default
+                                 body with a clock stamp per block and phase) on an engine's
+                                 own buffers, launched directly at one position
+  phase_rows, phase_kinds        per phase (median over launches): blocks busy, items, first
+                                 start and last end (globaltimer), the busy blocks' mean and
+                                 max wait and mean work (clock64 at each block's rate); then
+                                 per phase kind, the mean over layers
+  kernel_span_us                 the kernel's span, first block's start to last block's end
+  variant_arms                   one bench Arm per body variant (kernels/persistent.py
+                                 VARIANTS; lab/engine/persistent.py variant_step)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def stamped_kernel(dtype):
+    """step_persistent_stamped compiled for this device (launch bounds as the registered one's)."""
+    from numba import cuda
+    from kernels import REGISTRY, persistent
+    sig = persistent.STAMPED_SIGS[0 if np.dtype(dtype) == np.float32 else 1]
+    return cuda.jit(sig, **dict(REGISTRY["step_persistent"].jit_options))(
+        persistent.step_persistent_stamped)
+
+
+def stamped_runs(eng, kern, grid: int, position: int, launches: int) -> list[np.ndarray]:
+    """`launches` stamped steps at `position` on the engine's buffers: the stamps of each."""
+    from numba import cuda
+    from kernels import persistent
+    from lab.backend.base import Buffer
+    (launch,) = eng.step_launches(eng.plan(position))
+    args = [a.handle[1] if isinstance(a, Buffer) else a for a in launch.args]
+    n_ph = persistent.phase_count(eng.model.cfg.n_layer)
+    out = []
+    for _ in range(launches):
+        eng.seek(position)
+        eng.backend.synchronize()
+        stamps = cuda.to_device(np.zeros((grid, n_ph, persistent.STAMP_FIELDS), np.int64))
+        kern[(grid,), launch.block](*args, stamps)
+        cuda.synchronize()
+        out.append(stamps.copy_to_host())
+    persistent_error(eng)
+    return out
+
+
+def persistent_error(eng) -> None:
+    from lab.engine.persistent import check_error_word
+    check_error_word(eng.backend, eng.devices[0].persistent.counter)
+
+
+def phase_rows(runs: list[np.ndarray], n_layer: int) -> list[dict]:
+    """Per phase, the median over launches of: busy blocks, first start, last end (us from the
+    kernel's first stamp, globaltimer), mean/max wait and mean work of the busy blocks (us,
+    clock64 at each block's rate)."""
+    from kernels import persistent
+    names = [f"L{l} {p}" for l in range(n_layer) for p in persistent.PHASES] + ["LM head", "exit"]
+    per = []
+    for st in runs:
+        st = st.astype(np.float64)
+        t0 = st[:, 0, 3].min()
+        # each block's clock rate: cycles per ns over its whole step
+        span_c = st[:, -1, 2] - st[:, 0, 0]
+        span_g = np.maximum(st[:, -1, 5] - st[:, 0, 3], 1.0)
+        rate = np.where(span_c > 0, span_c / span_g, np.nan)            # [blocks] cycles / ns
+        rows = []
+        for ph in range(st.shape[1]):
+            s = st[:, ph]
+            busy = s[:, 6] > 0
+            if not busy.any():
+                rows.append(dict(busy=0, items=0, start=np.nan, end=np.nan, wait=np.nan,
+                                 wait_max=np.nan, work=np.nan))
+                continue
+            b = s[busy]
+            wait = (b[:, 1] - b[:, 0]) / rate[busy] / 1e3
+            work = (b[:, 2] - b[:, 1]) / rate[busy] / 1e3
+            rows.append(dict(busy=int(busy.sum()), items=int(b[:, 6].sum()),
+                             start=(b[:, 3].min() - t0) / 1e3, end=(b[:, 5].max() - t0) / 1e3,
+                             wait=float(np.nanmean(wait)), wait_max=float(np.nanmax(wait)),
+                             work=float(np.nanmean(work))))
+        per.append(rows)
+    out = []
+    for i, name in enumerate(names):
+        med = {k: float(np.nanmedian([r[i][k] for r in per])) for k in per[0][i]}
+        out.append({"phase": name, **med})
+    return out
+
+
+def kernel_span_us(runs: list[np.ndarray]) -> tuple[float, float]:
+    """Median and min over launches of first block start -> last block end (globaltimer, us)."""
+    spans = [(st[:, -1, 5].max() - st[:, 0, 3].min()) / 1e3 for st in runs]
+    return float(np.median(spans)), float(np.min(spans))
+
+
+def phase_kinds(rows: list[dict]) -> dict[str, dict]:
+    """Per phase kind (qkv, attention, ..., LM head, exit), the mean over layers of its step
+    in the chain (its end minus the previous phase's end), wait and work (us)."""
+    ends = [r["end"] for r in rows]
+    steps = np.diff([0.0] + ends)
+    kinds: dict[str, list] = {}
+    for r, dt in zip(rows, steps):
+        k = r["phase"].split(" ", 1)[1] if r["phase"].startswith("L") else r["phase"]
+        kinds.setdefault(k, []).append((dt, r["wait"], r["work"]))
+    out = {}
+    for k, v in kinds.items():
+        a = np.array(v, dtype=np.float64)
+        out[k] = {"step": float(np.nanmean(a[:, 0])), "wait": float(np.nanmean(a[:, 1])),
+                  "work": float(np.nanmean(a[:, 2]))}
+    return out
+
+
+def variant_arms(model, base, names, first: int) -> list:
+    """A bench Arm per variant in `names` (LAB_PERSISTENT=1 on an engine of its own whose step
+    is lab/engine/persistent.py's variant_step(name)), named "persistent NAME"; `first` numbers
+    their backends after the other arms'."""
+    from lab.engine.persistent import variant_step
+    from lab.engine.runner import DecodeEngine
+    from lab.measure.arms import Arm, default_backend
+    arms = []
+    for i, name in enumerate(names, first):
+        cfg = base.replace(persistent=True)
+        eng = DecodeEngine(model, cfg, backend=default_backend(cfg, i), step=variant_step(name))
+        arms.append(Arm(f"persistent {name}", cfg, eng))
+    return arms
