@@ -14,7 +14,10 @@
   precision    float32/float16 KV and reductions against the float64 oracle
   kernel_run   one kernel on its own, eager or captured, for costs and checks
   compare      two runs of one prompt, step by step (+ compare_sides, compare_evidence)
-  spec         speculative decoding: the same tokens, the curve against context, NSPLIT
+  spec         speculative decoding: the same tokens, the curve against context, NSPLIT,
+               when drafting pays (E against V on two fixed texts)
+  megakernel   where the megakernel's time goes: its phases by in-kernel clocks, its span,
+               its body's variants as bench arms
   peer_torch   the PyTorch peer: the model in torch (+ peer_worker, its process; peer_result)
   chains       chains of graph nodes: the unit the cost file is measured in
   costfile     the cost file's recorder (kernel_costs.json, spec_costs.json, ladder, fission)
