@@ -567,6 +567,16 @@ def plot_even(res, label):
 plot_even(even, "simulated")
 
 # %% [markdown]
+# Why E stays low on the repeating text: drafting keeps only what the model's own argmax agrees
+# with, so E can never beat how far the model itself copies. Ask the float64 oracle directly:
+# its greedy continuation of the repeating prompt, beside the text the prompt repeats.
+
+# %%
+reach = spec.copy_reach(model, "repeating", 48)
+show(f"the model writes {reach['generated']!r}\nthe repeat is   {reach['copy']!r}\n"
+     f"they agree for {reach['reach']} of {reach['tokens']} characters ({reach['source']})")
+
+# %% [markdown]
 # Each point is one (text, k); the shaded side of the line is where a verify step yields more
 # tokens than it costs. On the simulator, V comes from the recorded component costs (and their
 # stand-ins), E from the model itself, which is why E is the GPU's too (ties aside) and V is only

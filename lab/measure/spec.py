@@ -11,6 +11,8 @@
   (the replay gate).
 - `splits_sweep(model, draft, splits, contexts)`: the verify attention's split count (NSPLIT)
   against its workspace and the context, as 003 weighed it.
+- `copy_reach(model, name)`: how many characters the model's own greedy continuation of a
+  text's prompt follows the text the prompt repeats (the ceiling on what drafting keeps).
 - `break_even(model, texts, drafts)`: on two texts fixed before any measurement (TEXTS:
   "repeating", a corpus passage the prompt holds once and then starts again, and "prose", a
   passage whose continuation the prompt does not hold), for each k: E (tokens per verify step,
@@ -267,6 +269,24 @@ def text_prompt(model, name: str) -> str:
     t = TEXTS[name]
     passage = corpus_prompt(model, t["length"], t["offset"])
     return passage + passage[:t["primed"]]
+
+
+def copy_reach(model, name: str = "repeating", tokens: int = 64) -> dict:
+    """How far the model copies: the float64 oracle's greedy continuation of TEXTS[name]'s
+    prompt against the text the prompt repeats (the passage, on from its `primed` characters),
+    character by character. `reach`: the characters they share before they part (E cannot beat
+    what the model itself writes: prompt lookup drafts the copy, the verify step keeps only what
+    the model's own argmax agrees with)."""
+    from lab.reference import generate
+    t = TEXTS[name]
+    prompt = text_prompt(model, name)
+    passage = corpus_prompt(model, t["length"], t["offset"])
+    ids = model.tokenizer.encode(prompt)
+    got = model.tokenizer.decode(generate(model, ids, tokens)[ids.size:])
+    want = (passage * 2)[t["primed"]:t["primed"] + tokens]
+    reach = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    return {"text": name, "tokens": tokens, "reach": reach, "generated": got, "copy": want,
+            "source": "the float64 oracle (lab/reference.py), greedy"}
 
 
 def _step_seconds(eng, start: int, steps: int) -> float:

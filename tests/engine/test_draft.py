@@ -227,3 +227,22 @@ def test_decode_checks_max_seq_against_the_device_position_not_the_hosts_lower_b
     steps = model.cfg.max_seq - 1 - eng.position    # fits the host's bound, not the device's
     with pytest.raises(LabError, match="max_seq"):
         eng.decode(steps)
+
+
+def test_copy_reach_measures_how_far_the_model_follows_the_repeat(model, monkeypatch):
+    """copy_reach: the oracle's greedy continuation of the repeating text against the text the
+    prompt repeats, character by character. This model parts from the copy within a few
+    characters (it does not copy: E stays low on the repeat); a continuation that IS the copy
+    reaches every token, and one that parts at character 5 reaches 5."""
+    from lab import reference
+    from lab.measure import spec
+    real = spec.copy_reach(model, "repeating", 32)
+    assert real["generated"] != real["copy"] and real["reach"] < 8
+    assert real["copy"] == spec.text_prompt(model, "repeating")[32:64]
+    for cut, want in ((None, 32), (5, 5)):
+        def copying(m, ids, n, cut=cut):
+            other = "Z" if cut is None or real["copy"][cut] != "Z" else "Q"   # not the copy's
+            text = real["copy"] if cut is None else real["copy"][:cut] + other * (n - cut)
+            return np.concatenate([ids, m.tokenizer.encode(text)])
+        monkeypatch.setattr(reference, "generate", copying)
+        assert spec.copy_reach(model, "repeating", 32)["reach"] == want
