@@ -146,7 +146,8 @@ def kernel_checks(progress) -> dict:
 
 @experiment("persistent", files=("persistent.json",), priority=3,
             doc="every op's kernels on the GPU, and the persistent step against the fused step: "
-                "bits and ms/token (notebook 10)")
+                "bits, ms/token beside the multi-node graph arms and its body's variants, and "
+                "its phases by the kernel's own clocks (notebook 10)")
 def record(ctx) -> None:
     from kernels import persistent
     from lab.engine.runner import DecodeEngine
