@@ -269,9 +269,10 @@ for res, _ in series:
 # (the per-kernel submit is gone); PDL is the small last step of the launch rungs. Where the two
 # bars of a rung differ, the simulator's prediction from component costs misses the whole-step
 # measurement by that much; notebook 05's conformance table puts a verdict on each rung the
-# recording has. The persistent rung is another kind of step: whether one kernel with grid
-# barriers beats a graph of 37 nodes is what its recording says (a hatched simulated bar is a
-# stand-in, priced before any GPU recorded the kernel: read no verdict into it).
+# recording has. The persistent rung is another kind of step: whether one kernel whose phases
+# wait on counters beats a graph of 37 nodes is what its recording says (the simulator prices it
+# from that kernel's own recorded node time, so its bar is a consistency check, not a
+# prediction).
 #
 # What each rung removes (`bench.LADDER`):
 
@@ -297,9 +298,10 @@ for name, toggles, what in bench.LADDER:
 #   predecessor's tail, and the node waits (`pdl_wait()`) only before it reads (notebook 07).
 # - **persistent** removes the node boundaries themselves: the whole step is one cooperative
 #   kernel (`LAB_PERSISTENT=1`, notebook 10, section 7), one launch and one graph node per
-#   token, its phases separated by 16 grid barriers instead. A grid barrier costs more than a
-#   node boundary on the H200 (notebook 10, section 7, reads both from the recordings), so what
-#   it can win is the launches' latency and tails, not the boundaries.
+#   token, each phase waiting on a counter in global memory for the data it reads instead
+#   (20 waits a token, no grid barrier). A wait is a round trip through L2, which can cost
+#   more than a node boundary under PDL (notebook 10, section 7, times each phase), so what it
+#   wins is the launches' latency and tails, and only where its waits cost less than that.
 #
 # How much of each rung's budget the host takes: the host cost per launch measured on the H200
 # (`kernel_costs.json`: each mechanism's host time per launch within a step's sequence of

@@ -518,17 +518,18 @@ show(f"verdict: {'PASS' if fused_vs_oracle['verdict']['ok'] else 'FAIL'} on "
 
 # %% [markdown]
 # The megakernel (`LAB_PERSISTENT=1`, notebook 10) runs the device functions of the fused step
-# with the heads tail (`LAB_FUSION=1 LAB_ATTN_TAIL=heads`, attention in `attn_fused`) in the
-# same order, so that step is its reference: its ids and logits must be that step's bytes, and
-# on the H200 they were (`data/gpu/persistent.json`). On a GPU the same judgement runs as a
+# with the grid tail (`LAB_FUSION=1`, attention in `attn_fused_grid`'s partials and combine) in
+# the same order, so that step is its reference: its ids and logits must be that step's bytes,
+# and on the H200 they were (`data/gpu/persistent.json`). On a GPU the same judgement runs as a
 # test: the fused arm against the oracle on the five standard prompts
 # (`tests/engine/test_fusion.py::test_gpu_fused_arm_against_the_oracle_on_the_standard_prompts`).
 #
 # The GPU pass runs that judgement for every arm of the ladder, the same way:
 # `decode-lab record compare` puts each arm against the oracle on the five standard prompts x
 # 256 tokens, fed the oracle's ids and decoding alone (`data/gpu/compare.json`). Arms that sum
-# in the same order share their bits (the split grid tail writes the grid tail's, the megakernel
-# the heads tail's), so their rows must match each other too.
+# in the same order share their bits (the split grid tail writes the grid tail's, and so does
+# the megakernel; the recording below predates its rebuild, when it wrote the heads tail's), so
+# their rows must match each other too.
 
 # %%
 cmp_path = DATA_DIR / "gpu" / "compare.json"

@@ -605,6 +605,9 @@ show(f"bits on the H200: {'identical' if persist_rec['bits']['ok'] else 'MISMATC
      f"persistent, eager vs graph); grid {persist_rec['grid']}, block {persist_rec['block']}, "
      f"{persist_rec['waits_per_token']} counter waits per token, body "
      f"{persist_rec['default_variant']}")
+check = persist_rec["kernel_checks"]["ops"]["persistent"]
+show("the kernel's own checks on the H200 (kernels.check: twin, fused kernels' bits, variants, "
+     "a wait made impossible): " + ("passed" if check["ok"] else f"FAILED: {check['error']}"))
 print(f"{'context':>7}  {'arm':<28} {'ms/token':>9} {'± sem us':>9} {'/ best multi-node':>17}")
 for r in persist_rec["sweep"]["rows"]:
     ratio = persist_rec["ratio_to_best_multi_node"][str(r["context"])]
@@ -630,18 +633,24 @@ show(f"blocks busy in layer 0: {busy}; the kernel's span {ph['span_us']['median'
      f"{persist_rec['source']}")
 
 # %% [markdown]
-# Read the table with the fused step's nodes in mind (section 1: about two microseconds a
-# node). Counters instead of barriers took the rung from the slowest graph arm to within reach of
-# the multi-node ones, and one choice inside the phases mattered as much as the barriers: the
-# variant that loads each phase's first weights before its wait (the `_loaded` dot products,
-# local arrays handed across numba device functions) is the slower one in the sweep above, the
-# same loss `kernels/matvec.py` records for matvec built that way. It still does not win. Each
-# phase's wait is a round trip through L2 (a release by the producers, an acquire by the
-# consumer), a chain of five per layer; the output projection waits for every attention partial
-# and then merges them in every block; and the attention phase keeps only 4 x splits blocks busy
-# of 132. A graph node boundary under PDL costs less than such a wait, so the kernel can win only
-# by doing less waiting: fewer, wider dependencies per layer, the merge done once per head, the
-# next phase's loads issued without the local-array penalty.
+# Counters instead of barriers made the rung faster than the graph arms without PDL (the plain
+# graph and the fused graph) at both contexts, and it still loses to every arm with PDL: the
+# table's last column is its ratio to the best multi-node arm, the split grid tail with PDL. One
+# choice inside the phases mattered as much as the barriers did: the variants that load each
+# phase's first weights before its wait (the `_loaded` dot products, local arrays handed across
+# numba device functions) are the slower ones in the sweep, the same loss `kernels/matvec.py`
+# records for matvec built that way. The phase table says where the rest goes: the five waits
+# of a layer add up to several microseconds (the output projection's, which waits for every
+# attention partial and then merges them in every block, is the longest), against section 2's
+# fraction of a microsecond for an empty node under PDL; the attention phase keeps 16 of 132
+# blocks busy; the exit (the last block's argmax and the counts' reset) is a serial step at the
+# end of every token. The kernel can win only by waiting less: fewer, wider dependencies per
+# layer, the partials merged once per head, the exit overlapped with the next token.
+#
+# The last line of the checks above is a finding, not a pass: when a wait is made impossible on
+# the H200, the kernel ends and reports a wait, but a later one than the wait that could never be
+# met (on the simulator, whose single block meets the impossible wait first, it names the right
+# one). The kernel does not hang; which block gives up first there is still an open question.
 
 # %% [markdown]
 # ## What you should now be able to do

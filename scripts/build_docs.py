@@ -158,16 +158,21 @@ def device_loop() -> list[str]:
 
 def persistent() -> list[str]:
     d = load("persistent.json")
-    rows = [[r["context"], r["arm"], pm(r["mean_ms"], r["sem_ms"]), r["launches_per_token"]]
-            for r in d["sweep"]["rows"]]
+    ratios = d.get("ratio_to_best_multi_node", {})
+    rows = [[r["context"], r["arm"], pm(r["mean_ms"], r["sem_ms"]), r["launches_per_token"],
+             f(r["mean_ms"] / ratios[str(r["context"])]["best_ms"], 3)
+             if str(r["context"]) in ratios else "-"] for r in d["sweep"]["rows"]]
+    check = (d.get("kernel_checks") or {}).get("ops", {}).get("persistent")
+    checked = ("" if check is None else " The kernel's own GPU check (kernels.check): "
+               + ("passed." if check["ok"] else f"FAILED: {check['error']}."))
     return section(
         "The megakernel rung (`LAB_PERSISTENT=1`)", "`data/gpu/persistent.json`, `sweep.rows`", d,
         [f"Grid {d['grid'][0]} x {d['block'][0]} threads, "
          + (f"{d['waits_per_token']} counter waits per token, no grid barrier" if "waits_per_token"
             in d else f"{d['barriers_per_token']} grid barriers per token")
          + f"; bits equal to the {d.get('bits_tail', 'heads')}-tail fused step's: "
-         f"{d['bits']['ok']}. Notebook 10."],
-        ["context", "arm", "ms/token (mean ± sem)", "launches/token"], rows)
+         f"{d['bits']['ok']}; default body {d.get('default_variant', '-')}.{checked} Notebook 10."],
+        ["context", "arm", "ms/token (mean ± sem)", "launches/token", "/ best multi-node"], rows)
 
 
 def peer() -> list[str]:
