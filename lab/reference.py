@@ -93,8 +93,8 @@ def generate(model: Model, prompt_ids, n_tokens: int, return_logits: bool = Fals
 
 
 class _Leaves(Exception):
-    def __init__(self, where: str, peak: float):
-        self.where, self.peak = where, peak
+    def __init__(self, where: str):
+        self.where = where
 
 
 def first_non_finite(model: Model, tokens, steps: int, kv_dtype=np.float32) -> str:
@@ -108,7 +108,7 @@ def first_non_finite(model: Model, tokens, steps: int, kv_dtype=np.float32) -> s
 
     def watch(where, a):
         if not np.isfinite(a).all():
-            raise _Leaves(where, float(np.max(np.abs(a[np.isfinite(a)]), initial=0.0)))
+            raise _Leaves(where)
         return a
 
     ref = Reference(model, np.float32, np.dtype(kv_dtype), watch)

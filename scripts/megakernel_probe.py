@@ -34,8 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lab.measure.megakernel import (kernel_span_us, persistent_error, phase_kinds,  # noqa: E402
-                                    phase_rows, stamped_kernel, stamped_runs, variant_arms)
+from lab.measure.megakernel import (engine_at, kernel_span_us, persistent_error,  # noqa: E402
+                                    phase_kinds, phase_rows, stamped_kernel, stamped_runs,
+                                    sweep_with_variants)
 
 ARMS = {"fused+pdl graph": dict(fusion=True, pdl=True),
         "fused+split+pdl graph": dict(fusion=True, split_combine=True, pdl=True)}
@@ -70,19 +71,16 @@ def main(argv=None) -> int:
 
     from kernels import persistent
     from lab.config import LabConfig
-    from lab.engine.runner import DecodeEngine
-    from lab.measure.bench import BENCH_PROMPT, run_sweep
+    from lab.measure.bench import BENCH_PROMPT
     from lab.model import DEFAULT_WEIGHTS, load_model
 
     model = load_model(DEFAULT_WEIGHTS)
     base = LabConfig(backend="cuda")
-    eng = DecodeEngine(model, base.replace(persistent=True, graph=False))
     c = model.cfg
     ids = model.tokenizer.encode(BENCH_PROMPT)
     if not ids.size - 1 <= args.context < c.max_seq - 1:
         raise SystemExit(f"--context {args.context}: use {ids.size - 1} .. {c.max_seq - 2}")
-    eng.generate(BENCH_PROMPT, args.context - ids.size + 1)           # a real prefix
-    (launch,) = eng.step_launches(eng.plan(args.context))
+    eng, launch = engine_at(model, base, args.context)                # a real prefix
     print(eng.describe())
     print(f"step_persistent: grid {launch.grid}, block {launch.block}, "
           f"{persistent.waits_per_token(c.n_layer)} counter waits per token (variant "
@@ -119,14 +117,9 @@ def main(argv=None) -> int:
 
     # ---- 3. graph replay, interleaved: every variant against the fused graph arms with PDL
     if not args.no_sweep:
-        from lab.measure.arms import make_arm
-        from lab.measure.bench import sweep_arms
         names = _variants(args.variants)
-        pool: dict = {}
-        arms = [make_arm(model, n, base.replace(**kw), i, pool=pool)
-                for i, (n, kw) in enumerate(ARMS.items())]
-        arms += variant_arms(model, base, names, len(arms))
-        sweep = sweep_arms(arms, args.contexts, args.reps, args.tokens, BENCH_PROMPT)
+        sweep, arms = sweep_with_variants(model, base, ARMS, names, args.contexts, args.reps,
+                                          args.tokens)
         print(f"\ngraph replay, interleaved ({sweep['source']}); meaningful: "
               f"{sweep['meaningful']} {sweep['reason'] or ''}")
         print(f"{'context':>7}  {'arm':<26} {'ms/token':>9} {'± sem us':>9} {'launches':>8}")

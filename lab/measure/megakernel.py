@@ -11,6 +11,8 @@ persistent experiment records it in persistent.json):
   kernel_span_us                 the kernel's span, first block's start to last block's end
   variant_arms                   one bench Arm per body variant (kernels/persistent.py
                                  VARIANTS; lab/engine/persistent.py variant_step)
+  sweep_with_variants            config arms and body variants interleaved (bench.sweep_arms)
+  engine_at                      an eager persistent engine with a real prefix up to a context
 """
 from __future__ import annotations
 
@@ -124,3 +126,30 @@ def variant_arms(model, base, names, first: int) -> list:
         eng = DecodeEngine(model, cfg, backend=default_backend(cfg, i), step=variant_step(name))
         arms.append(Arm(f"persistent {name}", cfg, eng))
     return arms
+
+
+def sweep_with_variants(model, base, arms: dict, variants, contexts, reps: int, tokens: int):
+    """`arms` (name: toggles over `base`, on one engine where the toggles allow) and the
+    persistent step with each body of `variants` (an engine each), interleaved at each context
+    from the bench prompt (lab/measure/bench.py's sweep_arms). Returns (sweep, the Arms)."""
+    from lab.measure.arms import make_arm
+    from lab.measure.bench import BENCH_PROMPT, check_contexts, sweep_arms
+    check_contexts(model, contexts, tokens, BENCH_PROMPT)
+    pool: dict = {}
+    bench = [make_arm(model, n, base.replace(**kw), i, pool=pool)
+             for i, (n, kw) in enumerate(arms.items())]
+    bench += variant_arms(model, base, variants, len(bench))
+    return sweep_arms(bench, contexts, reps, tokens, BENCH_PROMPT), bench
+
+
+def engine_at(model, base, context: int):
+    """(engine, launch): a LAB_PERSISTENT=1 eager engine that decoded the bench prompt up to
+    `context` (a real prefix in its cache), and its step's one launch there. `context` must lie
+    in [prompt length - 1, max_seq - 1) (the caller checks)."""
+    from lab.engine.runner import DecodeEngine
+    from lab.measure.bench import BENCH_PROMPT
+    eng = DecodeEngine(model, base.replace(persistent=True, graph=False))
+    ids = model.tokenizer.encode(BENCH_PROMPT)
+    eng.generate(BENCH_PROMPT, context - ids.size + 1)
+    (launch,) = eng.step_launches(eng.plan(context))
+    return eng, launch

@@ -94,30 +94,19 @@ def check_bits(model, base: LabConfig, prompts, tokens: int) -> tuple[list[str],
 
 def _sweep(model, base: LabConfig, p: dict) -> dict:
     """ARMS and every non-default variant of the megakernel's body (an engine each),
-    interleaved at each context (lab/measure/bench.py's sweep_arms)."""
+    interleaved at each context (lab/measure/megakernel.py's sweep_with_variants)."""
     from kernels import persistent
-    from lab.measure.arms import make_arm
-    from lab.measure.bench import BENCH_PROMPT, check_contexts, sweep_arms
-    from lab.measure.megakernel import variant_arms
-    check_contexts(model, p["contexts"], p["tokens"], BENCH_PROMPT)
-    pool: dict = {}
-    arms = [make_arm(model, n, base.replace(**kw), i, pool=pool)
-            for i, (n, kw) in enumerate(ARMS.items())]
+    from lab.measure.megakernel import sweep_with_variants
     others = [n for n in persistent.VARIANTS if n != persistent.DEFAULT_VARIANT]
-    arms += variant_arms(model, base, others, len(arms))
-    return sweep_arms(arms, p["contexts"], p["reps"], p["tokens"], BENCH_PROMPT)
+    return sweep_with_variants(model, base, ARMS, others, p["contexts"], p["reps"],
+                               p["tokens"])[0]
 
 
 def _phases(model, base: LabConfig, progress) -> dict:
     """The default kernel's phase table at PHASE_CONTEXT after a real prefix, and its span."""
-    from lab.engine.runner import DecodeEngine
-    from lab.measure.bench import BENCH_PROMPT
-    from lab.measure.megakernel import (kernel_span_us, phase_kinds, phase_rows,
+    from lab.measure.megakernel import (engine_at, kernel_span_us, phase_kinds, phase_rows,
                                         stamped_kernel, stamped_runs)
-    eng = DecodeEngine(model, base.replace(persistent=True, graph=False))
-    ids = model.tokenizer.encode(BENCH_PROMPT)
-    eng.generate(BENCH_PROMPT, PHASE_CONTEXT - ids.size + 1)
-    (launch,) = eng.step_launches(eng.plan(PHASE_CONTEXT))
+    eng, launch = engine_at(model, base, PHASE_CONTEXT)
     runs = stamped_runs(eng, stamped_kernel(base.kv_dtype), launch.grid[0], PHASE_CONTEXT,
                         PHASE_LAUNCHES)
     rows = phase_rows(runs, model.cfg.n_layer)
