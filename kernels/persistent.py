@@ -516,7 +516,8 @@ def _make_body(stamped: bool, preload: bool, epochs: bool):
         emb = wte[tokens[p]]           # [D] the embedding row: layer 0's x
         # the epoch form's bases: E launches' adds (launch_adds) under every count
         ep = numba.int64(counter[SLOT_EPOCH]) if epochs else numba.int64(0)
-        b_xd = ep * (L * D)            # SLOT_X_DOWN, SLOT_X_ATTN
+        b_xd = ep * (L * D)            # SLOT_X_DOWN
+        b_xa = ep * (L * D)            # SLOT_X_ATTN (each adds L * D a launch)
         b_act = ep * (L * F)
         b_part = ep * (L * MERGE_MAX_PAIRS)   # every launch's whole (the picker tops it up)
         b_qkv = ep * (L * 3 * half)
@@ -654,7 +655,7 @@ def _make_body(stamped: bool, preload: bool, epochs: bool):
                     if preload:
                         xw_load(Wg, r, Wu, r, wn, tid, ak, bk, wk)
                     if base == 0:
-                        wait_count(counter, SLOT_X_ATTN, b_xd, (layer + 1) * D,
+                        wait_count(counter, SLOT_X_ATTN, b_xa, (layer + 1) * D,
                                    _wait_code(layer, 3, 0))
                         if stamped:
                             stamp(stamps, blk, ph + 3, 1)
