@@ -315,7 +315,9 @@ BREAK_EVEN_ROW = Obj({
 # recordings lack it
 BREAK_EVEN = Obj({"texts": Map(SPEC_TEXT), "new_tokens": Num(ge=1, integer=True),
                   "reps": Num(ge=1, integer=True), "step_reps": Num(ge=1, integer=True),
-                  "source": Str(), "rows": List(BREAK_EVEN_ROW)})
+                  "source": Str(), "rows": List(BREAK_EVEN_ROW),
+                  "copy_reach": Opt(Obj({"text": Str(), "tokens": Num(ge=1, integer=True),
+                                         "reach": COUNT, "source": Str()}))})
 SPEC = Obj({"curve": Obj({"new_tokens": Num(ge=1, integer=True), "rows": List(Obj({
     "arm": Str(), "context": Num(ge=1, integer=True), "ms_per_token": Num(gt=0),
     "tokens_per_step": Num(ge=0), "replay_fraction": Null(Num(ge=0, le=1))}))}),

@@ -384,6 +384,10 @@ def format_break_even(res: dict) -> str:
                      f"{'pays (E > V)' if r['pays'] else 'does not pay (E <= V)'}")
     for n, t in res["texts"].items():
         lines.append(f"  {n}: {t['source']} ({t['what']}), prompt of {t['prompt_chars']} characters")
+    if "copy_reach" in res:
+        c = res["copy_reach"]
+        lines.append(f"  the model's own greedy continuation of {c['text']} follows the repeat for "
+                     f"{c['reach']} of {c['tokens']} characters ({c['source']})")
     lines.append(f"({res['source']}; {res['new_tokens']} generated tokens and {res['step_reps']} "
                  f"steps per arm per rep, {res['reps']} reps interleaved)")
     return "\n".join(lines)

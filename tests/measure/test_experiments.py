@@ -78,6 +78,9 @@ def test_spec(ctx):
         assert 1.0 <= r["tokens_per_step"] <= r["draft"] + 1 and r["verify_step_cost"] > 0
         assert r["pays"] == (r["tokens_per_step"] > r["verify_step_cost"])
         assert r["predicted_speedup"] == r["tokens_per_step"] / r["verify_step_cost"]
+    reach = even["copy_reach"]      # E's ceiling: how far the model itself copies the repeat
+    assert reach["text"] == "repeating" and 0 <= reach["reach"] <= reach["tokens"]
+    assert reach["generated"][:reach["reach"]] == reach["copy"][:reach["reach"]]
 
 
 def test_pdl_context(ctx):

@@ -53,6 +53,8 @@ def record(ctx) -> None:
     ctx.progress(f"break even: texts {', '.join(spec.TEXTS)}, k = {BREAK_EVEN_DRAFTS}")
     even = spec.break_even(model, drafts=BREAK_EVEN_DRAFTS, new_tokens=p["tokens"], reps=p["reps"],
                            step_reps=p["step_reps"], base=base, progress=False)
+    # how far the model itself copies the repeat (the float64 oracle, on the host): E's ceiling
+    even["copy_reach"] = spec.copy_reach(model, "repeating", p["tokens"])
     ctx.progress(spec.format_break_even(even))
     res = {"what": "speculative decoding (LAB_DRAFT): same tokens, the curve against context, "
                    "the verify attention's split count, when drafting pays on two fixed texts",
