@@ -11,8 +11,9 @@ Contents
                   does (mine), block_program: the kernel's items, waits and bumps as a Python
                   generator (tests/kernels/test_megakernel_protocol.py runs it under
                   adversarial block orders)
-  device pieces   release_add, acquire_load (PTX release/acquire), wait_count (a bounded spin
-                  over an int32 difference), bump, block_pick (the argmax of a 128-thread
+  device pieces   release_add, acquire_load (PTX release/acquire), record_give_up (the error
+                  word keeps the smallest wait code), wait_count (a bounded spin over an int32
+                  difference), bump, block_pick (the argmax of a 128-thread
                   block), clock64 / globaltimer
   twin            step_persistent_twin: the fused step's twins (LAB_ATTN_TAIL=grid), composed,
                   then the counter as a clean launch leaves it (_make_twin: per exit form)
@@ -75,7 +76,7 @@ GIVE_UP_EVERY = 1024 if not config.ENABLE_CUDASIM else 16  # polls between looks
 #   arrive  (the default) every block arrives at SLOT_EXIT (arrive_last); the last picks the
 #           token, advances pos and sets every count back to 0.
 # Either way a captured graph replays step after step with no host reset.
-SLOT_ERR = 0       # 0, or the wait_code of a wait that gave up (the first to set it)
+SLOT_ERR = 0       # 0, or the smallest wait_code of the waits that gave up (record_give_up)
 SLOT_EXIT = 1      # arrive: blocks past their last phase (arrive_last: the last picks the token)
 SLOT_EPOCH = 2     # epoch: launches completed (E; the picker adds 1)
 SLOT_LOGITS = 3    # epoch: logits the LM head has written (V per launch)
@@ -97,9 +98,9 @@ VARIANTS = {"plain/epoch": dict(preload=False, epochs=True),
             "preload/arrive": dict(preload=True, epochs=False)}
 # The default: plain dots (measured on the H200 with scripts/megakernel_probe.py, graph replay
 # at context 64: plain 0.0686-0.0687 ms/token, preload 0.0783-0.0802) and the arrive exit (the
-# same speed as the epoch exit, 0.0687 against 0.0686; the epoch exit's timeout check on the
-# H200 reported the token pick's wait, not the wait made impossible: not the default until that
-# is understood; kernels.check --gpu holds the default to its timeout case)
+# same speed as the epoch exit, 0.0687 against 0.0686; its counts end at 0, which a reader of
+# the counter checks at a glance). kernels.check --gpu holds every variant to the default's bits
+# and the default to its timeout case
 DEFAULT_VARIANT = "plain/arrive"   # step_persistent's body
 
 PHASES = ("qkv", "attention", "out proj", "mlp up", "down")   # a layer's phases, in order
@@ -356,22 +357,42 @@ else:
 
 
 @cuda.jit(device=True)
+def record_give_up(counter, code):
+    """counter[SLOT_ERR] = min(it, code), 0 counting as none (a CAS loop: one thread).
+
+    Every wait that stops waiting records its code, whether it spun out or saw the word already
+    set; the word ends at the smallest. Wait codes grow in program order, and a wait can be
+    stuck only behind a producer stuck at an earlier wait, so the smallest names the wait whose
+    own producers were not stuck: the wait made impossible. "The first wait to spin out" would
+    not: a block with no items in the phases between can reach a later wait first and start
+    spinning sooner (the H200, kernels.check's timeout case at 132 blocks of the tiny dims:
+    blocks 8 to 11 have layer 1's qkv pairs and no output-projection, mlp or down rows, so
+    their qkv wait spun out before the impossible mlp-up wait did)."""
+    old = cuda.atomic.cas(counter, SLOT_ERR, numba.int32(0), numba.int32(code))
+    while old != 0 and old > code:
+        seen = cuda.atomic.cas(counter, SLOT_ERR, old, numba.int32(code))
+        if seen == old:
+            break
+        old = seen
+
+
+@cuda.jit(device=True)
 def wait_count(counter, slot, base, target, code):
     """Return, in every thread of the block, once counter[slot] - base >= target (an int32
     difference: a count that wrapped around still compares right; base: the epoch form's
     E * launch_adds(slot), 0 in the arrive form): thread 0 polls it with acquire loads, then
     the block meets (its later reads see what the counted producers wrote).
     Bounded: after SPIN_LIMIT polls, or once the error word is set by another wait, thread 0
-    writes `code` to counter[SLOT_ERR] (if it is still 0) and stops waiting; the step's result is
-    then void and the host says which wait gave up. Every thread of the block must call it."""
+    records `code` in counter[SLOT_ERR] (record_give_up: the word keeps the smallest code, the
+    wait made impossible) and stops waiting; the step's result is then void and the host says
+    which wait gave up. Every thread of the block must call it."""
     if cuda.threadIdx.x == 0:
         polls = 0
         while _wrap32(numba.int64(acquire_load(counter, slot)) - base) < target:
             polls += 1
-            if polls >= SPIN_LIMIT:
-                cuda.atomic.cas(counter, SLOT_ERR, numba.int32(0), numba.int32(code))
-                break
-            if polls % GIVE_UP_EVERY == 0 and acquire_load(counter, SLOT_ERR) != 0:
+            if polls >= SPIN_LIMIT or (polls % GIVE_UP_EVERY == 0
+                                       and acquire_load(counter, SLOT_ERR) != 0):
+                record_give_up(counter, code)
                 break
             backoff()
     cuda.syncthreads()

@@ -112,7 +112,16 @@ def wrap(v):
     return P.wrap32(int(v))
 
 
-def block(mem, counter, b, G, read_pos, program, spin_limit, give_up_every, adds):
+def give_up(counter, code, rule="smallest"):
+    """A wait stops waiting: the kernel's record_give_up (the word keeps the smallest code), or
+    rule "first" (the word keeps the first code written: the kernel's rule before it)."""
+    word = counter[P.SLOT_ERR]
+    if word == 0 or (rule == "smallest" and code < word):
+        counter[P.SLOT_ERR] = code
+
+
+def block(mem, counter, b, G, read_pos, program, spin_limit, give_up_every, adds,
+          rule="smallest"):
     """Block b as a generator: one yield per poll, item, bump or exit (a point where another
     block may run)."""
     read_pos[b] = True                   # every block reads pos and E first
@@ -125,11 +134,9 @@ def block(mem, counter, b, G, read_pos, program, spin_limit, give_up_every, adds
             polls = 0
             while wrap(counter[slot] - base) < target:
                 polls += 1
-                if polls >= spin_limit:
-                    if counter[P.SLOT_ERR] == 0:
-                        counter[P.SLOT_ERR] = code
-                    break
-                if polls % give_up_every == 0 and counter[P.SLOT_ERR] != 0:
+                if polls >= spin_limit or (polls % give_up_every == 0
+                                           and counter[P.SLOT_ERR] != 0):
+                    give_up(counter, code, rule)
                     break
                 yield
         elif op[0] == "item":
@@ -158,13 +165,13 @@ def block(mem, counter, b, G, read_pos, program, spin_limit, give_up_every, adds
 
 
 def launch(c, G, order, counter, pos=0, seed=0, victim=None, spin_limit=100_000,
-           give_up_every=P.GIVE_UP_EVERY, program=None, epochs=True):
+           give_up_every=P.GIVE_UP_EVERY, program=None, epochs=True, rule="smallest"):
     """One launch of G blocks in `order`; returns its Memory (counter is updated in place)."""
     mem = Memory(c, pos)
     read_pos = [False] * G
     prog = program or (lambda b, g: P.block_program(b, g, **c, epochs=epochs))
     adds = adds_of(c) if epochs else np.zeros(P.counter_slots(c["n_head"]), np.int64)
-    gens = {b: block(mem, counter, b, G, read_pos, prog, spin_limit, give_up_every, adds)
+    gens = {b: block(mem, counter, b, G, read_pos, prog, spin_limit, give_up_every, adds, rule)
             for b in range(G)}
     rng = random.Random(seed)
 
@@ -306,6 +313,47 @@ def test_a_starved_block_ends_in_the_error_word_not_a_deadlock(G, victim):
     again = launch(TINY, G, "random", counter, seed=9)
     assert not again.bad and settled(counter, TINY) and counter[P.SLOT_ERR] == 0
     assert code or not mem.bad                       # incomplete reads only under an error
+
+
+# kernels.check's GPU timeout case: its tiny dims over two layers, the last of its grids
+CHECK_GPU = dict(n_layer=P.CASES["gpu_layers"], D=P.CASES["tiny"]["D"], F=P.CASES["tiny"]["F"],
+                 V=P.CASES["tiny"]["V"], n_head=P.CASES["tiny"]["H"],
+                 head_dim=P.CASES["tiny"]["hd"], splits=P.CASES["cases"][0][2])
+
+
+@pytest.mark.parametrize("epochs", [False, True])
+def test_the_error_word_names_the_wait_made_impossible(epochs):
+    """kernels.check's timeout case (layer 0's mlp-up wait made impossible: its count started
+    at -2**30) on 132 blocks of the tiny dims, every block run in turn. Blocks with no item in
+    the phases after the attention reach a later wait first -- layer 1's qkv (blocks 8 to 11:
+    qkv pairs and nothing else), or with the epoch exit the token pick (block 131: no item at
+    all) -- and spin out before the impossible wait does: the rule "the first wait to spin out
+    writes the word" names that later wait, as the H200 did. The kernel's rule (every wait that
+    stops records its code, the word keeps the smallest) names the impossible wait."""
+    G, want = P.CASES["gpu_grids"][-1][0], P.wait_code(0, 3, 0)
+    words = {}
+    for rule in ("first", "smallest"):
+        counter = clean_counter(CHECK_GPU)
+        counter[P.SLOT_X_ATTN] = -(1 << 30)
+        launch(CHECK_GPU, G, "forward", counter, epochs=epochs, rule=rule, spin_limit=200,
+               give_up_every=16)
+        words[rule] = int(counter[P.SLOT_ERR])
+    later = P.wait_code(CHECK_GPU["n_layer"], P.PHASE_PICK, 0) if epochs else P.wait_code(1, 0, 0)
+    assert words["first"] == later, P.describe_wait(words["first"])
+    assert words["smallest"] == want, P.describe_wait(words["smallest"])
+
+
+@pytest.mark.parametrize("G", [7, 132])
+def test_the_model_sized_timeout_names_the_wait_made_impossible(G):
+    """The same poisoned count at the model's dims, in a random order: the smallest code is the
+    impossible wait whoever spins out first."""
+    for epochs in (False, True):
+        counter = clean_counter(MODEL)
+        counter[P.SLOT_X_ATTN] = -(1 << 30)
+        launch(MODEL, G, "random", counter, seed=G, epochs=epochs, spin_limit=300,
+               give_up_every=16)
+        assert int(counter[P.SLOT_ERR]) == P.wait_code(0, 3, 0), P.describe_wait(
+            int(counter[P.SLOT_ERR]))
 
 
 def test_a_lowered_wait_target_is_caught():
