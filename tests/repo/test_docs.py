@@ -61,6 +61,39 @@ def test_the_results_page_reads_its_files(monkeypatch, tmp_path):
     assert "| graph | 0.0123 ± " not in (ROOT / "docs" / "results.md").read_text()
 
 
+def test_the_targets_table_reads_the_sanitizer_table_and_the_ratios(monkeypatch, tmp_path):
+    """The top-of-the-ladder table: the sanitizer gate from sanitize_kernels.log's own closing
+    table (checks.sanitize_table's form), a missed gate named with its run; the megakernel's
+    verdict from persistent.json's ratio."""
+    import json
+    import shutil
+    from lab.measure.experiments.checks import sanitize_table
+    from scripts import build_docs
+    clean = [("memcheck", "LAB_PERSISTENT=1 graph", 0, "ERROR SUMMARY: 0 errors"),
+             ("racecheck", "LAB_DRAFT=4 graph", 0,
+              "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)")]
+    assert build_docs.sanitizer_runs("$ cmd\nERROR SUMMARY: 0 errors\n"
+                                     + sanitize_table(clean)[0]) == (2, [])
+    dirty = clean + [("synccheck", "LAB_DRAFT=4 graph", 1, "ERROR SUMMARY: 2 errors"),
+                     ("memcheck", "LAB_DRAFT=4 eager", 124, "")]
+    assert build_docs.sanitizer_runs(sanitize_table(dirty)[0]) == (
+        4, ["synccheck LAB_DRAFT=4 graph", "memcheck LAB_DRAFT=4 eager"])
+    assert build_docs.sanitizer_runs("no table") == (0, [])
+    for f in (ROOT / "data" / "gpu").glob("*.json"):
+        shutil.copy(f, tmp_path)
+    (tmp_path / "sanitize_kernels.log").write_text(sanitize_table(dirty)[0] + "\n")
+    per = json.loads((tmp_path / "persistent.json").read_text())
+    for ctx in per["ratio_to_best_multi_node"].values():
+        ctx["persistent graph"] = 0.5
+    (tmp_path / "persistent.json").write_text(json.dumps(per))
+    monkeypatch.setattr(build_docs, "DATA", tmp_path)
+    page = build_docs.results_page()
+    assert "| gate | clean | 2 of 4 runs clean (sanitize_kernels.log) | missed | not clean: " \
+           "synccheck LAB_DRAFT=4 graph, memcheck LAB_DRAFT=4 eager |" in page
+    assert "| gate | < 1.0 | 0.50 / 0.50 | met |  |" in page
+    assert "| aim | <= 0.6 | 0.50 / 0.50 | met |  |" in page
+
+
 def test_the_toggles_page_lists_every_toggle_and_bug():
     from lab.bugspec import BUGS, RANK_BUGS, SPEC_BUGS
     from lab.config import TOGGLES
