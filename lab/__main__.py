@@ -547,8 +547,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recorded GPU files (default: data/gpu)")
     c.add_argument("--weights", default=None, help="weights .npz (default: data/tiny_model.npz)")
     c.add_argument("--only", default=None, metavar="LESSONS",
-                   help="comma-separated lessons to re-run (default: all): ladder, overlap, "
-                        "fission, device loop, context, nodes, spec")
+                   help="comma-separated lessons to re-run (default: all): ladder, megakernel, "
+                        "overlap, fission, device loop, context, pdl context, nodes, spec")
     c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bars (default: on a terminal only)")
     c.set_defaults(fn=cmd_conformance)

@@ -23,6 +23,11 @@ the lesson, not the host. Device-paced rows (graphs, counts, nodes) are never sc
 without a probe leaves its rows unscaled, and the report says so. The A/B arms predicted here
 are the ones the experiments record (lab/measure/arms.py: OVERLAP, FISSION, DEVICE_LOOP).
 
+One row is arithmetic on recordings, not a simulation (lesson "megakernel", megakernel_rows):
+the persistent graph arm's ms/token predicted from each phase's work and one counter hand-off per
+phase (the stamped kernel's clocks, a launch of their own, persistent.json) plus one graph
+node's floor (kernel_costs.json), against the arm the sweep measured.
+
 `decode-lab conformance` prints the table and exits non-zero when a row fails.
 """
 from __future__ import annotations
@@ -41,6 +46,7 @@ import numpy as np
 
 from . import bench, pdl_edges
 from .arms import DEVICE_LOOP, FISSION, OVERLAP, Pair
+from .megakernel import predicted_step_us
 from .registry import probe_us
 from lab.backend.costmodel import COSTS_FILE, WHOLE_STEP_KERNELS, CostModel
 from lab.config import CONFORMANCE_CACHE_ENV, LabConfig, conformance_cache, lab_environment
@@ -222,7 +228,8 @@ def _sweep_slope_us(result: dict, arm: str) -> tuple[float, int, int]:
 
 
 # the lessons, in the table's order: `run(only=...)` re-runs a subset (a notebook shows its own)
-LESSONS = ("ladder", "overlap", "fission", "device loop", "context", "pdl context", "nodes", "spec")
+LESSONS = ("ladder", "megakernel", "overlap", "fission", "device loop", "context", "pdl context",
+           "nodes", "spec")
 _SIMULATED: dict = {}   # (what, model, costs, settings) -> result: see _once
 
 
@@ -389,6 +396,9 @@ def _table(model, data_dir, rec, loop_file, only, cost, base, reps, progress, dr
             model, sim, reps=reps, tokens=lad["tokens"], prompt=lad["prompt"], progress=progress,
             backend_factory=factory), lad)
         ladder_rows(lad, s_lad, rows)
+    per_file = data_dir / "persistent.json"      # its phases are recorded on a GPU only
+    if "megakernel" in only and per_file.is_file():
+        megakernel_rows(_load(data_dir, "persistent.json"), cost, rows)
 
     def ab(pair: Pair, recorded: dict):
         # both arms on ONE simulated engine, paired by rep, as the recording ran them: the
@@ -575,6 +585,39 @@ def ladder_rows(lad: dict, s_lad: dict, rows: list) -> None:
         return 100 * (1 - _arm(result, "graph+pdl")["mean_ms"] / _arm(result, "graph")["mean_ms"])
     rows.append(Row("PDL: share of the graph step saved", "%", pdl_share(s_lad), pdl_share(lad),
                     note="ladder.json"))
+
+
+MEGAKERNEL_ARM = "persistent graph"   # persistent.json's sweep arm of the default body
+
+
+def megakernel_rows(per: dict, cost: CostModel, rows: list) -> None:
+    """The persistent graph arm's ms/token at the context of persistent.json's phases,
+    PREDICTED from parts measured apart (lab/measure/megakernel.py predicted_step_us): each
+    phase's work by the stamped kernel's clocks (a launch of its own) and one counter hand-off
+    per phase, as a chain, plus one graph node's floor from the cost file's empty-node chains
+    (floors.empty: a replay's intercept and one node), against the arm the sweep measured
+    there. What the chain leaves out (the slowest block of each phase) is the row's error. Not a consistency check: neither part
+    is a recording of the arm's step (the ladder's persistent rung, priced from the kernel's
+    own recorded node time, is). No row when the file has no phases (recorded before them, or
+    on the simulator)."""
+    if "phases" not in per:
+        return
+    ph = per["phases"]
+    ctx = int(ph["context"])
+    arm = next((r for r in per["sweep"]["rows"]
+                if int(r["context"]) == ctx and r["arm"] == MEGAKERNEL_ARM), None)
+    if arm is None:
+        raise LabError(f"persistent.json: sweep.rows has no {MEGAKERNEL_ARM!r} row at context "
+                       f"{ctx}, the context of its phases")
+    pred = predicted_step_us(ph, cost.graph_launch_us + cost.empty_node_us)
+    rows.append(Row(f"{MEGAKERNEL_ARM} (context {ctx}): phase work + hand-offs + one node",
+                    "ms", pred["step_us"] / 1000.0, float(arm["mean_ms"]),
+                    gpu_sem=float(arm["sem_ms"]),
+                    note=(f"persistent.json; predicted: every phase's work "
+                          f"({pred['work_us']:.2f} us) + {pred['handoffs']} counter hand-offs of "
+                          f"{pred['handoff_us']:.2f} us (phases) + kernel_costs.json floors.empty "
+                          f"intercept_us + per_node_us ({pred['floor_us']:.2f} us); measured: "
+                          f"sweep, {MEGAKERNEL_ARM} at context {ctx}")))
 
 
 def node_rows(cost: CostModel, rows: list) -> None:

@@ -9,12 +9,18 @@ persistent experiment records it in persistent.json):
                                  max wait and mean work (clock64 at each block's rate); then
                                  per phase kind, the mean over layers
   kernel_span_us                 the kernel's span, first block's start to last block's end
+  phase_kind                     a phase row's kind ("L2 qkv" -> "qkv")
+  predicted_step_us              the graph step predicted from each phase's work, a counter
+                                 hand-off per phase and one node's floor
+                                 (lab/measure/conformance.py's megakernel row)
   variant_arms                   one bench Arm per body variant (kernels/persistent.py
                                  VARIANTS; lab/engine/persistent.py variant_step)
   sweep_with_variants            config arms and body variants interleaved (bench.sweep_arms)
   engine_at                      an eager persistent engine with a real prefix up to a context
 """
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 
@@ -96,6 +102,12 @@ def kernel_span_us(runs: list[np.ndarray]) -> tuple[float, float]:
     return float(np.median(spans)), float(np.min(spans))
 
 
+def phase_kind(phase: str) -> str:
+    """A phase row's kind: the name without its layer ("L2 qkv" -> "qkv", "LM head" -> "head"),
+    "exit" as it is."""
+    return phase.split(" ", 1)[1] if phase.startswith("L") else phase
+
+
 def phase_kinds(rows: list[dict]) -> dict[str, dict]:
     """Per phase kind (qkv, attention, ..., LM head, exit), the mean over layers of its step
     in the chain (its end minus the previous phase's end), wait and work (us)."""
@@ -103,14 +115,40 @@ def phase_kinds(rows: list[dict]) -> dict[str, dict]:
     steps = np.diff([0.0] + ends)
     kinds: dict[str, list] = {}
     for r, dt in zip(rows, steps):
-        k = r["phase"].split(" ", 1)[1] if r["phase"].startswith("L") else r["phase"]
-        kinds.setdefault(k, []).append((dt, r["wait"], r["work"]))
+        kinds.setdefault(phase_kind(r["phase"]), []).append((dt, r["wait"], r["work"]))
     out = {}
     for k, v in kinds.items():
         a = np.array(v, dtype=np.float64)
         out[k] = {"step": float(np.nanmean(a[:, 0])), "wait": float(np.nanmean(a[:, 1])),
                   "work": float(np.nanmean(a[:, 2]))}
     return out
+
+
+def predicted_step_us(phases: dict, floor_us: float) -> dict:
+    """The persistent graph step predicted from parts measured apart, as a chain: every phase a
+    token runs costs its work (the stamped kernel's clocks: a block's time from its wait's
+    return to its phase's end, phase_kinds' mean over layers of the blocks' medians) plus one
+    counter hand-off, the phases run one after another; plus `floor_us`, what a graph replay
+    costs beyond its one kernel. The hand-off: the shortest mean wait of any phase kind, over
+    the phases that wait (all but the first; the down projection's on the H200: its producers are done by the time it polls, so its
+    wait is the count's round trip). What the chain leaves out is what the work of a median
+    block does not show: the slowest block of each phase (the step waits for it) and phases
+    that overlap. `phases`: persistent.json's (its rows as phase_rows writes them).
+    {"work_us", "handoff_us", "handoffs", "phases_us", "floor_us", "step_us",
+     "kinds": {kind: (phases per token, work us)}}."""
+    rows = phases["rows"]
+    counts = Counter(phase_kind(r["phase"]) for r in rows)
+    per_kind = phase_kinds(rows)
+    kinds = {k: (counts[k], v["work"]) for k, v in per_kind.items()}
+    work = float(sum(n * w for n, w in kinds.values()))
+    waits: dict[str, list] = {}   # the first phase (layer 0's qkv) waits for nothing
+    for r in rows[1:]:
+        waits.setdefault(phase_kind(r["phase"]), []).append(r["wait"])
+    handoff = float(min(np.nanmean(w) for w in waits.values()))
+    n = len(rows)
+    chain = work + n * handoff
+    return {"work_us": work, "handoff_us": handoff, "handoffs": n, "phases_us": chain,
+            "floor_us": float(floor_us), "step_us": chain + float(floor_us), "kinds": kinds}
 
 
 def variant_arms(model, base, names, first: int) -> list:

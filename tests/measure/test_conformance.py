@@ -3,6 +3,7 @@ lesson (same sign, within 25%; within 1 us for effects under 2 us; counts exact)
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from lab.__main__ import main
@@ -281,3 +282,86 @@ def test_break_even_rows_predict_v_and_the_saving_and_check_e_per_text():
     assert not any(r.consistency for r in rows)
     with pytest.raises(LabError, match="no row for text 'prose'"):
         conformance.break_even_rows({"texts": {"prose": {}}, "rows": []}, even(1, 1, 1, 1), [])
+
+
+# ---- the megakernel's row: its graph step predicted from parts measured apart ------------------
+def test_the_predicted_step_chains_each_phases_work_and_a_hand_off_plus_the_floor():
+    """lab/measure/megakernel.py predicted_step_us on hand-made phases: each kind's work (the
+    mean over layers) times its count, plus one hand-off per phase (the shortest kind's mean
+    wait), plus the floor; the timeline's own span plays no part."""
+    from lab.measure.megakernel import predicted_step_us
+    names = [f"L{layer} {p}" for layer in range(2)
+             for p in ("qkv", "attention", "out proj", "mlp up", "down")] + ["LM head", "exit"]
+    work = [1.0, 2.0, 3.0, 1.5, 1.2, 1.4, 2.0, 3.2, 1.5, 1.2, 0.7, 2.4]
+    wait = [0.0, 0.6, 2.7, 0.6, 0.4, 0.5, 0.6, 2.5, 0.6, 0.4, 0.5, 1.2]
+    rows = [{"phase": n, "start": 100.0 * i, "end": 100.0 * i + 50, "wait": wt, "work": wk}
+            for i, (n, wt, wk) in enumerate(zip(names, wait, work))]
+    got = predicted_step_us({"rows": rows}, 1.75)
+    assert got["kinds"]["qkv"] == (2, pytest.approx(1.2))          # (1.0 + 1.4) / 2
+    assert got["kinds"]["out proj"] == (2, pytest.approx(3.1))
+    assert got["kinds"]["head"] == (1, pytest.approx(0.7))
+    assert got["work_us"] == pytest.approx(sum(work))
+    assert got["handoff_us"] == pytest.approx(0.4) and got["handoffs"] == 12   # down's; not
+    #                                                       # layer 0's qkv, which waits for nothing
+    assert got["phases_us"] == pytest.approx(sum(work) + 12 * 0.4)
+    assert got["step_us"] == pytest.approx(sum(work) + 12 * 0.4 + 1.75)
+    rows[3]["end"] += 1000.0                     # the timeline moves: the prediction does not
+    assert predicted_step_us({"rows": rows}, 1.75)["step_us"] == pytest.approx(got["step_us"])
+
+
+def _persistent():
+    return json.loads((conformance.DATA_GPU / "persistent.json").read_text())
+
+
+def _megakernel_rows(per):
+    from lab.backend.costmodel import CostModel
+    rows = []
+    conformance.megakernel_rows(per, CostModel.load(conformance.DATA_GPU / "kernel_costs.json"),
+                                rows)
+    return rows
+
+
+def test_the_megakernel_row_predicts_the_persistent_graph_arm_from_its_parts():
+    """The committed recordings: each phase's work and a counter hand-off per phase (the stamped
+    kernel's clocks, persistent.json, whose recorded kinds the test sums itself) plus one graph
+    node's floor (kernel_costs.json floors.empty) against the persistent graph arm the sweep
+    measured at the phases' context. A prediction, not a consistency check; it passes unless
+    the data folder records it as a finding. The same parts against an arm 1.5x slower fail;
+    a file without phases has no row; phases at a context the sweep lacks are a clear error."""
+    from lab.backend.costmodel import CostModel
+    per = _persistent()
+    ctx = per["phases"]["context"]
+    (row,) = _megakernel_rows(per)
+    arm = next(r for r in per["sweep"]["rows"]
+               if r["context"] == ctx and r["arm"] == "persistent graph")
+    cost = CostModel.load(conformance.DATA_GPU / "kernel_costs.json")
+    floor = cost.graph_launch_us + cost.empty_node_us
+    assert row.lesson == f"persistent graph (context {ctx}): phase work + hand-offs + one node"
+    assert row.unit == "ms" and not row.consistency and not row.exact and not row.host_paced
+    assert row.gpu == arm["mean_ms"] and row.gpu_sem == arm["sem_ms"]
+    kinds = per["phases"]["kinds"]
+    n = len(per["phases"]["rows"])
+    work = sum(k["work"] * sum(r["phase"].endswith(name) or (name == "head" and r["phase"] ==
+                                                              "LM head")
+                               for r in per["phases"]["rows"]) for name, k in kinds.items())
+    rows = per["phases"]["rows"]
+    handoff = min(np.mean([r["wait"] for r in rows[1:] if r["phase"].endswith(name)])
+                  for name in ("qkv", "attention", "out proj", "mlp up", "down", "head", "exit"))
+    assert row.sim == pytest.approx((work + n * handoff + floor) / 1000.0, rel=1e-6)
+    assert "persistent.json" in row.note and "kernel_costs.json floors.empty" in row.note
+    assert row.ok != (row.lesson in conformance._findings(conformance.DATA_GPU)), row
+    arm["mean_ms"] *= 1.5
+    (slow,) = _megakernel_rows(per)
+    assert not slow.ok and slow.verdict == "FAIL"
+    assert _megakernel_rows({k: v for k, v in _persistent().items() if k != "phases"}) == []
+    per = _persistent()
+    per["phases"]["context"] = 65
+    with pytest.raises(LabError, match="no 'persistent graph' row at context 65"):
+        _megakernel_rows(per)
+
+
+def test_the_megakernel_lesson_runs_alone_without_a_simulation(model):
+    """`only=("megakernel",)`: the one row, in the table (its prediction needs no simulated run)."""
+    part = conformance.run(model, only=("megakernel",))
+    assert [r.lesson for r in part["rows"]] == [r.lesson for r in _megakernel_rows(_persistent())]
+    assert "phase work + hand-offs + one node" in conformance.format_report(part)
