@@ -377,20 +377,22 @@ if rec_path.exists():
         show(f"  {arm:<6} tok/s at context {tps}; last/first "
              f"{rs[-1]['tok_per_s'] / rs[0]['tok_per_s']:.2f}; max - min {spread:.1f} us/token "
              f"(median sem {sem:.1f})")
+    for r in (r for r in rec_sweep["rows"] if r["arm"] == "eager"):
+        show(f"  eager at context {r['context']:>4}: reps "
+             + " ".join(f"{ms:.3f}" for ms in r["ms_per_token"]) + " ms/token")
 else:
     print("no recorded GPU sweep yet (run decode-lab record bench on a GPU)")
 
 # %% [markdown]
 # The crossover lies far beyond this model's `max_seq`: at every context it can run, eager decode
 # on this model is host-bound and graph decode is device-bound. On the H200 the graph arm loses
-# tokens/s at every step of the context; the eager arm holds at about 0.28 ms/token from context
-# 64 to 256 and through its first three reps at 512, then its host slowed: its last reps at 512
-# and its reps at 1000 spread from 0.29 to 0.54 ms/token, with standard errors more than ten
-# times its own at the short contexts (the recorded sweep at the end). One rep at 1000 ran at
-# 0.29, as at 64: a drift of the host, not a trend with the context. A big model at 64k context
-# is the other end of the same picture: the K/V bytes dominate, the graph's advantage shrinks,
-# and the next gain has to come from the attention kernel — which is where case study 003 went
-# next.
+# tokens/s at every step of the context. The eager arm's reps sit near 0.3 ms/token at every
+# context; the reps well above that (the per-rep lines above) are the host slowing for a while,
+# which is why its standard errors are tens of times the graph arm's. At the longest context
+# some reps run as fast as at the shortest: a drift of the host, not a trend with the context.
+# A big model at 64k context is the other end of the same picture: the K/V bytes dominate, the
+# graph's advantage shrinks, and the next gain has to come from the attention kernel — which is
+# where case study 003 went next.
 
 # %% [markdown]
 # ## The split count: a trade-off, not a constant
@@ -680,19 +682,20 @@ for r in failed:
 # switches plus floors for a graph, host costs per launch for eager. A failing row says which
 # lesson the simulator's numbers should not be trusted for, and by how much (the ratio). The
 # eager rows rest on the host's cost per launch, the least stable figure the recorder measures
-# (numba's dispatcher, per launch on the H200 host: 65 us within a step's sequence and 39
-# timed alone, in one process of this recording; the figure moves from process to process),
-# so they are the rows to re-check first after a new recording.
+# (numba's dispatcher's cost per launch differs from kernel to kernel and from round to round in
+# one process, and moves from process to process: `kernel_costs.json`'s `host` table), so they
+# are the rows to re-check first after a new recording.
 #
 # A failing row that the data folder explains is a **recorded finding**
 # (`data/gpu/conformance_findings.json`: the lesson and the measured reason, printed under the
 # table). It still fails; the file says the failure is understood, not that it is fine, and a
-# finding whose row starts passing is reported as stale. Here every finding but the eager one
-# traces to one cause: a graph step without PDL runs slower than its components add up to, on
-# every engine of this recording (the engine-instance A/A above), and PDL hides most of it. The
-# other is an eager, host-paced row, whose reason says how far it sits from the prediction in
-# standard errors: an eager row needs many paired reps on a noisy host (the fission recording
-# takes 40; notebook 06).
+# finding whose row starts passing is reported as stale. The findings above trace to one cause:
+# a graph step without PDL runs slower than its components add up to. The cost recorder times
+# each kernel in a chain of copies of itself, and a boundary between two different kernels costs
+# more than that without PDL (each finding's reason gives the measured gap), which PDL hides:
+# so the PDL rows under-predict PDL's gain, and a split that adds a node under-predicts its
+# cost. An eager row that fails needs many paired reps on a noisy host before it is a finding
+# (the fission recording takes 40; notebook 06).
 #
 # ## What you should now be able to do
 # - Run an A/B the way this lab does — one process, one shared engine, interleaved and paired

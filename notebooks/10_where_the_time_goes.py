@@ -647,10 +647,17 @@ show(f"blocks busy in layer 0: {busy}; the kernel's span {ph['span_us']['median'
 # end of every token. The kernel can win only by waiting less: fewer, wider dependencies per
 # layer, the partials merged once per head, the exit overlapped with the next token.
 #
-# The last line of the checks above is a finding, not a pass: when a wait is made impossible on
-# the H200, the kernel ends and reports a wait, but a later one than the wait that could never be
-# met (on the simulator, whose single block meets the impossible wait first, it names the right
-# one). The kernel does not hang; which block gives up first there is still an open question.
+# The checks above include a wait made impossible (the mlp's count started far below zero): the
+# launch must still end, and the error word must name that wait. Which wait "gave up" is less
+# obvious than it looks. Every block spins on its own wait with the same poll budget, so the
+# first to spin out is the one that *started* spinning first, and in the check's small case
+# (8 rows, 132 blocks) blocks 8 to 11 have only layer 1's qkv pairs: they skip the phases in
+# between, reach layer 1's qkv wait early and would spin out first. A word written by "the
+# first to give up" names that later wait (on the H200 it did). So every wait that stops
+# records its code and the word keeps the smallest: codes grow in program order, and a wait can
+# be stuck only behind a producer stuck at an earlier wait, so the smallest is the wait whose
+# own producers were not stuck. `tests/kernels/test_megakernel_protocol.py` replays that case in
+# a Python model of the protocol under both rules.
 
 # %% [markdown]
 # ## What you should now be able to do
