@@ -64,10 +64,10 @@ def test_atomics_only_count_blocks():
     """No kernel sums with atomics: the atomics in kernels/ are block counters, the fused step's
     (kernels/fused.py): `arrive_last`, which elects the block that does the follow-on work,
     and `count_arrival` / `wait_arrivals`, with which attn_fused_grid's tail blocks wait for
-    its partial blocks; and the megakernel's (kernels/persistent.py): `wait_count`'s error word
-    (a compare-and-swap of a code) and, on the simulator, its release add and acquire load
-    (`release_add` / `acquire_load`, inline PTX on a GPU). What any block computes after them
-    reads every part in a fixed order."""
+    its partial blocks; and the megakernel's (kernels/persistent.py): `record_give_up`'s error
+    word (a compare-and-swap loop keeping the smallest wait code) and, on the simulator, its
+    release add and acquire load (`release_add` / `acquire_load`, inline PTX on a GPU). What
+    any block computes after them reads every part in a fixed order."""
     where = []
     for path in sorted(Path(kernels.__file__).parent.glob("*.py")):
         tree = ast.parse(path.read_text())
@@ -77,7 +77,7 @@ def test_atomics_only_count_blocks():
                     if isinstance(node, ast.Attribute) and node.attr == "atomic":
                         where.append((path.name, fn.name))
     assert set(where) == {("fused.py", "arrive_last"), ("fused.py", "count_arrival"),
-                          ("fused.py", "wait_arrivals"), ("persistent.py", "wait_count"),
+                          ("fused.py", "wait_arrivals"), ("persistent.py", "record_give_up"),
                           ("persistent.py", "release_add"), ("persistent.py", "acquire_load")}, where
 
 
