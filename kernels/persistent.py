@@ -92,15 +92,23 @@ SLOT_QKV = 8       # + h: rotate-half pairs of head h's q, k and v written (3 hd
 #            dots); else it calls the plain dots (row_dot, xw_dot2, xw_dot) after the wait: the
 #            same fmas in the same order
 #   epochs   the exit: epoch (True) or arrive (False), above
-VARIANTS = {"plain/epoch": dict(preload=False, epochs=True),
-            "preload/epoch": dict(preload=True, epochs=True),
-            "plain/arrive": dict(preload=False, epochs=False),
-            "preload/arrive": dict(preload=True, epochs=False)}
+#   lean     the qkv phase's index arithmetic by unsigned divisions (udivmod) where the
+#            default divides int64 with sign fix-ups, and its rotary factors (cos, sin) loaded
+#            before its wait, where the default loads them after the dot's reduction: the same
+#            values, the same bits
+VARIANTS = {"plain/epoch": dict(preload=False, epochs=True, lean=False),
+            "preload/epoch": dict(preload=True, epochs=True, lean=False),
+            "plain/arrive": dict(preload=False, epochs=False, lean=False),
+            "preload/arrive": dict(preload=True, epochs=False, lean=False),
+            "lean/arrive": dict(preload=False, epochs=False, lean=True)}
 # The default: plain dots (measured on the H200 with scripts/megakernel_probe.py, graph replay
 # at context 64: plain 0.0686-0.0687 ms/token, preload 0.0783-0.0802) and the arrive exit (the
 # same speed as the epoch exit, 0.0687 against 0.0686; its counts end at 0, which a reader of
 # the counter checks at a glance). kernels.check --gpu holds every variant to the default's bits
-# and the default to its timeout case
+# and the default to its timeout case. lean/arrive measured faster on the H200 by
+# scripts/megakernel_probe.py (context 64, 3 interleaved reps, graph replay): 0.0671 against
+# 0.0691 ms/token, its qkv phase's work 2.42 against 3.07 us a layer by the stamped forms; the
+# recordings in data/gpu/ hold the default's figures
 DEFAULT_VARIANT = "plain/arrive"   # step_persistent's body
 
 PHASES = ("qkv", "attention", "out proj", "mlp up", "down")   # a layer's phases, in order
@@ -492,11 +500,11 @@ step_persistent_twin = _make_twin(VARIANTS[DEFAULT_VARIANT]["epochs"])
 
 
 # ---- the kernel --------------------------------------------------------------------------------
-def _make_body(stamped: bool, preload: bool, epochs: bool):
+def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False):
     """step_persistent's body; stamped: thread 0 of each block writes STAMP_FIELDS per phase
     into stamps [grid, phase_count(L), STAMP_FIELDS] int64 (the plain kernel passes a dummy and
-    compiles no stamp); preload, epochs: the compile-time choices of `VARIANTS` (each variant
-    writes the same bits)."""
+    compiles no stamp); preload, epochs, lean: the compile-time choices of `VARIANTS` (each
+    variant writes the same bits)."""
 
     @cuda.jit(device=True)
     def persistent_body(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, final_norm,
@@ -550,7 +558,52 @@ def _make_body(stamped: bool, preload: bool, epochs: bool):
                 stamp(stamps, blk, ph, 0)
             W = wqkv[layer]
             wn = norms[layer, 0]
-            if blk < n_pairs:
+            if lean and blk < n_pairs:
+                # round 0's pair and its rotary factors, loaded before the wait (the values
+                # and arithmetic of the default's loop below, its indices by udivmod)
+                Dh = D >> 1
+                pair = numba.int64(wg)
+                own, rem = udivmod(pair, Dh)
+                head, j = udivmod(rem, half)
+                valid = pair < n_pairs
+                c = numba.float32(0.0)
+                s = numba.float32(0.0)
+                if valid and lane < 2 and own != 2:
+                    c = cos[p, j]
+                    s = sin[p, j]
+                if layer > 0:
+                    wait_count(counter, SLOT_X_DOWN, b_xd, layer * D, _wait_code(layer, 0, 0))
+                if stamped:
+                    stamp(stamps, blk, ph, 1)
+                base = 0
+                while base < n_pairs:
+                    if base > 0:
+                        pair = base + wg
+                        own, rem = udivmod(pair, Dh)
+                        head, j = udivmod(rem, half)
+                        valid = pair < n_pairs
+                        if valid and lane < 2 and own != 2:
+                            c = cos[p, j]
+                            s = sin[p, j]
+                    lo_row = own * D + head * hd + j
+                    if not valid:
+                        lo_row = W.shape[0]                     # no rows: the warp still reduces
+                    lo, hi, ss = xw_dot2(W, lo_row, W, lo_row + half, xin, wn, tid, red1)
+                    inv = inv_rms(ss, D, eps)
+                    lo = lo * inv
+                    hi = hi * inv
+                    if valid and lane < 2:
+                        i = head * hd + j + lane * half
+                        if own == 2:
+                            v_cache[layer, p, i] = lo if lane == 0 else hi
+                        else:
+                            val = lo * c - hi * s if lane == 0 else hi * c + lo * s
+                            if own == 0:
+                                q[i] = val
+                            else:
+                                k_cache[layer, p, i] = val
+                    base += GW
+            elif blk < n_pairs:
                 if not preload and layer > 0:
                     wait_count(counter, SLOT_X_DOWN, b_xd, layer * D, _wait_code(layer, 0, 0))
                 if stamped and not preload:
@@ -598,7 +651,12 @@ def _make_body(stamped: bool, preload: bool, epochs: bool):
                 cnt = 0
                 i = blk
                 while i < n_pairs:
-                    if (i % (D // 2)) // half == hh:
+                    if lean:
+                        _, rem_i = udivmod(numba.int64(i), D >> 1)
+                        h_i, _ = udivmod(rem_i, half)
+                    else:
+                        h_i = (i % (D // 2)) // half
+                    if h_i == hh:
                         cnt += 1
                     i += G
                 if cnt > 0:

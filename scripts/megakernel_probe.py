@@ -67,6 +67,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-sweep", action="store_true", help="the stamps only")
     ap.add_argument("--variants", default="all",
                     help="all, or a comma list of kernels/persistent.py's VARIANTS to time")
+    ap.add_argument("--stamp-variants", default="",
+                    help="a comma list of other VARIANTS whose stamped form gets a phase-kind "
+                         "table too, after the default's")
     args = ap.parse_args(argv)
 
     from kernels import persistent
@@ -102,6 +105,15 @@ def main(argv=None) -> int:
           "(this phase's end - the previous phase's end), wait, work")
     for k, v in phase_kinds(rows).items():
         print(f"  {k:<12} step {v['step']:6.2f}  wait {v['wait']:6.2f}  work {v['work']:6.2f}")
+    for name in _variants(args.stamp_variants) if args.stamp_variants else ():
+        vrows = phase_rows(stamped_runs(eng, stamped_kernel(base.kv_dtype, name),
+                                        launch.grid[0], args.context, args.launches), c.n_layer)
+        span = max(r["end"] for r in vrows)
+        print(f"\nvariant {name}, stamped the same way: per phase kind, mean over layers (us); "
+              f"its exit ends at {span:.2f}")
+        for k, v in phase_kinds(vrows).items():
+            print(f"  {k:<12} step {v['step']:6.2f}  wait {v['wait']:6.2f}  "
+                  f"work {v['work']:6.2f}")
 
     # ---- 2. the kernel's span over grid sizes
     sms, co, why = eng.backend.cooperative_limits(launch.kernel, launch.block[0])
@@ -132,11 +144,12 @@ def main(argv=None) -> int:
         best = {c: min(ms[c, n] for n in ARMS) for c in args.contexts}
         print(f"\nvariants (default {persistent.DEFAULT_VARIANT}: step_persistent): ms/token "
               f"and ratio to the best fused graph arm at each context (target < 1)")
-        print(f"{'variant':<16} {'preload':>7} {'exit':>6} " + " ".join(
+        print(f"{'variant':<16} {'preload':>7} {'exit':>6} {'lean':>5} " + " ".join(
             f"{'ms@' + str(c):>9} {'ratio@' + str(c):>9}" for c in args.contexts))
         for name in names:
             v = persistent.VARIANTS[name]
             print(f"{name:<16} {str(v['preload']):>7} {'epoch' if v['epochs'] else 'arrive':>6} "
+                  f"{str(v['lean']):>5} "
                   + " ".join(f"{ms[c, 'persistent ' + name]:>9.4f} "
                              f"{ms[c, 'persistent ' + name] / best[c]:>9.3f}"
                              for c in args.contexts))

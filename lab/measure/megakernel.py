@@ -25,13 +25,14 @@ from collections import Counter
 import numpy as np
 
 
-def stamped_kernel(dtype):
-    """step_persistent_stamped compiled for this device (launch bounds as the registered one's)."""
+def stamped_kernel(dtype, variant: str | None = None):
+    """step_persistent_stamped compiled for this device (launch bounds as the registered one's),
+    or the stamped form of body `variant` (kernels/persistent.py VARIANTS; None: the default)."""
     from numba import cuda
     from kernels import REGISTRY, persistent
     sig = persistent.STAMPED_SIGS[0 if np.dtype(dtype) == np.float32 else 1]
     return cuda.jit(sig, **dict(REGISTRY["step_persistent"].jit_options))(
-        persistent.step_persistent_stamped)
+        persistent.variant_kernel(variant or persistent.DEFAULT_VARIANT, stamped=True))
 
 
 def stamped_runs(eng, kern, grid: int, position: int, launches: int) -> list[np.ndarray]:
