@@ -46,7 +46,7 @@ import numpy as np
 from kernels import persistent
 from lab import DecodeEngine, LabConfig, load_model
 from lab.backend.costmodel import WHOLE_STEP_KERNELS, CostModel, launch_bytes
-from lab.measure import bench, report
+from lab.measure import bench, conformance, report
 from lab.measure.report import show
 from lab.reference import generate as oracle_generate
 
@@ -582,12 +582,14 @@ show(f"greedy ids equal to the grid-tail fused step's: {same_ids}; last logits b
 # What it costs on the H200 is a measurement: `decode-lab record persistent` checks the bits
 # (ids and logits byte-identical to the grid-tail fused step's, eager and captured, 5 prompts x
 # 64 tokens), times the multi-node graph arms and the persistent graph (with every variant of its
-# body: preloading the next phase's weights before its wait or not, and two ways to leave the
-# counters for the next launch) at contexts 64 and 900, interleaved, and stamps the kernel's own
-# clocks per block and phase. The cost recorder measures `step_persistent` as a graph node at
-# every plan's first and last position, which the simulator then prices like any other kernel:
-# the simulator echoes that recording, so conformance marks the persistent rung a consistency
-# check, not a prediction.
+# body in `kernels/persistent.py`'s `VARIANTS`: preloading the next phase's weights before its
+# wait or not, two ways to leave the counters for the next launch, and a leaner qkv phase; the
+# table below lists the ones its recording timed) at contexts 64 and 900, interleaved, and
+# stamps the kernel's own clocks per block and phase. The cost recorder measures
+# `step_persistent` as a graph node at every plan's first and last position, which the
+# simulator then prices like any other kernel: the simulator echoes that recording, so
+# conformance marks the persistent rung a consistency check, not a prediction. The prediction
+# comes after the phase table, from the phases.
 
 # %%
 rec_nodes = [r for r in recorded_costs["kernels"] if r["kernel"] == "step_persistent"]
@@ -631,6 +633,18 @@ busy = {r["phase"].split(" ", 1)[-1]: int(r["busy"]) for r in ph["rows"] if r["p
 show(f"blocks busy in layer 0: {busy}; the kernel's span {ph['span_us']['median']:.1f} us "
      f"(median of {ph['launches']}, first block's start to last block's end); "
      f"{persist_rec['source']}")
+
+# %% [markdown]
+# Can the phases predict the step? A chain model: every phase a token runs costs its work (the
+# table's work column, a median block's) plus one counter hand-off (the shortest mean wait of
+# any phase kind: a count whose producers are already done), one after another, plus one graph
+# node's floor from the cost file. Conformance's `megakernel` lesson holds that sum against
+# the persistent graph arm the sweep measured; what the chain leaves out is each phase's
+# slowest block, which the step waits for.
+
+# %%
+mk = conformance.run(model, only=("megakernel",))
+show(conformance.format_report(mk))
 
 # %% [markdown]
 # Counters instead of barriers made the rung faster than the graph arms without PDL (the plain
