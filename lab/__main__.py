@@ -90,12 +90,12 @@ def cmd_generate(args) -> int:
         raise LabError(f"--tokens {args.tokens}: give at least 1 token to generate")
     from lab.files import refuse_empty
     refuse_empty({"--save-dot": args.save_dot})
+    if args.save_dot:                          # before the run, not after it; and before its
+        from lab.files import check_output     # numbered names, which a folder ('.') has not
+        check_output(args.save_dot, "--save-dot")
     outputs = {} if args.save_dot is None else {"--save-dot": args.save_dot,
                                                 **_numbered(args.save_dot)}
     _refuse_io(outputs, _weights_read(args))
-    if args.save_dot:                          # before the run, not after it
-        from lab.files import check_output
-        check_output(args.save_dot, "--save-dot")
     eng = _engine(args, **({"graph": False} if args.eager else {}))
     gen = eng.generate(args.prompt, args.tokens, progress=args.progress)
     print(gen.prompt + gen.text)

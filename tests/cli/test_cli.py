@@ -182,7 +182,9 @@ def test_save_dot_to_an_unwritable_path_fails_before_the_run(tmp_path, capsys, m
         raise AssertionError("the engine was built before the --save-dot path was checked")
     monkeypatch.setattr(cli, "_engine", no_engine)
     for path, needle in ((tmp_path / "missing" / "g.dot", "does not exist"),
-                         ("/proc/g.dot", "cannot create a file in folder /proc")):
+                         ("/proc/g.dot", "cannot create a file in folder /proc"),
+                         (".", "is a folder, give a file name"),     # no name to number:
+                         ("/", "is a folder, give a file name")):    # refused, not a crash
         assert main(["generate", "--prompt", "ROMEO.", "--tokens", "2", "--backend", "sim",
                      "--save-dot", str(path)]) == 2
         err = capsys.readouterr().err
