@@ -226,7 +226,10 @@ def parse_arm(text: str, base: LabConfig, who: str | None = None) -> LabConfig:
         if k in assignments:
             raise LabError(f"{label}{k} is given twice; give each toggle once")
         assignments[k] = v
-    return base.with_toggles(assignments)
+    try:
+        return base.with_toggles(assignments)
+    except LabError as exc:          # an unknown toggle or value: say which arm gave it
+        raise LabError(f"{label}{exc}") from None
 
 
 def default_backend(cfg: LabConfig, index: int):

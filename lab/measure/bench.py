@@ -252,13 +252,14 @@ def run_ladder(model, base: LabConfig | None = None, reps: int = 5, tokens: int 
 
 
 # ---- context sweep -----------------------------------------------------------------------------
-def parse_contexts(text) -> list[int]:
+def parse_contexts(text, flag: str = "--contexts") -> list[int]:
+    """'64,256,1000' -> [64, 256, 1000]; a refusal names `flag`, the argument it came from."""
     try:
         vals = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
-        raise LabError(f"contexts must be comma-separated integers, got {text!r}") from None
+        raise LabError(f"{flag}: contexts must be comma-separated integers, got {text!r}") from None
     if not vals:
-        raise LabError("give at least one context length")
+        raise LabError(f"{flag} {text!r}: give at least one context length")
     return vals
 
 
