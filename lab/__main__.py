@@ -270,6 +270,13 @@ def cmd_conformance(args) -> int:
     from lab.files import refuse_empty
 
     refuse_empty({"--data": args.data})
+    if args.data is not None:                  # the folder, before any of its files is read
+        from pathlib import Path
+        if not Path(args.data).is_dir():
+            raise LabError(f"--data {args.data}: not a folder (give a folder of GPU recordings)")
+        if not (Path(args.data) / "kernel_costs.json").is_file():
+            raise LabError(f"--data {args.data}: holds no kernel_costs.json (the simulator's "
+                           f"cost file: record it on a GPU with decode-lab record costs)")
     _weights_read(args)
     only = [x.strip() for x in args.only.split(",")] if args.only else None
     report = run(load_model(args.weights or DEFAULT_WEIGHTS), data_dir=args.data,

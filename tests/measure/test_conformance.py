@@ -180,6 +180,16 @@ def test_cli_missing_recording_is_a_clear_error(tmp_path, capsys):
     assert "overlap.json is missing" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("data, needle", [
+    (".", "--data .: holds no kernel_costs.json"),          # a folder of something else
+    ("README.md", "--data README.md: not a folder"),
+])
+def test_cli_data_that_is_no_recordings_folder_names_the_argument(capsys, data, needle):
+    assert main(["conformance", "--data", data]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.slow
 def test_a_subset_of_lessons_gives_the_same_rows_as_the_whole_table(model, report):
     """`only=` re-runs a subset (notebooks 06 and 07 show theirs); its rows are the whole
