@@ -84,9 +84,13 @@ def test_the_targets_table_reads_the_sanitizer_table_and_the_ratios(monkeypatch,
     (tmp_path / "sanitize_kernels.log").write_text(sanitize_table(dirty)[0] + "\n")
     per = json.loads((tmp_path / "persistent.json").read_text())
     for ctx in per["ratio_to_best_multi_node"].values():
-        ctx["persistent graph"] = 0.5
+        ctx["persistent lean/arrive"] = 1.1
     (tmp_path / "persistent.json").write_text(json.dumps(per))
     monkeypatch.setattr(build_docs, "DATA", tmp_path)
+    assert "; the fastest body variant, lean/arrive: 1.10 / 1.10 |" in build_docs.results_page()
+    for ctx in per["ratio_to_best_multi_node"].values():
+        ctx["persistent graph"] = 0.5
+    (tmp_path / "persistent.json").write_text(json.dumps(per))
     page = build_docs.results_page()
     assert "| gate | clean | 2 of 4 runs clean (sanitize_kernels.log) | missed | not clean: " \
            "synccheck LAB_DRAFT=4 graph, memcheck LAB_DRAFT=4 eager |" in page
