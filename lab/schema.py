@@ -239,6 +239,8 @@ def load(path, schema: Rule, absent: str = ""):
 US = Num(ge=0)                 # a measured time
 US_POS = Num(gt=0)             # a measured time that cannot be zero (a floor, a step)
 SIGNED = Num()                 # a fitted intercept, a difference of two measurements
+CV = Num(ge=0, le=10)          # a coefficient of variation (std / mean) of measured times: past
+                               # 10 it is no measurement, and the simulator's noise overflows
 COUNT = Num(ge=0, integer=True)
 LINE_FIT = Obj({"intercept_us": SIGNED, "per_node_us": SIGNED})
 
@@ -265,9 +267,9 @@ KERNEL_COSTS = Obj({
     "host": Obj({**{f"{m}_{k}": US_POS for m in ("dispatcher", "prebound")
                     for k in ("step_sequence_us", "alone_over_step_us")},
                  "dispatcher": Map(US), "prebound": Map(US)}),
-    "noise": Obj({"prebound": Obj({"token_cv_robust": US, "rep_cv": US, "rep_seconds": US_POS,
+    "noise": Obj({"prebound": Obj({"token_cv_robust": CV, "rep_cv": CV, "rep_seconds": US_POS,
                                    "tokens_per_rep": Opt(Num(gt=0))}),
-                  "graph": Obj({"rep_cv": US, "tokens_per_rep": Num(gt=0)})}),
+                  "graph": Obj({"rep_cv": CV, "tokens_per_rep": Num(gt=0)})}),
     "engine_host_us": Obj({"eager": US_POS, "graph": US_POS}),
 })
 

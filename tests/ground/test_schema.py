@@ -86,7 +86,10 @@ KERNEL_COSTS_CASES = [
     ("host.prebound", "fast", "host.prebound: must be an object, got a string 'fast'"),
     ("host.dispatcher", {"matvec grid=(1,) [8:float32]": -2.0},
      "host.dispatcher['matvec grid=(1,) [8:float32]']: must be a finite number >= 0, got -2.0"),
-    ("noise.graph.rep_cv", -0.1, "noise.graph.rep_cv: must be a finite number >= 0, got -0.1"),
+    ("noise.graph.rep_cv", -0.1, "noise.graph.rep_cv: must be a finite number >= 0 and <= 10, "
+                                 "got -0.1"),
+    ("noise.prebound.rep_cv", 1e300,    # a CV that would overflow the simulator's noise
+     "noise.prebound.rep_cv: must be a finite number >= 0 and <= 10, got 1e+300"),
     ("engine_host_us", _DEL, "missing key 'engine_host_us.eager'"),
     ("kernels.5.key", "matvec", "kernels[5].key: must be a string containing ' ['"),
 ]
