@@ -13,7 +13,7 @@ from kernels import attention   # attn_partial, attn_merge, attn_combine (+ devi
 from kernels import mlp         # swiglu_up
 from kernels import sample      # argmax_next; argmax_next_float (a deliberate bug's sampler)
 from kernels import position    # advance
-from kernels import draft       # draft_lookup, accept (speculative decoding: prompt-lookup drafts, greedy acceptance)
+from kernels import draft       # draft_lookup, draft_ngram, accept (speculative decoding: drafts, greedy acceptance)
 from kernels import verify_attention  # verify_partial, verify_merge: the verify step's split-K attention over the cache + the causal block (+ device fns lane_sums16, lane_sums32: the column reduce-scatters)
 from kernels import verify      # embed_cols, rmsnorm_cols, matmat, matmat_residual, swiglu_cols, rope_kv_append_cols, argmax_cols: the model over T columns (+ device fns col_dots, col_dots2, matmat_rows)
 from kernels import fused_device  # (device fns only) xw_dot2, xw_dot, inv_rms (the norm folded into a row), head_dots, heads_dots, slice_partial

@@ -43,7 +43,7 @@ from kernels import cudasim
 from kernels import verify as VK
 from kernels import verify_attention as VKA
 from kernels.attention import combine_grid, merge_elem, merge_grid, partial_grid
-from kernels.draft import ACCEPT_BLOCK, ACCEPT_GRID, DRAFT_BLOCK, DRAFT_GRID
+from kernels.draft import ACCEPT_BLOCK, ACCEPT_GRID, DRAFT_BLOCK, DRAFT_GRID, NGRAM_BLOCK, NGRAM_GRID
 from kernels.matvec import MATVEC_THREADS, row_dot2, row_dot_order
 from kernels.matvec import grid_for as rows_grid
 from kernels.rmsnorm import rmsnorm_order
@@ -94,7 +94,7 @@ FAMILIES = {
     # speculative decoding: the kernels with no reduction of kernels/reduce.py or
     # kernels/verify_attention.py (the shuffle path changes nothing in them:
     # tests/kernels/test_kernels.py runs them on the trees only) ...
-    "spec": {"draft_lookup", "accept", "embed_cols", "rope_kv_append_cols"},
+    "spec": {"draft_lookup", "draft_ngram", "accept", "embed_cols", "rope_kv_append_cols"},
     # ... and the verify step's kernels that reduce (warp_sum, block_sum, block_argmax, the
     # column reduce-scatters lane_sums16 and lane_sums32), with the merge of verify_partial's
     # partials
@@ -324,6 +324,18 @@ def check_drafts(S):
     rng = case_rng("draft random")
     for p in (7, S - 2):
         run_draft(rng.integers(0, 3, S).astype(np.int32), p, 1, S - 1, "random")
+
+    # draft_ngram: a random table over a small vocabulary (its rows [V**3, V]), every rule
+    Vn = draft.CASES["ngram_vocab"]
+    table = case_rng("draft ngram").integers(0, Vn, (Vn ** (draft.NGRAM_CONTEXT - 1), Vn)
+                                             ).astype(np.uint8)
+    for tokens, p, n_prompt, limit, what in draft.CASES["ngram"]:
+        buf = np.full(max(S, len(tokens)), 3, np.int32)
+        buf[:len(tokens)] = tokens
+        lim = S - 1 if limit is None else limit
+        run_case("draft_ngram", NGRAM_GRID, NGRAM_BLOCK,
+                 [buf, _i32(p), _i32(n_prompt), _i32(lim), table, np.full(T, -1, np.int32)], tol,
+                 label=f"draft ngram {what} p={p} n_prompt={n_prompt} limit={lim}")
 
     def run_accept(cols, pred, p, n_prompt, limit, label):
         tokens = np.arange(S, dtype=np.int32) + 100

@@ -1,11 +1,20 @@
 """Speculative decoding's two bookkeeping kernels: the drafter and the acceptance.
 
 Contents
-  latest_match, draft_lookup_twin  the drafting rule in NumPy
+  latest_match, draft_lookup_twin  the drafting rule in NumPy (prompt lookup)
   draft_lookup                     fills the verify step's columns: tokens[p], then drafts
+  ngram_drafts, draft_ngram_twin   the other drafter's rule in NumPy (an n-gram table)
+  draft_ngram                      fills the columns from the table: tokens[p], then drafts
   accepted, accept_twin            the acceptance rule in NumPy
   accept                           keeps the confirmed drafts and the bonus, advances pos
   CASES                            kernels/check.py's cases
+
+Two drafters (LAB_DRAFTER): `draft_lookup` copies what followed the latest earlier occurrence
+of the text's last tokens (it pays where the model copies the text it was given); `draft_ngram`
+asks a table of the model's training corpus which token most often follows the last
+NGRAM_CONTEXT tokens, chained over its own drafts (it pays where the model writes what its
+corpus writes). The table is an input (lab/engine/draft.py builds it from the corpus), never
+a global.
 
 Device state only (never a host value, so a captured graph replays at any position): tokens
 [max_seq] int32 (prompt, then generated ids), pos [1] (the step's column 0 is position p),
@@ -19,10 +28,13 @@ from kernels.registry import kernel
 from kernels.pdl import pdl_launch_dependents, pdl_wait
 
 NGRAM = 3             # longest n-gram the drafter matches (then 2, then 1)
+NGRAM_CONTEXT = 4     # draft_ngram's context: the table answers for the last 4 tokens
 MAX_COLS = 9          # columns of a verify step: T = k + 1, k <= 8 drafted tokens
 DRAFT_THREADS = 128   # draft_lookup's block: candidate ends scanned in parallel
 DRAFT_GRID = (1,)
 DRAFT_BLOCK = (DRAFT_THREADS,)
+NGRAM_GRID = (1,)
+NGRAM_BLOCK = (1,)
 ACCEPT_GRID = (1,)
 ACCEPT_BLOCK = (1,)
 
@@ -128,6 +140,85 @@ def draft_lookup(tokens, pos, n_prompt, limit, cols):
             cols[i] = v
 
 
+# ---------------------------------------------------------------- draft_ngram
+
+def ngram_drafts(tokens, p: int, n_prompt: int, limit: int, table, T: int) -> np.ndarray:
+    """[T] the columns draft_ngram writes (see its docstring): tokens[p], then per column the
+    filler past limit, a prompt token, or the table's choice for the last NGRAM_CONTEXT tokens
+    of the text so far (its drafts included)."""
+    t = np.asarray(tokens)
+    V = table.shape[1]
+    ctx = [int(t[q]) if q >= 0 else 0 for q in range(p - NGRAM_CONTEXT + 1, p + 1)]
+    cols = np.empty(T, np.int32)
+    cols[0] = t[p]
+    for i in range(1, T):
+        q = p + i
+        if q > limit:
+            v = int(t[p])
+        elif q < n_prompt:
+            v = int(t[q])
+        else:
+            row = 0
+            for c in ctx[:-1]:
+                row = row * V + c
+            v = int(table[row, ctx[-1]])
+        cols[i] = v
+        ctx = ctx[1:] + [v]
+    return cols
+
+
+def draft_ngram_twin(grid, block, tokens, pos, n_prompt, limit, table, cols):
+    cols[:] = ngram_drafts(tokens, int(pos[0]), int(n_prompt[0]), int(limit[0]), table,
+                           cols.shape[0])
+
+
+@kernel("void(int32[::1], int32[::1], int32[::1], int32[::1], uint8[:, ::1], int32[::1])",
+        twin=draft_ngram_twin, reads=(0, 1, 2, 3, 4), writes=(5,))
+def draft_ngram(tokens, pos, n_prompt, limit, table, cols):
+    """cols[0] = tokens[p]; cols[1..T-1] = prompt tokens or the n-gram table's drafts; tokens
+    [max_seq], pos/n_prompt/limit [1], table [V**(NGRAM_CONTEXT-1), V] uint8, cols [T];
+    grid (1,), block (1,) (thread 0 of block 0: each draft is the next one's context).
+
+    The context is the text's last NGRAM_CONTEXT tokens, c_1 .. c_n (positions p-n+1 .. p; a
+    position before 0 reads as token 0). Column i = 1 .. T-1 at position q = p + i, the first
+    rule that applies:
+      1. q > limit: tokens[p] (a filler: accept never takes a position past limit - 1);
+      2. q < n_prompt: tokens[q] (a prompt token: known, forced);
+      3. table[row, c_n], row = ((c_1 V + c_2) V + ...) + c_{n-1}: the corpus's most frequent
+         token after that context (lab/engine/draft.py: unseen contexts back off to shorter).
+    The column's token then joins the context (the oldest leaves it). Only tokens at positions
+    <= p are read."""
+    pdl_wait()
+    pdl_launch_dependents()  # the next kernel may launch now; it waits in its pdl_wait
+    if cuda.threadIdx.x != 0 or cuda.blockIdx.x != 0:  # robust to a wider launch
+        return
+    ctx = cuda.local.array(NGRAM_CONTEXT, numba.int32)
+    p = pos[0]
+    for m in range(NGRAM_CONTEXT):
+        q = p - NGRAM_CONTEXT + 1 + m
+        ctx[m] = tokens[q] if q >= 0 else 0
+    V = table.shape[1]
+    cur = tokens[p]
+    lim = limit[0]
+    n_p = n_prompt[0]
+    cols[0] = cur
+    for i in range(1, cols.shape[0]):
+        q = p + i
+        v = cur                             # past limit
+        if q <= lim:
+            if q < n_p:
+                v = tokens[q]
+            else:
+                row = 0
+                for m in range(NGRAM_CONTEXT - 1):
+                    row = row * V + ctx[m]
+                v = numba.int32(table[row, ctx[NGRAM_CONTEXT - 1]])
+        cols[i] = v
+        for m in range(NGRAM_CONTEXT - 1):
+            ctx[m] = ctx[m + 1]
+        ctx[NGRAM_CONTEXT - 1] = v
+
+
 # ---------------------------------------------------------------- accept
 
 def accepted(cols, pred, p: int, n_prompt: int, limit: int) -> int:
@@ -210,6 +301,14 @@ CASES = {
               ([4, 4], 0, 1, None, "p=0"),
               ([1, 2, 3, 1, 2, 3, 50, 51], 5, 8, None, "prompt"),  # 6, 7 forced; the loop reads them
               ([1, 2, 3, 1, 2, 3, 50, 51], 5, 8, 7, "limit")),     # 8.. past limit: tokens[p]
+    # draft_ngram over a random table of "ngram_vocab" tokens: (tokens, p, n_prompt, limit
+    # (None: max_seq - 1), what it holds)
+    "ngram_vocab": 5,
+    "ngram": (([1, 2, 3, 4, 0, 1, 2], 6, 1, None, "chained"),     # 5 drafts, each the next's context
+              ([2, 4], 1, 1, None, "short"),                     # positions before 0 read as 0
+              ([3], 0, 1, None, "p=0"),
+              ([1, 2, 3, 1, 2, 3, 4, 0], 5, 8, None, "prompt"),  # 6, 7 forced, then the table
+              ([1, 2, 3, 1, 2, 3, 4, 0], 5, 1, 7, "limit")),     # 8.. past limit: tokens[p]
     # accept: (cols, pred, p, n_prompt, limit (None: max_seq - 1), what it holds)
     "verdicts": (([103, 7, 8, 9], [7, 8, 9, 4], 3, 2, None, "all"),
                  ([103, 7, 8, 9], [7, 5, 9, 4], 3, 2, None, "mismatch"),

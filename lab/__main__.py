@@ -445,8 +445,9 @@ def cmd_spec(args) -> int:
     base = from_env(LAB_DRAFT=str(args.draft))
     if args.backend:
         base = base.replace(backend=args.backend)
-    splits = base.draft_splits
-    base = base.replace(draft=0, draft_splits=DRAFT_SPLITS_DEFAULT, bugs=frozenset())
+    splits, drafter = base.draft_splits, base.drafter
+    base = base.replace(draft=0, draft_splits=DRAFT_SPLITS_DEFAULT, drafter="lookup",
+                        bugs=frozenset())
     model = load_model(args.weights or DEFAULT_WEIGHTS)
     if args.curve:
         limit = model.cfg.max_seq - args.tokens
@@ -459,12 +460,12 @@ def cmd_spec(args) -> int:
                               f" each context must be below {model.cfg.max_seq}"))
         res = spec.curve(model, drafts=(0, 2, 4, 8), contexts=contexts, new_tokens=args.tokens,
                          reps=args.reps, base=base, bug=args.draft, splits=splits,
-                         progress=args.progress)
+                         drafter=drafter, progress=args.progress)
         print(spec.format_curve(res))
         ok = True
     else:
         res = spec.same_tokens(model, args.draft, prompts=_prompt_set(args.prompts),
-                               tokens=args.tokens, base=base, splits=splits)
+                               tokens=args.tokens, base=base, splits=splits, drafter=drafter)
         print(spec.format_same(res))
         ok = res["ok"]
     for path in report.save(res, args.json):

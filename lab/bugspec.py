@@ -163,6 +163,9 @@ def draft_refusal(cfg) -> str | None:
         return (f"LAB_DRAFT_SPLITS={cfg.draft_splits} sets the verify attention's split count: it "
                 f"needs LAB_DRAFT=2, 4 or 8 (one token per step runs no verify attention), as "
                 f"LAB_ATTN_TAIL=heads needs LAB_FUSION=1")
+    if cfg.draft == 0 and getattr(cfg, "drafter", "lookup") != "lookup":
+        return (f"LAB_DRAFTER={cfg.drafter} chooses speculative decoding's drafter: it needs "
+                f"LAB_DRAFT=2, 4 or 8 (one token per step drafts nothing)")
     if cfg.draft == 0:
         return None
     if cfg.draft + 1 > VERIFY_MAX_COLS:

@@ -72,11 +72,16 @@ TOGGLES: tuple[tuple[str, str, tuple[str, ...], str, str], ...] = (
      "generate: the host launches one graph per token, or ONE graph runs every step on the "
      "device (a WHILE node over a SWITCH of every plan's step; needs conditional nodes)"),
     ("LAB_DRAFT", "draft", ("0", "2", "4", "8", "16"), "0",
-     "speculative decoding: tokens drafted per step by prompt lookup on the device, verified "
+     "speculative decoding: tokens drafted per step on the device (LAB_DRAFTER), verified "
      "by one step of the model over draft + 1 positions, accepted on the device (0: one token "
      "per step; lab/engine/draft.py). Runs the unfused step on one device, with graphs or "
      "eagerly, PDL allowed; the other launch toggles are refused, and so is 16 (17 columns: "
      "past the MAX_COLS = 9 the verify kernels take)"),
+    ("LAB_DRAFTER", "drafter", ("lookup", "ngram"), "lookup",
+     "speculative decoding's drafter: prompt lookup (the tokens that followed the latest earlier "
+     "occurrence of the text's last tokens: pays where the model copies its context) or an "
+     "n-gram table of the training corpus (the token most often written after the last 4: pays "
+     "where the model writes what its corpus writes); kernels/draft.py; needs LAB_DRAFT>0"),
     ("LAB_DRAFT_SPLITS", "draft_splits", ("1", "2", "4", "8", "16", "32", "64"), "16",
      "the verify attention's split count over the cache (NSPLIT): fixed for the whole "
      "generation, so ONE graph serves every position; its workspace grows with it; needs "
@@ -106,6 +111,7 @@ class LabConfig:
     loop: str = "host"              # LAB_LOOP: who runs generate's loop of steps
     ranks: int = 1                  # LAB_RANKS: tensor-parallel ranks (lab/engine/ranks.py)
     draft: int = 0                  # LAB_DRAFT: tokens drafted per step (lab/engine/draft.py)
+    drafter: str = "lookup"         # LAB_DRAFTER: who drafts (kernels/draft.py)
     draft_splits: int = 16          # LAB_DRAFT_SPLITS: the verify attention's NSPLIT
     bugs: frozenset = frozenset()   # deliberate bugs switched on (names from lab/bugspec.py)
 

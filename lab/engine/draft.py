@@ -8,6 +8,10 @@ The verify step at position p (the device's `pos`; the host does not know it bet
                     prompt lookup (kernels/draft.py): the latest earlier occurrence of the
                     last n tokens (n = 3, then 2, then 1), and the k tokens that followed it;
                     a prompt position's own token where p+i is still inside the prompt
+  (or draft_ngram   with LAB_DRAFTER=ngram: each draft the token the model's training corpus
+                    most often writes after the last 4 tokens (drafts included), from
+                    `corpus_table`, built here once per vocabulary and uploaded with the
+                    step's buffers)
   embed_cols        X [T, D] = the embeddings of the T = k + 1 columns
   per layer         rmsnorm_cols, matmat (qkv: each weight row loaded once for all T columns,
                     matvec's bits per column),
@@ -44,10 +48,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import functools
+
 import numpy as np
 
 from kernels import draft, verify, verify_attention as va
 from lab.errors import LabError
+from lab.model import DATA_DIR
 from lab.plan import Plan
 from .step import Step, launch
 
@@ -69,10 +76,58 @@ class DraftBuffers:
     part_o: object = None    # [H, T, splits + 1, hd] the verify attention's partials
     part_ml: object = None   # [H, T, splits + 1, 2]
     stats: object = None     # [2] int32: STATS
+    table: object = None     # LAB_DRAFTER=ngram: [V**3, V] uint8, `corpus_table`
 
 
-def alloc_draft(be, model_cfg, draft_len: int, splits: int) -> DraftBuffers:
-    """The verify step's buffers for `draft_len` drafts and `splits` cache slices."""
+CORPUS = DATA_DIR / "corpus.txt"     # the model's training text: draft_ngram's table comes from it
+
+
+def ngram_table(ids, vocab: int, context: int = draft.NGRAM_CONTEXT) -> np.ndarray:
+    """[vocab**(context-1), vocab] uint8, draft_ngram's table: entry [row, c] for the context
+    c_1 .. c_n (row = ((c_1 vocab + c_2) vocab + ...) + c_{n-1}, c = c_n) is the token that
+    follows that context most often in `ids` (a tie: the smallest id). A context `ids` never
+    holds takes its shorter context's token (the oldest dropped), down to the most frequent
+    token of all."""
+    ids = np.asarray(ids, np.int64)
+    if not 1 <= vocab <= 256:
+        raise LabError(f"an n-gram table of uint8 ids needs a vocabulary of 1 to 256 tokens, "
+                       f"not {vocab}")
+    if ids.ndim != 1 or ids.size <= context:
+        raise LabError(f"an n-gram table of context {context} needs more than {context} ids, "
+                       f"got {ids.size}")
+    if ids.min() < 0 or ids.max() >= vocab:
+        raise LabError(f"n-gram table: ids must lie in [0, {vocab})")
+    best = np.array([np.bincount(ids, minlength=vocab).argmax()], np.uint8)   # no context
+    for n in range(1, context + 1):
+        key = np.zeros(ids.size - n, np.int64)
+        for m in range(n):
+            key = key * vocab + ids[m:ids.size - n + m]
+        pair, count = np.unique(key * vocab + ids[n:], return_counts=True)
+        ctx, tok = np.divmod(pair, vocab)
+        order = np.lexsort((tok, -count, ctx))     # per context: the most counts, then smallest
+        ctx, tok = ctx[order], tok[order]
+        first = np.r_[True, ctx[1:] != ctx[:-1]]
+        table = np.tile(best, vocab)               # [vocab**n]: row r backs off to r % vocab**(n-1)
+        table[ctx[first]] = tok[first]
+        best = table
+    return best.reshape(vocab ** (context - 1), vocab)
+
+
+@functools.lru_cache(maxsize=2)
+def corpus_table(vocab: str) -> np.ndarray:
+    """`ngram_table` of the training corpus (data/corpus.txt) under the vocabulary `vocab` (a
+    model's characters; a corpus character outside it is dropped). Built once per vocabulary in
+    a process (about a second: 1.2 M characters)."""
+    text = np.frombuffer(CORPUS.read_text(encoding="utf-8").encode("utf-32-le"), np.uint32)
+    lut = np.full(max(int(text.max()), max(map(ord, vocab))) + 1, -1, np.int64)
+    lut[[ord(ch) for ch in vocab]] = np.arange(len(vocab))
+    ids = lut[text]
+    return ngram_table(ids[ids >= 0], len(vocab))
+
+
+def alloc_draft(be, model_cfg, draft_len: int, splits: int, drafter: str = "lookup") -> DraftBuffers:
+    """The verify step's buffers for `draft_len` drafts and `splits` cache slices (and, for
+    the n-gram drafter, its table, uploaded once)."""
     c, T, f32 = model_cfg, draft_len + 1, np.float32
     D, H, hd = c.d_model, c.n_head, c.head_dim
     if T > draft.MAX_COLS:     # (LabConfig refuses such a draft length first: lab/bugspec.py)
@@ -87,6 +142,10 @@ def alloc_draft(be, model_cfg, draft_len: int, splits: int) -> DraftBuffers:
     s.part_o = be.alloc("draft_part_o", (H, T, splits + 1, hd), f32)
     s.part_ml = be.alloc("draft_part_ml", (H, T, splits + 1, 2), f32)
     s.stats = be.alloc("draft_stats", (len(STATS),), np.int32)
+    if drafter == "ngram":
+        table = corpus_table(c.vocab)
+        s.table = be.alloc("draft_table", table.shape, np.uint8)
+        be.upload(s.table, table)
     return s
 
 
@@ -99,10 +158,13 @@ class DraftStep(Step):
     @classmethod
     def own_buffers(cls, dev, model, cfg, kv_init: str) -> None:
         super().own_buffers(dev, model, cfg, kv_init)      # `limit` among them
-        dev.draft = alloc_draft(dev.backend, model.cfg, cfg.draft, cfg.draft_splits)
+        dev.draft = alloc_draft(dev.backend, model.cfg, cfg.draft, cfg.draft_splits, cfg.drafter)
 
     def draft(self, plan: Plan):
         b, s = self.dev.buf, self.dev.draft
+        if self.engine.cfg.drafter == "ngram":
+            return launch(draft.draft_ngram, (draft.NGRAM_GRID, draft.NGRAM_BLOCK),
+                          (b.tokens, b.pos, b.n_prompt, b.limit, s.table, s.cols))
         return launch(draft.draft_lookup, (draft.DRAFT_GRID, draft.DRAFT_BLOCK),
                       (b.tokens, b.pos, b.n_prompt, b.limit, s.cols))
 

@@ -160,7 +160,7 @@ class DecodeEngine:
     def cfg(self, value: LabConfig) -> None:
         """Switch launch toggles on the same buffers (graphs and built steps stay cached per plan
         key); FUSION swaps the step's pieces. Toggles that change allocation are refused."""
-        alloc = ("kv_dtype", "bugs", "ranks", "draft", "draft_splits", "persistent")
+        alloc = ("kv_dtype", "bugs", "ranks", "draft", "drafter", "draft_splits", "persistent")
         if any(getattr(value, f) != getattr(self._cfg, f) for f in alloc):
             raise LabError(f"{', '.join(alloc)} change what the engine allocates: build a new "
                            f"DecodeEngine for them")

@@ -52,6 +52,38 @@ def test_a_text_that_repeats_itself_is_verified_several_tokens_a_step(model):
     assert spec.draft["tokens per step"] > 1.8, spec.draft
 
 
+@pytest.mark.parametrize("k", [4, 8])
+def test_the_ngram_drafter_keeps_the_greedy_tokens_and_drafts_what_the_model_writes(
+        model, k, one_token):
+    """LAB_DRAFTER=ngram: the same tokens, and on these prompts more tokens a verify step than
+    prompt lookup (the model writes what its corpus writes; it repeats its prompt less)."""
+    for prompt in PROMPTS:
+        one = one_token[prompt]
+        look, _ = _gen(model, prompt=prompt, draft=k)
+        spec, eng = _gen(model, prompt=prompt, draft=k, drafter="ngram")
+        np.testing.assert_array_equal(spec.tokens, one.tokens)
+        assert spec.draft["tokens generated"] == N
+        assert spec.draft["tokens per step"] > look.draft["tokens per step"], (spec.draft,
+                                                                              look.draft)
+        names = [ln.kernel.name for ln in eng.step_launches(eng.plan())]
+        assert names[0] == "draft_ngram" and "draft_lookup" not in names
+
+
+def test_the_ngram_drafters_table_is_the_corpus_and_changes_allocation(model):
+    from lab.engine.draft import corpus_table
+    _, eng = _gen(model, n=4, draft=4, drafter="ngram")
+    table = eng.backend.download(eng.devices[0].draft.table)
+    np.testing.assert_array_equal(table, corpus_table(model.cfg.vocab))
+    V = model.cfg.vocab_size
+    assert table.shape == (V ** 3, V)
+    # the corpus's commonest continuation of "Firs" is "t"
+    enc = model.tokenizer.encode
+    row = lambda s: int(((enc(s[0])[0] * V + enc(s[1])[0]) * V) + enc(s[2])[0])
+    assert model.tokenizer.decode([table[row("Fir"), enc("s")[0]]]) == "t"
+    with pytest.raises(LabError, match="drafter"):
+        eng.cfg = eng.cfg.replace(drafter="lookup")
+
+
 def test_one_graph_serves_the_whole_generation(model):
     _, eng = _gen(model, draft=4)
     assert set(eng.graphs) == {eng.plan().key}          # one plan key, whatever the position
@@ -137,6 +169,10 @@ def test_spec_key_bug_captures_every_step_and_replays_none(model, one_token):
     ({"LAB_DRAFT": "4", "LAB_LOOP": "device"}, "LAB_LOOP=device cannot combine with it"),
     ({"LAB_DRAFT": "2", "LAB_BUG_FROZEN_KV_ROW": "1"}, "LAB_BUG_FROZEN_KV_ROW=1 cannot combine"),
     ({"LAB_BUG_SPEC_KEY": "1"}, "needs LAB_DRAFT=2, 4 or 8"),
+    ({"LAB_DRAFTER": "ngram"}, "LAB_DRAFTER=ngram chooses speculative decoding's drafter: it "
+                               "needs LAB_DRAFT=2, 4 or 8"),
+    ({"LAB_DRAFT": "4", "LAB_DRAFTER": "bigram"}, "LAB_DRAFTER='bigram' is not allowed; use one "
+                                                  "of lookup, ngram"),
     ({"LAB_DRAFT": "4", "LAB_DRAFT_SPLITS": "3"}, "LAB_DRAFT_SPLITS='3' is not allowed"),
     ({"LAB_DRAFT": "16"}, "LAB_DRAFT=16 would verify 17 columns a step: the verify kernels take "
                           "at most MAX_COLS = 9"),
@@ -188,16 +224,19 @@ def test_a_variant_of_the_one_token_step_is_refused(model):
 def test_gpu_drafting_keeps_the_tokens_and_graph_equals_eager(model):
     """On a GPU the verify attention runs its softmax in its own order (the products keep
     matvec's bits): drafting's tokens are LAB_DRAFT=0's but where the float64 oracle calls the
-    first difference a near-tie (lab.measure.spec.same_tokens' rule), graphs on and off."""
+    first difference a near-tie (lab.measure.spec.same_tokens' rule), graphs on and off, with
+    either drafter."""
     from lab.measure import spec
-    for graph in (False, True):
-        res = spec.same_tokens(model, 4, prompts=PROMPTS, tokens=N,
-                               base=LabConfig(backend="cuda", graph=graph))
-        assert res["ok"], spec.format_same(res)
-    eager, e = _gen(model, backend="cuda", draft=4, graph=False)
-    graph, g = _gen(model, backend="cuda", draft=4)
-    assert (e.backend.download(e.draft_buffers.logits).tobytes()
-            == g.backend.download(g.draft_buffers.logits).tobytes())
+    for drafter in spec.DRAFTERS:
+        for graph in (False, True):
+            res = spec.same_tokens(model, 4, prompts=PROMPTS, tokens=N, drafter=drafter,
+                                   base=LabConfig(backend="cuda", graph=graph))
+            assert res["ok"], spec.format_same(res)
+        eager, e = _gen(model, backend="cuda", draft=4, graph=False, drafter=drafter)
+        graph, g = _gen(model, backend="cuda", draft=4, drafter=drafter)
+        assert (e.backend.download(e.draft_buffers.logits).tobytes()
+                == g.backend.download(g.draft_buffers.logits).tobytes())
+        assert eager.draft == graph.draft and (eager.tokens == graph.tokens).all()
 
 
 def test_the_curve_reports_each_arms_replays_and_the_bug_arm_has_none(model):

@@ -3,11 +3,15 @@ cases, NumPy only (no simulator, no GPU): the drafter's and the acceptance's rul
 with drafts equal to one token per step, and the verify step's column kernels against the
 one-token twins and against float64 causal attention. The kernels themselves run against these
 twins under numba's CUDA simulator in kernels/check.py (op "spec")."""
+import re
+
 import numpy as np
 import pytest
 
 from kernels.attention import attn_merge_twin
-from kernels.draft import NGRAM, accept_twin, draft_lookup_twin, latest_match
+from kernels.draft import (NGRAM, NGRAM_CONTEXT, accept_twin, draft_lookup_twin, draft_ngram_twin,
+                           latest_match)
+from lab.engine.draft import ngram_table
 from kernels.matvec import matvec_residual_twin, matvec_twin
 from kernels.mlp import swiglu_up_twin
 from kernels.rmsnorm import rmsnorm_twin
@@ -87,6 +91,88 @@ def test_draft_prompt_positions_are_forced_and_limit_fills():
     # positions past limit (here 7) are filled with tokens[p]; the prompt rule does not override it
     assert draft(text, 5, 6, n_prompt=8, limit=7) == [3, 50, 51, 3, 3, 3]
     assert draft(text, 5, 4, n_prompt=8, limit=5) == [3, 3, 3, 3]
+
+
+# ------------------------------------------------------------------ draft_ngram and its table
+
+
+def ngram_draft(tokens, p, T, table, n_prompt=0, limit=None, max_seq=32):
+    buf = np.full(max_seq, -7, I32)
+    buf[:len(tokens)] = tokens
+    cols = np.full(T, -99, I32)
+    draft_ngram_twin((1,), (1,), buf, one(p), one(n_prompt),
+                     one(max_seq - 1 if limit is None else limit), table, cols)
+    return cols.tolist()
+
+
+def successor_table(V):
+    """A table whose answer is (the context's last token + 1) mod V: drafts count up."""
+    t = np.zeros((V ** (NGRAM_CONTEXT - 1), V), np.uint8)
+    t[:, :] = (np.arange(V) + 1) % V
+    return t
+
+
+def test_ngram_drafts_chain_on_their_own_drafts():
+    assert NGRAM_CONTEXT == 4
+    assert ngram_draft([2, 3], 1, 5, successor_table(7)) == [3, 4, 5, 6, 0]
+
+
+def test_ngram_draft_reads_the_whole_context_in_its_order():
+    V = 5
+    t = np.zeros((V ** 3, V), np.uint8)
+    t[((1 * V + 2) * V + 3), 4] = 3       # after 1 2 3 4: 3
+    t[((2 * V + 3) * V + 4), 3] = 1       # after 2 3 4 3: 1
+    t[((4 * V + 3) * V + 2), 1] = 2       # the reverse order of a context is another row
+    assert ngram_draft([0, 1, 2, 3, 4], 4, 4, t) == [4, 3, 1, 0]
+    # positions before 0 read as token 0: p = 1, context (0, 0, 2, 3)
+    t[((0 * V + 0) * V + 2), 3] = 4
+    assert ngram_draft([2, 3], 1, 2, t) == [3, 4]
+
+
+def test_ngram_draft_forces_prompt_tokens_and_fills_past_limit():
+    t = successor_table(60)
+    text = [1, 2, 3, 1, 2, 3, 50, 51]
+    # positions 6, 7 are prompt (50, 51), forced; they join the context: then 52, 53
+    assert ngram_draft(text, 5, 5, t, n_prompt=8) == [3, 50, 51, 52, 53]
+    assert ngram_draft(text, 5, 5, t, n_prompt=8, limit=7) == [3, 50, 51, 3, 3]
+    assert ngram_draft(text, 5, 3, t, n_prompt=1, limit=5) == [3, 3, 3]
+
+
+def test_ngram_table_takes_the_most_frequent_successor_and_the_smallest_at_a_tie():
+    V = 4
+    ids = [0, 1, 2, 3, 1] * 3 + [0, 1, 2, 3, 2] * 2 + [3, 3, 2, 1, 0] + [3, 3, 2, 1, 3]
+    t = ngram_table(ids, V)
+    assert t.shape == (V ** 3, V) and t.dtype == np.uint8
+    row = lambda a, b, c: (a * V + b) * V + c
+    assert t[row(0, 1, 2), 3] == 1          # 0 1 2 3 -> 1 three times, -> 2 twice
+    assert t[row(3, 2, 1), 0] == 3          # 3 2 1 0 -> 3 once (then the stream runs on)
+    assert t[row(3, 3, 2), 1] == 0          # 3 3 2 1 -> 0 once, -> 3 once: the smaller id
+
+
+def test_ngram_table_backs_off_to_shorter_contexts():
+    V = 5                                   # token 4 never occurs
+    ids = [1, 2, 0, 0, 1, 2, 0, 3, 3, 3]   # 0 and 3 three times each, 1 and 2 twice
+    t = ngram_table(ids, V)
+    row = lambda a, b, c: (a * V + b) * V + c
+    # (3, 3, 1, 2) never occurs, nor (3, 1, 2); (1, 2) is followed by 0 twice
+    assert t[row(3, 3, 1), 2] == 0
+    # (1, 1, 0, 3) nor (1, 0, 3) occur; (0, 3) is followed by 3 once
+    assert t[row(1, 1, 0), 3] == 3
+    # 4 is never a context: the most frequent token of all (0 and 3 tie: the smaller, 0)
+    assert t[row(3, 3, 3), 4] == 0
+    # seen whole: (0, 1, 2, 0) -> 3, where its shorter (2, 0) says 0 (0 and 3 tie)
+    assert t[row(0, 1, 2), 0] == 3 and t[row(2, 0, 3), 3] == 3
+
+
+@pytest.mark.parametrize("ids, vocab, words", [
+    ([0, 1, 2, 3, 4], 300, "1 to 256"),
+    ([0, 1, 2], 4, "more than 4 ids"),
+    ([0, 1, 2, 5, 1, 1], 4, "[0, 4)"),
+])
+def test_ngram_table_refuses_what_it_cannot_hold(ids, vocab, words):
+    from lab.errors import LabError
+    with pytest.raises(LabError, match=re.escape(words)):
+        ngram_table(ids, vocab)
 
 
 # ------------------------------------------------------------------ accept
