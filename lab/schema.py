@@ -307,7 +307,8 @@ SPEC_TEXT = Obj({"offset": COUNT, "length": Num(ge=1, integer=True), "primed": C
                  "what": Str(), "source": Str(contains="data/corpus.txt["),
                  "prompt_chars": Num(ge=1, integer=True)})
 BREAK_EVEN_ROW = Obj({
-    "text": Str(), "draft": Num(ge=1, integer=True), "tokens_per_step": Num(ge=1),
+    "text": Str(), "drafter": Opt(Str()),   # LAB_DRAFTER, recorded since the n-gram drafter
+    "draft": Num(ge=1, integer=True), "tokens_per_step": Num(ge=1),
     "verify_steps": Num(ge=1, integer=True), "verify_step_cost": Num(gt=0),
     "verify_step_cost_se": Num(ge=0), "verify_step_us": US_POS, "one_step_us": US_POS,
     "ms_per_token": Num(gt=0), "se": Num(ge=0), "ms_per_token_one": Num(gt=0),

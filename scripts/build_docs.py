@@ -250,8 +250,10 @@ TOP_TARGETS = {
     "megakernel": ("the megakernel against the best multi-node graph arm", "gate", "< 1.0"),
     "megakernel aim": ("the megakernel against the best multi-node graph arm", "aim", "<= 0.6"),
     "verify": ("the k = 4 verify step, in one-token steps (V)", "gate", "<= 1.4"),
-    "drafting": ("drafting's speed-up on the repeating text (best k)", "gate", ">= 1.5"),
-    "prose": ("drafting's speed-up on prose (best k), against break-even", "report", "1.0"),
+    "drafting": ("drafting's speed-up on the repeating text (best drafter and k)", "gate",
+                 ">= 1.5"),
+    "prose": ("drafting's speed-up on prose (best drafter and k), against break-even",
+              "report", "1.0"),
     "inductor": ("the inductor-in-one-graph torch arm", "gate", "recorded"),
     "sanitizers": ("compute-sanitizer memcheck, racecheck, synccheck on the new kernels",
                    "gate", "clean"),
@@ -311,17 +313,24 @@ def top_targets() -> list[str]:
             "met" if ok else "missed", "" if ok else why_mk)
 
     if sp:
-        k4 = {r["text"]: r for r in sp["rows"] if r["draft"] == 4}
-        v = [r["verify_step_cost"] for r in k4.values()]
-        row("verify", " / ".join(f"{x:.2f}" for x in v) + " (the two texts)",
+        k4 = [r for r in sp["rows"] if r["draft"] == 4]
+        worst = {t: max((r for r in k4 if r["text"] == t), key=lambda r: r["verify_step_cost"])
+                 for t in dict.fromkeys(r["text"] for r in k4)}
+        v = [r["verify_step_cost"] for r in worst.values()]
+        drafters = sorted({r.get("drafter", "lookup") for r in k4})
+        rep = worst["repeating"]
+        row("verify", " / ".join(f"{x:.2f}" for x in v) + " (the two texts"
+            + (f", the costlier of the drafters {' and '.join(drafters)})" if len(drafters) > 1
+               else ")"),
             "met" if all(_holds(x, "<= 1.4") for x in v) else "missed",
-            f"verify step {k4['repeating']['verify_step_us']:.1f} us against a one-token step "
-            f"of {k4['repeating']['one_step_us']:.1f} us (repeating text)")
+            f"verify step {rep['verify_step_us']:.1f} us against a one-token step "
+            f"of {rep['one_step_us']:.1f} us (repeating text)")
         reach = sp.get("copy_reach")
         for key, text in (("drafting", "repeating"), ("prose", "prose")):
             best = max((r for r in sp["rows"] if r["text"] == text), key=lambda r: r["speedup"])
-            fig = (f"k = {best['draft']}: E = {best['tokens_per_step']:.2f} tokens a verify "
-                   f"step against V = {best['verify_step_cost']:.2f}")
+            fig = (f"{best.get('drafter', 'lookup')} drafter, k = {best['draft']}: E = "
+                   f"{best['tokens_per_step']:.2f} tokens a verify step against V = "
+                   f"{best['verify_step_cost']:.2f}")
             if key == "prose":
                 row(key, f"{best['speedup']:.3f}x", "above break-even" if best["speedup"] > 1
                     else "at or below break-even", fig + f" (E / V = {best['predicted_speedup']:.2f})")
@@ -330,7 +339,7 @@ def top_targets() -> list[str]:
             if reach and not ok:
                 fig += (f"; the model's own greedy continuation follows the repeat for "
                         f"{reach['reach']} of {reach['tokens']} characters ({reach['source']})")
-            row(key, f"{best['speedup']:.2f}x", "met" if ok else "missed", "" if ok else fig)
+            row(key, f"{best['speedup']:.2f}x", "met" if ok else "missed", fig)
     else:
         row("verify", "not recorded", "missed", "spec.json has no break_even")
 

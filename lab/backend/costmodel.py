@@ -29,6 +29,12 @@ MECHANISMS = ("dispatcher", "prebound")
 # a deliberate bug's kernel costs what its clean twin costs (same work, another contract)
 TWIN_OF = {"rmsnorm_late_wait": "rmsnorm", "attn_partial_len": "attn_partial",
            "rope_kv_append_row": "rope_kv_append", "argmax_next_float": "argmax_next"}
+# a kernel a cost file predates stands in, until it is recorded, as the kernel that does its job
+# (listed in `misses`, as every stand-in): the n-gram drafter as prompt lookup
+STAND_IN_OF = {"draft_ngram": "draft_lookup"}
+# arguments a kernel reads one entry of per output, never whole: draft_ngram's table (25 MB for
+# the real model) is read once per drafted column
+SPARSE_ARGS = ("table",)
 KV_ARGS = ("k_cache", "v_cache")
 # kernels that read `context` rows of the KV cache (the others touch one row: an append)
 CONTEXT_KERNELS = ("attn_partial", "attn_partial_len", "attn_fused", "attn_fused_grid", "attn_partial_wide",
@@ -113,6 +119,10 @@ def launch_bytes(launch: Launch, context: int) -> int:
             rows = context if launch.name in CONTEXT_KERNELS else 1
             seq = b.shape[-2]
             total += min(rows, seq) * b.nbytes // seq
+        elif name in SPARSE_ARGS:
+            cols = _buffer(launch.args[names.index("cols")]) if "cols" in names else None
+            per = b.nbytes // max(1, int(np.prod(b.shape)))
+            total += per * (int(np.prod(cols.shape)) if isinstance(cols, Buffer) else 1)
         else:
             total += b.nbytes
     return total
@@ -378,7 +388,7 @@ class CostModel:
 
     def _stand_in(self, launch: Launch, key: str):
         """The recorded fit that stands in for a launch whose key was not recorded."""
-        family = TWIN_OF.get(launch.name, launch.name)
+        family = TWIN_OF.get(launch.name, STAND_IN_OF.get(launch.name, launch.name))
         # the same kernel on the same argument shapes under another grid/block (its geometry
         # changed since the recording): the recorded launch of that work, until re-recorded
         shapes = key.split(" [", 1)[1]

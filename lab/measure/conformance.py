@@ -470,14 +470,16 @@ def _table(model, data_dir, rec, loop_file, only, cost, base, reps, progress, dr
         if "break_even" in whole:                # recorded since the two texts
             rec_be = whole["break_even"]
             texts = tuple(rec_be["texts"])
+            drafters = recorded_drafters(rec_be)
 
             def simulate_even():
                 from lab.measure import spec
                 return spec.break_even(model, texts=texts, drafts=(SPEC_DRAFT,),
                                        new_tokens=rec_be["new_tokens"], reps=reps,
                                        step_reps=min(rec_be["step_reps"], 4), base=sim,
-                                       progress=progress, backend_factory=factory)
-            s_be = result(base and (*base, "break even", texts, rec_be["new_tokens"]),
+                                       progress=progress, backend_factory=factory,
+                                       drafters=drafters)
+            s_be = result(base and (*base, "break even", texts, drafters, rec_be["new_tokens"]),
                           simulate_even, rec_be)
             break_even_rows(rec_be, s_be, rows)
     if "nodes" in only:
@@ -512,29 +514,42 @@ def spec_rows(rec: dict, sim: dict, contexts, rows: list) -> None:
                         100 * (row(rec, ctx, bug)["replay_fraction"] or 0), True, "spec.json"))
 
 
+def recorded_drafters(rec: dict) -> tuple[str, ...]:
+    """The drafters (LAB_DRAFTER) of break_even's recorded rows, in their order (a row recorded
+    before the n-gram drafter names none: prompt lookup's)."""
+    return tuple(dict.fromkeys(r.get("drafter", "lookup") for r in rec["rows"])) or ("lookup",)
+
+
 def break_even_rows(rec: dict, sim: dict, rows: list) -> None:
-    """When drafting pays (spec.json's break_even), for each recorded text at k = SPEC_DRAFT:
+    """When drafting pays (spec.json's break_even), for each recorded text and drafter at k =
+    SPEC_DRAFT:
     V, the verify step's cost in one-token steps, PREDICTED from the component costs (the
     simulator's verify and one-token steps, node by node); what drafting saves per generated
     token, predicted from those costs and the simulator's own tokens per step; and E, the
     tokens per verify step, which the simulator gets by running the same model on the same
     text (its twins' tokens: the GPU's but at a near-tie). No row echoes its recording: E is
     the model's, recomputed, not a cost the simulator was given."""
-    def row(res, text):
+    def row(res, text, drafter):
         for r in res["rows"]:
-            if r["text"] == text and r["draft"] == SPEC_DRAFT:
+            if (r["text"] == text and r["draft"] == SPEC_DRAFT
+                    and r.get("drafter", "lookup") == drafter):
                 return r
-        raise LabError(f"spec.json: break_even has no row for text {text!r} at k = {SPEC_DRAFT}")
-    for text in rec["texts"]:
-        g, s = row(rec, text), row(sim, text)
-        rows.append(Row(f"spec {text}: verify step (k = {SPEC_DRAFT}) in one-token steps", "x",
-                        s["verify_step_cost"], g["verify_step_cost"], note="spec.json",
-                        gpu_sem=g["verify_step_cost_se"]))
-        rows.append(Row(f"spec {text}: draft {SPEC_DRAFT} - draft 0", "us/token",
-                        1000.0 * (s["ms_per_token"] - s["ms_per_token_one"]),
-                        1000.0 * (g["ms_per_token"] - g["ms_per_token_one"]), note="spec.json"))
-        rows.append(Row(f"spec {text}: tokens per verify step", "tokens",
-                        s["tokens_per_step"], g["tokens_per_step"], note="spec.json"))
+        raise LabError(f"spec.json: break_even has no row for text {text!r}, drafter "
+                       f"{drafter!r} at k = {SPEC_DRAFT}")
+    for drafter in recorded_drafters(rec):
+        # prompt lookup's rows keep their names (recorded before the n-gram drafter)
+        by = "" if drafter == "lookup" else f" ({drafter} drafter)"
+        for text in rec["texts"]:
+            g, s = row(rec, text, drafter), row(sim, text, drafter)
+            rows.append(Row(f"spec {text}{by}: verify step (k = {SPEC_DRAFT}) in one-token steps",
+                            "x", s["verify_step_cost"], g["verify_step_cost"], note="spec.json",
+                            gpu_sem=g["verify_step_cost_se"]))
+            rows.append(Row(f"spec {text}{by}: draft {SPEC_DRAFT} - draft 0", "us/token",
+                            1000.0 * (s["ms_per_token"] - s["ms_per_token_one"]),
+                            1000.0 * (g["ms_per_token"] - g["ms_per_token_one"]),
+                            note="spec.json"))
+            rows.append(Row(f"spec {text}{by}: tokens per verify step", "tokens",
+                            s["tokens_per_step"], g["tokens_per_step"], note="spec.json"))
 
 
 def pdl_rows(rec: dict, sim: dict, rows: list) -> None:

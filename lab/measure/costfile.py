@@ -52,9 +52,11 @@ LONG_POSITION = 1000         # where the unfused step's switches are measured ag
 ATTENTION = ("attn_partial", "attn_merge", "attn_combine", "attn_fused", "attn_fused_grid",
              "attn_partial_wide",
              "verify_partial", "draft_lookup", "step_persistent")
-# the verify steps of speculative decoding (LAB_DRAFT, LAB_DRAFT_SPLITS) the cost file covers:
-# each draft length of lab.measure.spec's curve, and its split-count sweep's verify attention
-SPEC_STEPS = ((2, 16), (4, 16), (8, 16), (4, 1), (4, 4), (4, 64))
+# the verify steps of speculative decoding (LAB_DRAFT, LAB_DRAFT_SPLITS, LAB_DRAFTER) the cost
+# file covers: each draft length of lab.measure.spec's curve, its split-count sweep's verify
+# attention, and the n-gram drafter's kernel (break_even's other drafter)
+SPEC_STEPS = ((2, 16, "lookup"), (4, 16, "lookup"), (8, 16, "lookup"), (4, 1, "lookup"),
+              (4, 4, "lookup"), (4, 64, "lookup"), (4, 16, "ngram"))
 
 
 def step_configs(base: LabConfig) -> list[LabConfig]:
@@ -157,12 +159,13 @@ def measure_spec(model, base: LabConfig, progress) -> tuple[list[dict], list[dic
     its own (a draft length is allocated, not switched): (kernel rows, switch rows). A key or
     pair already measured for another verify step is not measured again."""
     kernels, switches, seen_k, seen_s = [], [], set(), set()
-    for draft, splits in SPEC_STEPS:
-        cfg = base.replace(draft=draft, draft_splits=splits)
+    for draft, splits, drafter in SPEC_STEPS:
+        cfg = base.replace(draft=draft, draft_splits=splits, drafter=drafter)
         eng = DecodeEngine(model, cfg)
         eng.log = LaunchLog()
         eng.bind()
-        progress(f"  verify step: LAB_DRAFT={draft}, LAB_DRAFT_SPLITS={splits}")
+        progress(f"  verify step: LAB_DRAFT={draft}, LAB_DRAFT_SPLITS={splits}, "
+                 f"LAB_DRAFTER={drafter}")
         rows = measure_kernels(eng, [cfg], progress, seen_k)
         kernels += rows
         switches += measure_switches(eng, [cfg], kernels, progress, seen_s)

@@ -78,15 +78,16 @@ def oracle_margin(model, ids, position: int) -> float:
 
 def same_tokens(model, draft: int, prompts=STANDARD_PROMPTS, tokens: int = 256,
                 base: LabConfig | None = None, tie_margin: float = TIE_MARGIN,
-                splits: int | None = None) -> dict:
+                splits: int | None = None, drafter: str = "lookup") -> dict:
     """Greedy ids of LAB_DRAFT=`draft` (its verify attention at `splits`, LAB_DRAFT_SPLITS;
-    None: `base`'s) against LAB_DRAFT=0 (both on `base`'s backend, graphs on) for each prompt:
-    identical, or where they part with the oracle's margin there (ok when below `tie_margin`).
-    Also each drafting run's counts (verify steps, tokens per step)."""
+    None: `base`'s; its drafter `drafter`, LAB_DRAFTER) against LAB_DRAFT=0 (both on `base`'s
+    backend, graphs on) for each prompt: identical, or where they part with the oracle's
+    margin there (ok when below `tie_margin`). Also each drafting run's counts (verify steps,
+    tokens per step)."""
     base = base or LabConfig()
-    one = DecodeEngine(model, base.replace(draft=0))
-    spec = DecodeEngine(model, base.replace(draft=draft, **({"draft_splits": splits} if splits
-                                                            else {})))
+    one = DecodeEngine(model, base.replace(draft=0, drafter="lookup"))
+    spec = DecodeEngine(model, base.replace(draft=draft, drafter=drafter,
+                                            **({"draft_splits": splits} if splits else {})))
     rows = []
     for prompt in prompts:
         a = one.generate(prompt, tokens)
@@ -104,7 +105,8 @@ def same_tokens(model, draft: int, prompts=STANDARD_PROMPTS, tokens: int = 256,
                                        "oracle_margin": margin, "near_tie": margin < tie_margin}
             row["ok"] = margin < tie_margin
         rows.append(row)
-    return {"what": f"greedy ids, LAB_DRAFT={draft} against LAB_DRAFT=0", "draft": draft,
+    return {"what": f"greedy ids, LAB_DRAFT={draft} (LAB_DRAFTER={drafter}) against LAB_DRAFT=0",
+            "draft": draft, "drafter": drafter,
             "tokens": tokens, "tie_margin": tie_margin, "source": one.describe(),
             "prompts": rows, "ok": all(r["ok"] for r in rows)}
 
@@ -150,15 +152,18 @@ def _timed(eng, start: int, new_tokens: int) -> tuple[float, dict, dict]:
 
 def curve(model, drafts=(0, 2, 4, 8), contexts=(64, 900), new_tokens: int = 64, reps: int = 3,
           base: LabConfig | None = None, bug: int | None = 4, splits: int | None = None,
-          progress=None, backend_factory=None) -> dict:
+          progress=None, backend_factory=None, drafter: str = "lookup") -> dict:
     """ms per generated token and tokens per verify step for each draft length at each context,
-    arms interleaved rep by rep (one engine per arm, the same corpus prompt). `bug`: also
-    LAB_BUG_SPEC_KEY with that draft length (None: not), whose replay share the ledger shows."""
+    arms interleaved rep by rep (one engine per arm, the same corpus prompt; the drafting arms'
+    drafter `drafter`, LAB_DRAFTER). `bug`: also LAB_BUG_SPEC_KEY with that draft length (None:
+    not), whose replay share the ledger shows."""
     base = base or LabConfig()
-    arms = {f"draft {k}": base.replace(draft=k, **({"draft_splits": splits} if splits and k else {}))
-            for k in drafts}
+    arms = {f"draft {k}": (base.replace(draft=k, drafter=drafter,
+                                        **({"draft_splits": splits} if splits else {}))
+                           if k else base.replace(draft=0)) for k in drafts}
     if bug:
-        arms[f"draft {bug} + LAB_BUG_SPEC_KEY"] = base.replace(draft=bug, bugs={"spec_key"})
+        arms[f"draft {bug} + LAB_BUG_SPEC_KEY"] = base.replace(draft=bug, drafter=drafter,
+                                                               bugs={"spec_key"})
     rows, source = [], None
     bar = _bar(progress, len(contexts) * reps * len(arms), "spec curve")
     for ctx in contexts:
@@ -307,11 +312,19 @@ def _mean_se(xs) -> tuple[float, float]:
                                   else float("nan"))
 
 
+DRAFTERS = ("lookup", "ngram")     # LAB_DRAFTER's values (kernels/draft.py)
+
+
+def _arm(drafter: str, k: int) -> str:
+    return f"draft {k}" if drafter == "lookup" else f"draft {k} {drafter}"
+
+
 def break_even(model, texts=tuple(TEXTS), drafts=(2, 4, 8), new_tokens: int = 64, reps: int = 5,
                step_reps: int = 16, base: LabConfig | None = None, progress=None,
-               backend_factory=None) -> dict:
-    """For each text of TEXTS and each k of `drafts`: E, V, ms per generated token against
-    LAB_DRAFT=0, and the break-even line E = V (see the module's docstring).
+               backend_factory=None, drafters=DRAFTERS) -> dict:
+    """For each text of TEXTS, each drafter of `drafters` (LAB_DRAFTER) and each k of `drafts`:
+    E, V, ms per generated token against LAB_DRAFT=0, and the break-even line E = V (see the
+    module's docstring).
 
     One engine per arm (draft 0 and each k), at the end of the text's prompt (`_engines`: the
     drafting arms ingest it, draft 0 seeks). Each rep, interleaved arm by arm: `new_tokens`
@@ -320,8 +333,13 @@ def break_even(model, texts=tuple(TEXTS), drafts=(2, 4, 8), new_tokens: int = 64
     E = tokens generated / verify steps (the device's counts over the reps); V = a verify
     step's seconds over a one-token step's, per rep (the mean and its standard error over the
     reps); speed-up = draft 0's ms per token over draft k's, and E / V its prediction."""
-    base = base or LabConfig()
-    arms = {f"draft {k}": base.replace(draft=k) for k in (0, *drafts)}
+    base = (base or LabConfig()).replace(draft=0, drafter="lookup")
+    unknown = [d for d in drafters if d not in DRAFTERS]
+    if unknown or not drafters:
+        raise LabError(f"break_even: drafters {list(drafters)!r}: give one or more of "
+                       f"{', '.join(DRAFTERS)}")
+    arms = {"draft 0": base, **{_arm(d, k): base.replace(draft=k, drafter=d)
+                                for d in drafters for k in drafts}}
     bar = _bar(progress, len(texts) * reps * len(arms), "break even")
     out, source = [], None
     for name in texts:
@@ -342,8 +360,8 @@ def break_even(model, texts=tuple(TEXTS), drafts=(2, 4, 8), new_tokens: int = 64
                     bar.update(1)
         one_ms = [1e3 * r[0] / new_tokens for r in runs["draft 0"]]
         ms0, se0 = _mean_se(one_ms)
-        for k in drafts:
-            a = f"draft {k}"
+        for d, k in ((d, k) for d in drafters for k in drafts):
+            a = _arm(d, k)
             made = sum(r[1]["tokens generated"] for r in runs[a])
             verify = sum(r[1]["verify steps"] for r in runs[a])
             E = made / verify if verify else float("nan")
@@ -351,7 +369,7 @@ def break_even(model, texts=tuple(TEXTS), drafts=(2, 4, 8), new_tokens: int = 64
             ms = [1e3 * r[0] / new_tokens for r in runs[a]]
             msk, sek = _mean_se(ms)
             out.append({
-                "text": name, "draft": k, "tokens_per_step": E, "verify_steps": verify,
+                "text": name, "drafter": d, "draft": k, "tokens_per_step": E, "verify_steps": verify,
                 "verify_step_cost": V, "verify_step_cost_se": V_se,
                 "verify_step_us": 1e6 * statistics.fmean(steps[a]),
                 "one_step_us": 1e6 * statistics.fmean(steps["draft 0"]),
@@ -374,10 +392,11 @@ def break_even(model, texts=tuple(TEXTS), drafts=(2, 4, 8), new_tokens: int = 64
 
 def format_break_even(res: dict) -> str:
     """One row per (text, k): E, V, the speed-up measured and predicted, and the verdict."""
-    lines = [f"{'text':<10} {'k':>2} {'E tok/step':>10} {'V steps':>8} {'± se':>6} "
+    lines = [f"{'text':<10} {'drafter':<7} {'k':>2} {'E tok/step':>10} {'V steps':>8} {'± se':>6} "
              f"{'ms/tok k':>9} {'ms/tok 0':>9} {'speed-up':>8} {'E/V':>6}  verdict"]
     for r in res["rows"]:
-        lines.append(f"{r['text']:<10} {r['draft']:>2} {r['tokens_per_step']:>10.2f} "
+        lines.append(f"{r['text']:<10} {r.get('drafter', 'lookup'):<7} {r['draft']:>2} "
+                     f"{r['tokens_per_step']:>10.2f} "
                      f"{r['verify_step_cost']:>8.2f} {r['verify_step_cost_se']:>6.2f} "
                      f"{r['ms_per_token']:>9.4f} {r['ms_per_token_one']:>9.4f} "
                      f"{r['speedup']:>8.2f} {r['predicted_speedup']:>6.2f}  "

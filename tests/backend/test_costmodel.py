@@ -93,6 +93,26 @@ def test_unmeasured_launches_take_their_twin_or_the_floor_and_are_listed(model):
     assert cost_key(late) in cost.misses
 
 
+def test_the_ngram_drafter_stands_in_as_prompt_lookup_until_recorded_and_reads_a_few_bytes(
+        model):
+    """draft_ngram, under a cost file without its rows, costs a recorded draft_lookup launch
+    (the kernel that does its job) and is listed as a miss; its bytes count one table entry
+    per column, not the table (25 MB), so a recorded row of it cannot skew the bandwidth fit."""
+    whole = CostModel.load()
+    cost = whole.replace(kernels={k: f for k, f in whole.kernels.items()
+                                  if not k.startswith("draft_ngram ")})
+    eng = DecodeEngine(model, SIM.replace(graph=False, draft=4, drafter="ngram"))
+    ngram = eng.step_launches(eng.plan(64))[0]
+    assert ngram.name == "draft_ngram"
+    lookups = [f for k, f in cost.kernels.items() if k.startswith("draft_lookup ")]
+    assert lookups and cost._fit_for(ngram) in lookups
+    assert cost.misses == {cost_key(ngram)}
+    table = eng.devices[0].draft.table
+    assert table.nbytes > 20e6
+    others = sum(b.nbytes for n, b in zip(ngram.kernel.arg_names, ngram.args) if n != "table")
+    assert launch_bytes(ngram, 65) == others + 5          # T = 5 columns, one byte each
+
+
 def test_a_launch_whose_geometry_changed_takes_the_same_work_recorded_and_is_listed(model):
     """A kernel relaunched with another grid/block on the SAME argument shapes (its geometry
     changed since the recording) costs what that work was recorded at, and is listed as a miss

@@ -295,8 +295,27 @@ def test_break_even_rows_predict_v_and_the_saving_and_check_e_per_text():
     assert rows[0].gpu == pytest.approx(1.30) and rows[0].sim == pytest.approx(1.25)
     assert rows[1].gpu == pytest.approx(-40.0) and all(r.ok for r in rows)
     assert not any(r.consistency for r in rows)
-    with pytest.raises(LabError, match="no row for text 'prose'"):
+    with pytest.raises(LabError, match="no row for text 'prose', drafter 'lookup'"):
         conformance.break_even_rows({"texts": {"prose": {}}, "rows": []}, even(1, 1, 1, 1), [])
+    # a recording with both drafters: prompt lookup's rows keep their names, the n-gram
+    # drafter's are named; each recorded row is matched with the simulation's of its drafter
+    def both(v, e_ngram):
+        res = even(v, 1.6, 0.05, 0.08)
+        res["rows"] += [{**r, "drafter": "ngram", "tokens_per_step": e_ngram}
+                        for r in even(v, e_ngram, 0.04, 0.08)["rows"]]
+        return res
+    assert conformance.recorded_drafters(both(1.3, 2.7)) == ("lookup", "ngram")
+    assert conformance.recorded_drafters(even(1, 1, 1, 1)) == ("lookup",)
+    rows = []
+    conformance.break_even_rows(both(1.3, 2.7), both(1.3, 2.2), rows)
+    assert len(rows) == 12 and rows[6].lesson == (
+        "spec repeating (ngram drafter): verify step (k = 4) in one-token steps")
+    e = {r.lesson: r for r in rows if "tokens per verify step" in r.lesson}
+    assert e["spec prose (ngram drafter): tokens per verify step"].gpu == pytest.approx(2.7)
+    assert e["spec prose (ngram drafter): tokens per verify step"].sim == pytest.approx(2.2)
+    assert e["spec prose: tokens per verify step"].gpu == pytest.approx(1.6)
+    with pytest.raises(LabError, match="drafter 'ngram'"):
+        conformance.break_even_rows(both(1.3, 2.7), even(1, 1, 1, 1), [])
 
 
 # ---- the megakernel's row: its graph step predicted from parts measured apart ------------------

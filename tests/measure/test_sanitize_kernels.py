@@ -67,11 +67,16 @@ def test_the_check_is_registered_for_the_gpu_and_refused_on_the_simulator(tmp_pa
     assert not (tmp_path / "sanitize_kernels.log").exists()
 
 
-def test_every_tool_runs_on_both_toggles():
+def test_every_tool_runs_on_every_toggle():
     pieces = set(checks.SANITIZE_PIECES)
     for tool in ("memcheck", "racecheck", "synccheck"):
-        for toggle in ("LAB_PERSISTENT=1", "LAB_DRAFT=4"):
+        for toggle in ("LAB_PERSISTENT=1", "LAB_DRAFT=4", "LAB_DRAFT=4 LAB_DRAFTER=ngram"):
             assert (tool, toggle, "graph") in pieces
+    # each toggle set pins every toggle that picks the step, so an inherited one cannot
+    for env in checks.SANITIZE_TOGGLES.values():
+        assert set(env) == {"LAB_PERSISTENT", "LAB_DRAFT", "LAB_DRAFTER"}
+        from lab.config import from_env
+        from_env(env)                      # a combination LabConfig takes
     argv = checks._sanitize_argv("compute-sanitizer", "racecheck", "eager")
     assert argv[:5] == ["compute-sanitizer", "--tool", "racecheck", "--report-api-errors", "no"]
     assert argv[-1] == "--eager" and "generate" in argv

@@ -7,8 +7,8 @@ output a file of the recording:
   handson_gpu   `pytest -m gpu -k reference` on the hands-on exercises: each reference solution
                 checked on the GPU in a child process of its own: handson_gpu.log
   sanitize_kernels  compute-sanitizer's memcheck, racecheck and synccheck on short decodes of
-                the megakernel (LAB_PERSISTENT=1) and of drafting's verify step (LAB_DRAFT=4),
-                a process each (SANITIZE_PIECES): sanitize_kernels.log, each piece's whole output
+                the megakernel (LAB_PERSISTENT=1) and of drafting's verify step (LAB_DRAFT=4,
+                with each drafter, LAB_DRAFTER), a process each (SANITIZE_PIECES): sanitize_kernels.log, each piece's whole output
                 under sanitize_kernels/, and a table (sanitize_table) of every piece's exit
                 status and error count
 Each is stopped after its limit (exit 124 in the log), and a failure fails the experiment.
@@ -97,9 +97,12 @@ SANITIZE_BACKEND = "cuda"    # "sim": a dry run of the experiment's logic (no sa
 # LAB_* would otherwise pick another step): the megakernel (kernels/persistent.py
 # step_persistent), and drafting's verify step (kernels/verify.py's column kernels, matmat
 # among them; kernels/verify_attention.py's verify_partial and verify_merge; kernels/draft.py's
-# draft_lookup and accept)
-SANITIZE_TOGGLES = {"LAB_PERSISTENT=1": {"LAB_PERSISTENT": "1", "LAB_DRAFT": "0"},
-                    "LAB_DRAFT=4": {"LAB_DRAFT": "4", "LAB_PERSISTENT": "0"}}
+# draft_lookup and accept), and the n-gram drafter (kernels/draft.py's draft_ngram)
+SANITIZE_TOGGLES = {
+    "LAB_PERSISTENT=1": {"LAB_PERSISTENT": "1", "LAB_DRAFT": "0", "LAB_DRAFTER": "lookup"},
+    "LAB_DRAFT=4": {"LAB_DRAFT": "4", "LAB_PERSISTENT": "0", "LAB_DRAFTER": "lookup"},
+    "LAB_DRAFT=4 LAB_DRAFTER=ngram": {"LAB_DRAFT": "4", "LAB_PERSISTENT": "0",
+                                      "LAB_DRAFTER": "ngram"}}
 # (tool, toggle, mode): every tool on the captured step (graph replays, generate's default);
 # memcheck on the eager step too (the same kernels, launched one by one: a fault named at its
 # launch). racecheck sees shared memory only; synccheck, barriers a block does not all reach
@@ -158,8 +161,8 @@ def _sanitize_argv(sanitizer: str, tool: str, mode: str) -> list[str]:
 
 @experiment("sanitize_kernels", files=("sanitize_kernels.log",), priority=6, backends=("cuda",),
             check=True, doc="the megakernel (LAB_PERSISTENT=1) and drafting's verify step "
-                            "(LAB_DRAFT=4) under compute-sanitizer memcheck, racecheck and "
-                            "synccheck, a short decode each")
+                            "(LAB_DRAFT=4, each drafter) under compute-sanitizer memcheck, "
+                            "racecheck and synccheck, a short decode each")
 def sanitize_kernels(ctx) -> None:
     sanitizer = shutil.which("compute-sanitizer")
     if sanitizer is None:

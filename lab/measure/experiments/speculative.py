@@ -4,11 +4,13 @@
   curve         ms per generated token, tokens per verify step and the replay share for the
                 draft lengths DRAFTS and LAB_BUG_SPEC_KEY (draft BUG_DRAFT) at CONTEXTS
   splits        the verify attention's split count against its workspace at CONTEXTS
-  break_even    on the two fixed texts (lab.measure.spec.TEXTS, their corpus offsets recorded):
-                E (tokens per verify step), V (a verify step in one-token steps), ms per
-                generated token of each k against LAB_DRAFT=0, drafting pays where E > V
+  same_tokens_ngram  the same with the n-gram drafter (LAB_DRAFTER=ngram)
+  break_even    on the two fixed texts (lab.measure.spec.TEXTS, their corpus offsets recorded),
+                for each drafter (prompt lookup, the n-gram table): E (tokens per verify
+                step), V (a verify step in one-token steps), ms per generated token of each k
+                against LAB_DRAFT=0, drafting pays where E > V
 Conformance re-runs the curve's draft 0 and draft BUG_DRAFT arms, and break_even's k =
-BUG_DRAFT on both texts, on the simulator. Every field conformance reads is checked against
+BUG_DRAFT on both texts with each recorded drafter, on the simulator. Every field conformance reads is checked against
 lab/schema.py's SPEC first.
 """
 from __future__ import annotations
@@ -38,10 +40,15 @@ def record(ctx) -> None:
     ctx.progress(f"same tokens: LAB_DRAFT={BUG_DRAFT} vs 0, standard prompts x "
                  f"{p['prompt_tokens']}")
     same = spec.same_tokens(model, BUG_DRAFT, tokens=p["prompt_tokens"], base=base)
-    for r in same["prompts"]:
-        d = r["first_divergence"]
-        ctx.progress(f"  {r['prompt']!r}: {'identical' if r['identical'] else d}; "
-                     f"{r['draft_stats']['tokens per step']:.2f} tokens per verify step")
+    # the n-gram drafter (LAB_DRAFTER=ngram): the same tokens, drafted otherwise
+    same_ngram = spec.same_tokens(model, BUG_DRAFT, tokens=p["prompt_tokens"], base=base,
+                                  drafter="ngram")
+    for res in (same, same_ngram):
+        for r in res["prompts"]:
+            d = r["first_divergence"]
+            ctx.progress(f"  {res['drafter']:<6} {r['prompt']!r}: "
+                         f"{'identical' if r['identical'] else d}; "
+                         f"{r['draft_stats']['tokens per step']:.2f} tokens per verify step")
     ctx.progress(f"curve: k = {DRAFTS} + the bug, contexts {p['contexts']}, {p['reps']} reps")
     curve = spec.curve(model, drafts=DRAFTS, contexts=p["contexts"], new_tokens=p["tokens"],
                        reps=p["reps"], base=base, bug=BUG_DRAFT, progress=False)
@@ -58,13 +65,14 @@ def record(ctx) -> None:
     ctx.progress(spec.format_break_even(even))
     res = {"what": "speculative decoding (LAB_DRAFT): same tokens, the curve against context, "
                    "the verify attention's split count, when drafting pays on two fixed texts",
-           "same_tokens": same, "curve": curve, "splits": splits, "break_even": even,
+           "same_tokens": same, "same_tokens_ngram": same_ngram, "curve": curve, "splits": splits, "break_even": even,
            "source": curve["source"],
            "versions": versions(DecodeEngine(model, base, warm_up=False).backend),
            "date": now(), "recorded_by": "decode-lab record spec"}
     from lab import schema
     schema.check(res, schema.SPEC, "spec.json")   # what conformance will read, before it is written
     ctx.write_json("spec.json", res)
-    if not same["ok"]:
-        raise LabError("FAIL: LAB_DRAFT=4 parted from LAB_DRAFT=0 away from a near-tie "
-                       "(same_tokens in spec.json)")
+    for key, res in (("same_tokens", same), ("same_tokens_ngram", same_ngram)):
+        if not res["ok"]:
+            raise LabError(f"FAIL: LAB_DRAFT={BUG_DRAFT} (LAB_DRAFTER={res['drafter']}) parted "
+                           f"from LAB_DRAFT=0 away from a near-tie ({key} in spec.json)")
