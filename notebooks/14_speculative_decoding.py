@@ -543,16 +543,23 @@ show(spec.format_break_even(even))
 
 # %%
 def plot_even(res, label):
-    """V against E per text and k, with the break-even line E = V: below it drafting pays."""
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    for name, marker in zip(res["texts"], "os"):
-        rows = [r for r in res["rows"] if r["text"] == name]
-        ax.errorbar([r["tokens_per_step"] for r in rows], [r["verify_step_cost"] for r in rows],
-                    [r["verify_step_cost_se"] for r in rows], fmt=marker, label=name)
-        for r in rows:
-            ax.annotate(f"k={r['draft']}: E/V {r['predicted_speedup']:.2f}",
-                        (r["tokens_per_step"], r["verify_step_cost"]), fontsize=7,
-                        xytext=(4, -3), textcoords="offset points")
+    """V against E per text, drafter and k, with the break-even line E = V: below it drafting
+    pays. Filled markers: prompt lookup; hollow: the n-gram table (a recording made before it
+    has only the filled ones)."""
+    fig, ax = plt.subplots(figsize=(5.6, 3.9))
+    drafters = list(dict.fromkeys(r.get("drafter", "lookup") for r in res["rows"]))
+    for (name, marker), color in zip(zip(res["texts"], "os"), ("tab:blue", "tab:orange")):
+        for d in drafters:
+            rows = [r for r in res["rows"]
+                    if r["text"] == name and r.get("drafter", "lookup") == d]
+            ax.errorbar([r["tokens_per_step"] for r in rows],
+                        [r["verify_step_cost"] for r in rows],
+                        [r["verify_step_cost_se"] for r in rows], fmt=marker, color=color,
+                        mfc=color if d == "lookup" else "none", label=f"{name}, {d}")
+            for r in rows:
+                ax.annotate(f"k={r['draft']}: E/V {r['predicted_speedup']:.2f}",
+                            (r["tokens_per_step"], r["verify_step_cost"]), fontsize=6,
+                            xytext=(4, -3), textcoords="offset points")
     top = max(max(r["verify_step_cost"], r["tokens_per_step"]) for r in res["rows"]) * 1.15
     ax.plot([1, top], [1, top], "k--", lw=1, label="break-even E = V")
     ax.fill_between([1, top], [1, 1], [1, top], color="tab:green", alpha=0.08)
@@ -579,30 +586,85 @@ show(f"the model writes {reach['generated']!r}\nthe repeat is   {reach['copy']!r
      f"they agree for {reach['reach']} of {reach['tokens']} characters ({reach['source']})")
 
 # %% [markdown]
-# Each point is one (text, k); the shaded side of the line is where a verify step yields more
-# tokens than it costs. On the simulator, V comes from the recorded component costs (and their
-# stand-ins), E from the model itself, which is why E is the GPU's too (ties aside) and V is only
-# as good as the costs behind it. The printed E says how far prompt lookup gets with this model
-# on each text: a passage the prompt holds verbatim is accepted only as far as the model's own
-# greedy choice agrees with the copy. The same measurement on the H200, when the recording has it
-# (`decode-lab record spec` writes `break_even` into `data/gpu/spec.json`):
+# ### A drafter that predicts the model, not the text
+# The model does not copy, so the copy is the wrong thing to draft. What does it write? Text
+# like its training corpus: after "ROMEO" comes ".", after " th" comes "e", mostly. The second
+# drafter (`LAB_DRAFTER=ngram`, `kernels/draft.py`'s `draft_ngram`) asks a table built once
+# from the corpus (`lab.engine.draft.corpus_table`): for every context of the last 4 tokens,
+# the token the corpus most often writes next (a context the corpus never holds backs off to
+# its last 3, 2, 1 tokens). Each draft joins the context of the next, so k drafts are k
+# lookups in a row, one thread, no scan. The table is an input of the kernel, uploaded with the
+# verify step's buffers; at this model's 71 characters it is 71^4 bytes (25 MB), of which a step
+# reads k.
+#
+# The two drafters on the repeating prompt, beside the model's own continuation (the float64
+# oracle's, as above):
+
+# %%
+from lab.engine.draft import corpus_table
+
+table = corpus_table(model.cfg.vocab)
+prompt = spec.text_prompt(model, "repeating")
+ids = tok.encode(prompt)
+buf = np.zeros(model.cfg.max_seq, np.int32)
+buf[:ids.size] = ids
+one = lambda v: np.array([v], np.int32)
+look = np.zeros(9, np.int32)
+draft.draft_lookup_twin(draft.DRAFT_GRID, draft.DRAFT_BLOCK, buf, one(ids.size - 1),
+                        one(ids.size), one(model.cfg.max_seq - 1), look)
+gram = draft.ngram_drafts(buf, ids.size - 1, ids.size, model.cfg.max_seq - 1, table, 9)
+show(f"table {table.shape} {table.dtype}, {table.nbytes / 1e6:.1f} MB\n"
+     f"the prompt ends     ...{prompt[-24:]!r}\n"
+     f"the model writes    {reach['generated'][:8]!r}\n"
+     f"prompt lookup says  {tok.decode(look[1:])!r}\n"
+     f"the n-gram table    {tok.decode(gram[1:])!r}")
+
+# %% [markdown]
+# Drafting never changes the tokens, whichever drafter (the verify step keeps only what the
+# model's argmax agrees with): only E, and through it the speed. The break-even measurement
+# above ran both; E per drafter at k = 4, from the same run:
+
+# %%
+for name in even["texts"]:
+    e = {r["drafter"]: r["tokens_per_step"] for r in even["rows"]
+         if r["text"] == name and r["draft"] == 4}
+    show(f"{name:<10} E at k = 4: prompt lookup {e['lookup']:.2f}, n-gram table {e['ngram']:.2f} "
+         f"tokens a verify step (simulated: the model's own tokens)")
+
+# %% [markdown]
+# Each point of the plot is one (text, drafter, k); the shaded side of the line is where a verify
+# step yields more tokens than it costs. On the simulator, V comes from the recorded component
+# costs (and their stand-ins), E from the model itself, which is why E is the GPU's too (ties
+# aside) and V is only as good as the costs behind it. The same measurement on the H200, when the
+# recording has it (`decode-lab record spec` writes `break_even` into `data/gpu/spec.json`):
 
 # %%
 if rec is None or "break_even" not in rec:
     print("data/gpu/spec.json has no break_even yet: run decode-lab record spec on a GPU")
 else:
     show(spec.format_break_even(rec["break_even"]))
+    rows = rec["break_even"]["rows"]
+    for name in rec["break_even"]["texts"]:
+        best = {}
+        for r in rows:
+            d = r.get("drafter", "lookup")
+            if r["text"] == name and r["speedup"] > best.get(d, {"speedup": 0})["speedup"]:
+                best[d] = r
+        show(f"{name:<10} " + "; ".join(
+            f"{d}: best k = {r['draft']}, E {r['tokens_per_step']:.2f}, V "
+            f"{r['verify_step_cost']:.2f}, {r['speedup']:.2f}x measured ({r['predicted_speedup']:.2f}"
+            f" by E / V)" for d, r in best.items()))
     plot_even(rec["break_even"], report.source_label(rec["break_even"]["source"]))
 
 # %% [markdown]
-# On the H200 the verify step itself is cheap: V, a k = 4 verify step timed back to back against
-# a one-token step, is about 1.35 (the V column). What keeps drafting from paying is E: on the
-# repeating text the model parts from the copy within a few characters (the oracle's line
-# above), so even where prompt lookup drafts the right continuation the verify step keeps the
-# model's own token, and E stays near 1.6. Where E / V is barely above 1 the measured speed-up can
-# still fall below it: V times the step alone, while each drafting round also waits for the
-# host's read of the device position (`decode-lab conformance` records that per-round cost as a
-# finding). Drafting pays well only where the model's own text repeats what it has seen.
+# Read the plot and the lines above it as the lecture's rule says: the verify step itself is
+# cheap (V, a verify step timed back to back against a one-token step), so what decides is E.
+# Prompt lookup's E is capped by how far the model copies the text (the oracle's line above);
+# the n-gram table's is not, because it drafts what the model tends to write, copy or not. Where E / V is barely
+# above 1 the measured speed-up can still fall below it: V times the step alone, while each
+# drafting round also waits for the host's read of the device position (`decode-lab
+# conformance` records that per-round cost where it shows). A drafter pays as far as it predicts
+# the model: that is the whole of speculative decoding's bargain, whatever drafts.
 
 # %% [markdown]
 # ## 7. Case study 004 on the lab's own ground: `LAB_BUG_SPEC_KEY`
@@ -701,7 +763,9 @@ show(f"NOT MEANINGFUL: {bench.replay_gate([summary])}")
 # benchmark to show.
 #
 # ## What you should now be able to do
-# - Say what prompt lookup drafts from a text, and when it falls back to repeating the token.
+# - Say what prompt lookup drafts from a text, and when it falls back to repeating the token;
+#   say why a drafter that predicts the model (an n-gram table of its corpus) beats one that
+#   predicts the text when the model does not copy.
 # - Describe the verify step (42 launches against 37, the split-K attention over the cache with
 #   a fixed NSPLIT plus the causal block, then the merge) and why the split count must be fixed
 #   when the position lives on the device: one graph for the whole generation.
