@@ -132,21 +132,26 @@ def strip_after_attempt(nb):
 
 def stable_outputs(nb) -> list[tuple[int, str]]:
     """(cell index, text) of every text output of every code cell not tagged `volatile` or
-    `after-attempt`, lines of progress bars left out."""
+    `after-attempt`, lines of progress bars left out. A cell's stdout is one text and its
+    stderr another, whatever chunks they arrived in: how a stream is cut where the other
+    stream's writes (a progress bar's) fall between its own is timing, not content."""
     out = []
     for i, cell in enumerate(merge_streams(nb).cells):
         if cell.cell_type != "code" or _tagged(cell, VOLATILE) or _tagged(cell, AFTER_ATTEMPT):
             continue
+        streams: dict[str, str] = {}
+        rest = []
         for o in cell.get("outputs", []):
             if o.get("output_type") == "stream":
-                text = "".join(o.get("text", ""))
+                name = o.get("name", "stdout")
+                streams[name] = streams.get(name, "") + "".join(o.get("text", ""))
             elif o.get("output_type") in ("execute_result", "display_data"):
-                text = "".join(o.get("data", {}).get("text/plain", ""))
+                rest.append("".join(o.get("data", {}).get("text/plain", "")))
             elif o.get("output_type") == "error":
-                text = f"{o.get('ename')}: {o.get('evalue')}"
-            else:
-                continue
-            text = "\n".join(line for line in text.splitlines() if not VOLATILE_LINE.search(line))
+                rest.append(f"{o.get('ename')}: {o.get('evalue')}")
+        for text in [streams[k] for k in sorted(streams)] + rest:
+            text = "\n".join(line for line in text.replace("\r", "\n").splitlines()
+                             if line.strip() and not VOLATILE_LINE.search(line))
             if text:
                 out.append((i, text))
     return out

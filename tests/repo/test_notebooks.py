@@ -219,3 +219,14 @@ def test_stable_outputs_see_a_stale_output_and_ignore_chunking_and_progress():
     c.outputs[i:i + 1] = [{**out, "text": text[:half]}, {**out, "text": text[half:]},
                           {**out, "text": " 40%|####  | 4/10 [00:01<00:02, 3.1it/s]\n"}]
     assert stable_outputs(chunked) == base
+    # a progress bar on stderr, its closing newline falling between two chunks of stdout (where
+    # it falls is timing): the same stdout
+    bar = {"output_type": "stream", "name": "stderr"}
+    crossed = copy.deepcopy(nb)
+    c = next(c for c in crossed.cells if c.id == cell.id)
+    c.outputs[i:i + 1] = [{**out, "text": text[:half]},
+                          {**bar, "text": "\rcheck 0/8 launches [00:00<?]\rcheck 8/8 launches [00:00<00:00]"},
+                          {**bar, "text": "\n"}, {**out, "text": text[half:]}]
+    assert stable_outputs(crossed) == base
+    c.outputs[i:i + 1] = [{**out, "text": text[:half] + "x"}, {**out, "text": text[half:]}]
+    assert stable_outputs(crossed) != base
