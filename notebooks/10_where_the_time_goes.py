@@ -487,12 +487,11 @@ show(f"source: data/gpu/fused_tails.json, {tails['source']}, {tails['date']}")
 #   over the limit too, by less (section 1's table against the floor).
 # - **Against torch.compile.** Missed at both contexts, by more at 900: between the two
 #   contexts the best arm grows by its attention nodes (section 5's second table), while
-#   torch.compile's time stays about where it was. Neither verdict is firm in this recording:
-#   torch.compile's reps spread widely (the spread under the table), so the ratio carries a wide
-#   error. Against its mean the best arm is over 0.4 by less than one of the ratio's standard
-#   errors at context 64, and by more at 900 (the distance in standard errors is printed under
-#   the table); against its slowest rep it would be below 0.4 at both contexts, against its
-#   fastest above 0.5 at both. The next subsection times torch.compile over 15 reps.
+#   torch.compile's time stays about where it was. How firm each verdict is, the lines under the
+#   table say: torch.compile's reps can spread widely, so the ratio carries an error (its
+#   standard error, and its distance from 0.4 counted in them), and the ratio against
+#   torch.compile's slowest and its fastest rep shows how far the verdict could move with the
+#   reference alone. The next subsection times torch.compile over 15 reps.
 # A missed target is a measurement, not a failure of the method: each row names the next thing
 # to work on.
 

@@ -1,8 +1,8 @@
 """Behaviour held still while the house is rebuilt: every arm's tokens, logits bytes, ledger and
 launch bill, and the simulator's clock, equal to a recorded set (tests/data/behaviour.json).
 
-The record was made by this module's `observe()` (`python -m tests.test_behaviour --record`) and
-is rewritten only when a change is MEANT to change what an arm computes or what the simulator
+The record was made by this module's `observe()` (`python tests/engine/test_behaviour.py
+--record`) and is rewritten only when a change is MEANT to change what an arm computes or what the simulator
 predicts: a refactor must leave every field equal, bit for bit. The simulator's clock
 (`seconds`) follows the cost file, data/gpu/kernel_costs.json: a new recording moves it, and
 only it.
