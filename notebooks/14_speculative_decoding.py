@@ -557,15 +557,17 @@ def plot_even(res, label):
                         [r["verify_step_cost_se"] for r in rows], fmt=marker, color=color,
                         mfc=color if d == "lookup" else "none", label=f"{name}, {d}")
             for r in rows:
-                ax.annotate(f"k={r['draft']}: E/V {r['predicted_speedup']:.2f}",
-                            (r["tokens_per_step"], r["verify_step_cost"]), fontsize=6,
-                            xytext=(4, -3), textcoords="offset points")
-    top = max(max(r["verify_step_cost"], r["tokens_per_step"]) for r in res["rows"]) * 1.15
-    ax.plot([1, top], [1, top], "k--", lw=1, label="break-even E = V")
-    ax.fill_between([1, top], [1, 1], [1, top], color="tab:green", alpha=0.08)
-    ax.set_xlabel("E: tokens per verify step (measured acceptance)")
+                ax.annotate(f"{r['draft']}", (r["tokens_per_step"], r["verify_step_cost"]),
+                            fontsize=7, xytext=(0, 5 if d == "lookup" else -10),
+                            textcoords="offset points", ha="center")
+    right = max(max(r["verify_step_cost"], r["tokens_per_step"]) for r in res["rows"]) * 1.1
+    top = max(r["verify_step_cost"] for r in res["rows"]) * 1.3
+    ax.plot([1, right], [1, right], "k--", lw=1, label="break-even E = V")
+    ax.plot([1.5, right], [1, right / 1.5], ":", color="gray", lw=1, label="E / V = 1.5")
+    ax.fill_between([1, right], [1, 1], [1, right], color="tab:green", alpha=0.08)
+    ax.set_xlabel("E: tokens per verify step (measured acceptance); numbers: k")
     ax.set_ylabel("V: verify step / one-token step")
-    ax.set_xlim(0.9, top)
+    ax.set_xlim(0.9, right)
     ax.set_ylim(0.9, top)
     ax.legend(fontsize=8)
     ax.set_title(f"when drafting pays (below the line) [{label}]", fontsize=9)
