@@ -302,11 +302,12 @@ def _i32(*v):
 
 
 def check_drafts(S):
-    """draft_lookup on hand-made texts (integer outputs: exact against the twin) and accept on
-    hand-made verdicts. The texts: a periodic continuation, the latest of several matches, a
-    3-gram beating a later 1-gram, the fallback, p = 0, prompt-forced columns, the limit, and a
-    match past the first stride of the 128 threads (kernels/draft.py's CASES, then two made
-    here)."""
+    """draft_lookup on hand-made texts (integer outputs: exact against the twin), draft_ngram
+    over a random table, and accept on hand-made verdicts. The lookup texts: a periodic
+    continuation, the latest of several matches, a 3-gram beating a later 1-gram, the fallback,
+    p = 0, prompt-forced columns, the limit, and a match past the first stride of the 128
+    threads; the n-gram texts: drafts chained on drafts, a context reaching before position 0,
+    p = 0, prompt-forced columns, the limit (kernels/draft.py's CASES, then two made here)."""
     T = 6
     tol = draft.CASES["tol"]
     def run_draft(tokens, p, n_prompt, limit, label):

@@ -12,8 +12,10 @@
 - `splits_sweep(model, draft, splits, contexts)`: the verify attention's split count (NSPLIT)
   against its workspace and the context, as 003 weighed it.
 - `copy_reach(model, name)`: how many characters the model's own greedy continuation of a
-  text's prompt follows the text the prompt repeats (the ceiling on what drafting keeps).
-- `break_even(model, texts, drafts)`: on two texts fixed before any measurement (TEXTS:
+  text's prompt follows the text the prompt repeats (the ceiling on what prompt lookup's drafts
+  keep: the n-gram table drafts what the model writes, copy or not).
+- `break_even(model, texts, drafts, drafters)`: for each drafter (LAB_DRAFTER: prompt lookup,
+  the n-gram table of the corpus), on two texts fixed before any measurement (TEXTS:
   "repeating", a corpus passage the prompt holds once and then starts again, and "prose", a
   passage whose continuation the prompt does not hold), for each k: E (tokens per verify step,
   the engine's draft stats), V (a verify step's cost in one-token steps, from interleaved
@@ -22,7 +24,8 @@
   drafting pays where E > V (its speed-up is about E / V).
 
 Prompts of a given context come from the model's training corpus (data/corpus.txt): real text,
-so prompt lookup finds what it finds on text like the model's own.
+so prompt lookup finds what it finds on text like the model's own (and the n-gram table, built
+from that corpus, drafts what the model was trained to write).
 """
 from __future__ import annotations
 
