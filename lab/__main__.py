@@ -323,9 +323,10 @@ def _check_bench_args(args) -> None:
 
 def bench_can_time(who: str, cfg, base) -> None:
     """A LabError, in the user's words, for an arm bench cannot time: several ranks (the command
-    for them: `decode-lab demo`), or a draft length other than the environment's (bench's arms
-    share one engine, which allocates for one draft length: `decode-lab spec --curve` compares
-    draft lengths). LAB_DRAFT in the environment times every arm drafting."""
+    for them: `decode-lab demo`), or a draft length, drafter or verify split count other than
+    the environment's (bench's arms share one engine, which allocates for one of each:
+    `decode-lab spec --curve` compares draft lengths and, run once per LAB_DRAFTER, drafters).
+    LAB_DRAFT in the environment times every arm drafting."""
     if cfg.ranks > 1:
         raise LabError(f"{who}: LAB_RANKS={cfg.ranks} runs on {cfg.ranks} devices, and "
                        f"bench times arms on one device each; time ranks with "
@@ -336,6 +337,17 @@ def bench_can_time(who: str, cfg, base) -> None:
                        f"draft length; set LAB_DRAFT in the environment to time every arm "
                        f"drafting, or compare draft lengths with `decode-lab spec --curve` "
                        f"(k = 0, 2, 4, 8 against context)")
+    for var, fld, what, other in (
+            ("LAB_DRAFTER", "drafter", "drafter",
+             f"compare drafters with `LAB_DRAFTER={cfg.drafter} decode-lab spec --curve` beside "
+             f"`LAB_DRAFTER={base.drafter} decode-lab spec --curve`"),
+            ("LAB_DRAFT_SPLITS", "draft_splits", "verify attention's split count",
+             "compare split counts with `decode-lab record spec` (its splits sweep)")):
+        if getattr(cfg, fld) != getattr(base, fld):
+            raise LabError(f"{who}: {var}={getattr(cfg, fld)} where the environment has "
+                           f"{var}={getattr(base, fld)}: bench's arms share one engine, "
+                           f"allocated for one {what}; set {var} in the environment to time "
+                           f"every arm with it, or {other}")
 
 
 def _bench_arms(args, base) -> dict:

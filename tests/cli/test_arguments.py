@@ -76,6 +76,22 @@ def test_a_draft_length_or_ranks_name_the_command_that_can(argv, command, capsys
              absent=("DecodeEngine", "group=", "pass "))
 
 
+@pytest.mark.parametrize("arm, words", [
+    ("LAB_DRAFTER=ngram", ("LAB_DRAFTER=ngram where the environment has LAB_DRAFTER=lookup",
+                           "`LAB_DRAFTER=ngram decode-lab spec --curve`")),
+    ("LAB_DRAFT_SPLITS=4", ("LAB_DRAFT_SPLITS=4 where the environment has LAB_DRAFT_SPLITS=16",
+                            "`decode-lab record spec`")),
+])
+def test_a_drafting_arm_that_allocates_otherwise_names_its_toggle(arm, words, monkeypatch,
+                                                                   capsys):
+    """Under LAB_DRAFT=4 every bench arm drafts on one engine: an arm with another drafter or
+    split count is refused in one line naming the arm, the toggle and what compares them, not by
+    the engine's own refusal."""
+    monkeypatch.setenv("LAB_DRAFT", "4")
+    _refused(capsys, ["bench", "ab", "--a", "GRAPH=1", "--b", arm, "--backend", "sim"],
+             f"--b {arm!r}", *words, absent=("DecodeEngine",))
+
+
 def test_ranks_from_the_environment_are_refused_by_bench(monkeypatch, capsys):
     monkeypatch.setenv("LAB_RANKS", "2")
     _refused(capsys, ["bench", "ab", "--a", "GRAPH=0", "--b", "GRAPH=1", "--backend", "sim"],
