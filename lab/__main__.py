@@ -331,23 +331,21 @@ def bench_can_time(who: str, cfg, base) -> None:
         raise LabError(f"{who}: LAB_RANKS={cfg.ranks} runs on {cfg.ranks} devices, and "
                        f"bench times arms on one device each; time ranks with "
                        f"`LAB_RANKS={cfg.ranks} decode-lab demo` (eager and graph ms/token)")
-    if cfg.draft != base.draft:
-        raise LabError(f"{who}: LAB_DRAFT={cfg.draft} where the environment has "
-                       f"LAB_DRAFT={base.draft}: bench's arms share one engine, allocated for one "
-                       f"draft length; set LAB_DRAFT in the environment to time every arm "
-                       f"drafting, or compare draft lengths with `decode-lab spec --curve` "
-                       f"(k = 0, 2, 4, 8 against context)")
-    for var, fld, what, other in (
-            ("LAB_DRAFTER", "drafter", "drafter",
+    # (toggle, field, what the engine allocates for, how every arm then runs, what compares them)
+    for var, fld, what, how, other in (
+            ("LAB_DRAFT", "draft", "draft length", "drafting",
+             "compare draft lengths with `decode-lab spec --curve` (k = 0, 2, 4, 8 against "
+             "context)"),
+            ("LAB_DRAFTER", "drafter", "drafter", "with it",
              f"compare drafters with `LAB_DRAFTER={cfg.drafter} decode-lab spec --curve` beside "
              f"`LAB_DRAFTER={base.drafter} decode-lab spec --curve`"),
-            ("LAB_DRAFT_SPLITS", "draft_splits", "verify attention's split count",
+            ("LAB_DRAFT_SPLITS", "draft_splits", "verify attention's split count", "with it",
              "compare split counts with `decode-lab record spec` (its splits sweep)")):
         if getattr(cfg, fld) != getattr(base, fld):
             raise LabError(f"{who}: {var}={getattr(cfg, fld)} where the environment has "
                            f"{var}={getattr(base, fld)}: bench's arms share one engine, "
                            f"allocated for one {what}; set {var} in the environment to time "
-                           f"every arm with it, or {other}")
+                           f"every arm {how}, or {other}")
 
 
 def _bench_arms(args, base) -> dict:

@@ -22,6 +22,7 @@ from lab.schema import finite
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DEFAULT_WEIGHTS = DATA_DIR / "tiny_model.npz"
+CORPUS = DATA_DIR / "corpus.txt"     # the text the model was trained on
 
 
 @dataclass(frozen=True)

@@ -121,8 +121,8 @@ def launch_bytes(launch: Launch, context: int) -> int:
             total += min(rows, seq) * b.nbytes // seq
         elif name in SPARSE_ARGS:
             cols = _buffer(launch.args[names.index("cols")]) if "cols" in names else None
-            per = b.nbytes // max(1, int(np.prod(b.shape)))
-            total += per * (int(np.prod(cols.shape)) if isinstance(cols, Buffer) else 1)
+            total += np.dtype(b.dtype).itemsize * (int(np.prod(cols.shape))
+                                                   if isinstance(cols, Buffer) else 1)
         else:
             total += b.nbytes
     return total

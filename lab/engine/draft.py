@@ -46,15 +46,14 @@ read back after every step. Every step captures, successfully; no graph is repla
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 
 from kernels import draft, verify, verify_attention as va
 from lab.errors import LabError
-from lab.model import DATA_DIR
+from lab.model import CORPUS
 from lab.plan import Plan
 from .step import Step, launch
 
@@ -77,9 +76,6 @@ class DraftBuffers:
     part_ml: object = None   # [H, T, splits + 1, 2]
     stats: object = None     # [2] int32: STATS
     table: object = None     # LAB_DRAFTER=ngram: [V**3, V] uint8, `corpus_table`
-
-
-CORPUS = DATA_DIR / "corpus.txt"     # the model's training text: draft_ngram's table comes from it
 
 
 def ngram_table(ids, vocab: int, context: int = draft.NGRAM_CONTEXT) -> np.ndarray:
@@ -117,7 +113,7 @@ def ngram_table(ids, vocab: int, context: int = draft.NGRAM_CONTEXT) -> np.ndarr
 def corpus_table(vocab: str) -> np.ndarray:
     """`ngram_table` of the training corpus (data/corpus.txt) under the vocabulary `vocab` (a
     model's characters; a corpus character outside it is dropped). Built once per vocabulary in
-    a process (about a second: 1.2 M characters)."""
+    a process (0.24 s for its 1.2 M characters, measured on a 2-core machine)."""
     text = np.frombuffer(CORPUS.read_text(encoding="utf-8").encode("utf-32-le"), np.uint32)
     lut = np.full(max(int(text.max()), max(map(ord, vocab))) + 1, -1, np.int64)
     lut[[ord(ch) for ch in vocab]] = np.arange(len(vocab))
@@ -125,7 +121,8 @@ def corpus_table(vocab: str) -> np.ndarray:
     return ngram_table(ids[ids >= 0], len(vocab))
 
 
-def alloc_draft(be, model_cfg, draft_len: int, splits: int, drafter: str = "lookup") -> DraftBuffers:
+def alloc_draft(be, model_cfg, draft_len: int, splits: int,
+                drafter: str = "lookup") -> DraftBuffers:
     """The verify step's buffers for `draft_len` drafts and `splits` cache slices (and, for
     the n-gram drafter, its table, uploaded once)."""
     c, T, f32 = model_cfg, draft_len + 1, np.float32

@@ -38,10 +38,9 @@ from lab.engine.runner import DecodeEngine
 from lab.errors import LabError
 from lab.measure.arms import replay_fraction
 from lab.measure.compare import STANDARD_PROMPTS
-from lab.model import DATA_DIR
+from lab.model import CORPUS
 from lab.reference import Reference
 
-CORPUS = DATA_DIR / "corpus.txt"
 TIE_MARGIN = 1e-3       # the lecture's near-tie: an oracle margin below this is rounding's to break
 
 # The two texts of `break_even`, fixed before any measurement: passages of data/corpus.txt by

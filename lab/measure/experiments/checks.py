@@ -8,8 +8,8 @@ output a file of the recording:
                 checked on the GPU in a child process of its own: handson_gpu.log
   sanitize_kernels  compute-sanitizer's memcheck, racecheck and synccheck on short decodes of
                 the megakernel (LAB_PERSISTENT=1) and of drafting's verify step (LAB_DRAFT=4,
-                with each drafter, LAB_DRAFTER), a process each (SANITIZE_PIECES): sanitize_kernels.log, each piece's whole output
-                under sanitize_kernels/, and a table (sanitize_table) of every piece's exit
+                with each drafter, LAB_DRAFTER), a process each (SANITIZE_PIECES):
+                sanitize_kernels.log, each piece's whole output under sanitize_kernels/, and a table (sanitize_table) of every piece's exit
                 status and error count
 Each is stopped after its limit (exit 124 in the log), and a failure fails the experiment.
 """

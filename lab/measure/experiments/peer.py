@@ -28,10 +28,9 @@ import numpy as np
 from lab.errors import LabError
 from lab.measure.experiments.persistent import held
 from lab.measure.experiment import experiment
-from lab.model import DATA_DIR
+from lab.model import CORPUS
 
 INSTALL_HINT = 'pip install -e ".[peer]"'
-CORPUS = DATA_DIR / "corpus.txt"
 LAB_ARMS = ("graph", "graph+pdl", "graph+pdl+fusion", "graph+pdl+fusion+split", "persistent")
 
 

@@ -10,8 +10,8 @@
                 step), V (a verify step in one-token steps), ms per generated token of each k
                 against LAB_DRAFT=0, drafting pays where E > V
 Conformance re-runs the curve's draft 0 and draft BUG_DRAFT arms, and break_even's k =
-BUG_DRAFT on both texts with each recorded drafter, on the simulator. Every field conformance reads is checked against
-lab/schema.py's SPEC first.
+BUG_DRAFT on both texts with each recorded drafter, on the simulator. Every field conformance
+reads is checked against lab/schema.py's SPEC first.
 """
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ def record(ctx) -> None:
     ctx.progress(spec.format_break_even(even))
     res = {"what": "speculative decoding (LAB_DRAFT): same tokens, the curve against context, "
                    "the verify attention's split count, when drafting pays on two fixed texts",
-           "same_tokens": same, "same_tokens_ngram": same_ngram, "curve": curve, "splits": splits, "break_even": even,
+           "same_tokens": same, "same_tokens_ngram": same_ngram, "curve": curve,
+           "splits": splits, "break_even": even,
            "source": curve["source"],
            "versions": versions(DecodeEngine(model, base, warm_up=False).backend),
            "date": now(), "recorded_by": "decode-lab record spec"}
