@@ -308,6 +308,57 @@ def merge_elem(part_o, part_ml, h, d):
     return acc / L
 
 
+MERGE_BATCH = 32   # merge_elem_batch: the slices whose (m, l, o) loads are in flight together
+
+
+@cuda.jit(device=True)
+def merge_elem_batch(part_o, part_ml, h, d):
+    """`merge_elem` (merge_weights + merge_elem_sh's bits) with its loads batched: m, l and o of
+    the first MERGE_BATCH slices are loaded together, one round trip to memory for the whole
+    merge where splits <= MERGE_BATCH (the plan's MAX_SPLITS); further slices cost a round
+    for their maxima and one for their terms. No shared memory, no barrier.
+
+    The same operations in the same order: M = max over s in order, w_s = exp(m_s - M), then
+    L and acc as fma chains over s = 0..splits-1 from +0.0, o = acc / L. Used by the persistent
+    step's merge1 variants (kernels/persistent.py), where merge_weights' two barriers and a
+    round trip for the weights before the elements' loads sat on every layer's path."""
+    splits = part_ml.shape[1]
+    hu = numba.uint64(h)   # unsigned indices: no negative-index wraparound code
+    du = numba.uint64(d)
+    mv = cuda.local.array(MERGE_BATCH, numba.float32)   # [batch] m_s
+    lv = cuda.local.array(MERGE_BATCH, numba.float32)   # [batch] l_s
+    ov = cuda.local.array(MERGE_BATCH, numba.float32)   # [batch] o_s[d]
+    for j in range(MERGE_BATCH):                        # every load of the batch first
+        if j < splits:
+            su = numba.uint64(j)
+            mv[j] = part_ml[hu, su, 0]
+            lv[j] = part_ml[hu, su, 1]
+            ov[j] = part_o[hu, su, du]
+    M = mv[0]
+    for j in range(1, MERGE_BATCH):
+        if j < splits:
+            M = max(M, mv[j])
+    s = MERGE_BATCH
+    while s < splits:                                   # slices past the batch: their maxima
+        M = max(M, part_ml[hu, numba.uint64(s), 0])
+        s += 1
+    L = numba.float32(0.0)
+    acc = numba.float32(0.0)
+    for j in range(MERGE_BATCH):
+        if j < splits:
+            w = math.exp(mv[j] - M)                     # 0 for an empty slice (m = -inf)
+            L = cuda.fma(lv[j], w, L)
+            acc = cuda.fma(ov[j], w, acc)
+    s = MERGE_BATCH
+    while s < splits:
+        su = numba.uint64(s)
+        w = math.exp(part_ml[hu, su, 0] - M)
+        L = cuda.fma(part_ml[hu, su, 1], w, L)
+        acc = cuda.fma(part_o[hu, su, du], w, acc)
+        s += 1
+    return acc / L
+
+
 @cuda.jit(device=True)
 def udivmod(a, b):
     """(a // b, a % b) for a >= 0, b > 0 by ONE unsigned division: Python's signed floor

@@ -42,7 +42,7 @@ from kernels import (REGISTRY, attention, draft, embed, fused, fused_split, matv
 from kernels import cudasim
 from kernels import verify as VK
 from kernels import verify_attention as VKA
-from kernels.attention import combine_grid, merge_elem, merge_grid, partial_grid
+from kernels.attention import combine_grid, merge_elem, merge_elem_batch, merge_grid, partial_grid
 from kernels.draft import ACCEPT_BLOCK, ACCEPT_GRID, DRAFT_BLOCK, DRAFT_GRID, NGRAM_BLOCK, NGRAM_GRID
 from kernels.matvec import MATVEC_THREADS, row_dot2, row_dot_order
 from kernels.matvec import grid_for as rows_grid
@@ -239,9 +239,20 @@ def _merge_elem_probe(part_o, part_ml, o):
     o[h * part_o.shape[2] + d] = merge_elem(part_o, part_ml, h, d)
 
 
+@cuda.jit
+def _merge_batch_probe(part_o, part_ml, o):
+    """o[h*hd + d] = merge_elem_batch(part_o, part_ml, h, d): the batched merge the persistent
+    step's merge1 variants call (grid (n_head,), block (hd,)); it must give attn_merge's bits,
+    past MERGE_BATCH slices too."""
+    h = cuda.blockIdx.x
+    d = cuda.threadIdx.x
+    o[h * part_o.shape[2] + d] = merge_elem_batch(part_o, part_ml, h, d)
+
+
 def check_merges(part_o, part_ml, Wo, x0, label):
     """attn_merge and attn_combine on these partials against their twins; then the contracts:
-    attn_combine == attn_merge + matvec_residual bit for bit, merge_elem == attn_merge."""
+    attn_combine == attn_merge + matvec_residual bit for bit, merge_elem and merge_elem_batch ==
+    attn_merge."""
     H, _, hd = part_o.shape
     D = H * hd
     g, b = merge_grid(H, hd)
@@ -259,6 +270,17 @@ def check_merges(part_o, part_ml, Wo, x0, label):
     o_elem = np.zeros(D, np.float32)
     _merge_elem_probe[(H,), (hd,)](part_o, part_ml, o_elem)
     same_bits(o_elem, o, f"device function merge_elem {label}: attn_merge")
+    o_batch = np.zeros(D, np.float32)
+    _merge_batch_probe[(H,), (hd,)](part_o, part_ml, o_batch)
+    same_bits(o_batch, o, f"device function merge_elem_batch {label}: attn_merge")
+    # the slices rolled by 5: written slices past MERGE_BATCH and empty ones inside it, where
+    # the made-up case's empty slices sit at its end
+    po, pm = np.roll(part_o, 5, axis=1).copy(), np.roll(part_ml, 5, axis=1).copy()
+    o_elem, o_batch = np.zeros(D, np.float32), np.zeros(D, np.float32)
+    _merge_elem_probe[(H,), (hd,)](po, pm, o_elem)
+    _merge_batch_probe[(H,), (hd,)](po, pm, o_batch)
+    same_bits(o_batch, o_elem, f"device function merge_elem_batch {label}, slices rolled by 5: "
+                               f"merge_elem")
 
 
 def check_partials(H, hd, S, cases, tag, Wo=None):

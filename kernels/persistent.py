@@ -42,7 +42,8 @@ from numba import config, cuda
 
 from kernels.registry import KernelSpec, kernel
 from kernels.attention import (ATTN_STEPS, ATTN_THREADS, ATTN_WARPS, MAX_D, MERGE_MAX_PAIRS,
-                               merge_elem_sh, merge_weights, partial_slice_at, udivmod)
+                               merge_elem_batch, merge_elem_sh, merge_weights,
+                               partial_slice_at, udivmod)
 from kernels.embed import embed_twin
 from kernels.fused import (MAX_HEAD_DIM, arrive_last, attn_fused_grid_twin, backoff,
                            norm_lm_head_argmax_twin, norm_qkv_rope_twin, norm_swiglu_twin)
@@ -50,7 +51,7 @@ from kernels.fused_device import (XW_UNROLL, inv_rms, xw_dot, xw_dot2, xw_dot2_l
                                   xw_dot_loaded, xw_load, xw_load1)
 from kernels.matvec import ROW_UNROLL, matvec_residual_twin, row_dot, row_dot_loaded, row_load
 from kernels.pdl import pdl_wait
-from kernels.reduce import WARP, better
+from kernels.reduce import SHUFFLES, WARP, better
 
 __all__ = ["step_persistent", "persistent_geometry", "counter_slots", "SIM_GRID",
            "block_program", "describe_wait"]
@@ -96,11 +97,30 @@ SLOT_QKV = 8       # + h: rotate-half pairs of head h's q, k and v written (3 hd
 #            default divides int64 with sign fix-ups, and its rotary factors (cos, sin) loaded
 #            before its wait, where the default loads them after the dot's reduction: the same
 #            values, the same bits
-VARIANTS = {"plain/epoch": dict(preload=False, epochs=True, lean=False),
-            "preload/epoch": dict(preload=True, epochs=True, lean=False),
-            "plain/arrive": dict(preload=False, epochs=False, lean=False),
-            "preload/arrive": dict(preload=True, epochs=False, lean=False),
-            "lean/arrive": dict(preload=False, epochs=False, lean=True)}
+#   spin     a wait polls its count back to back (`wait_count_spin`), where the default backs
+#            off 64 ns between polls (`backoff`): a count that lands just after a poll is seen
+#            one round trip sooner, not a sleep plus a round trip
+#   merge1   the output projection's merge by `merge_elem_batch`: each element's m, l and o
+#            loaded in one round, where the default's merge_weights loads the (m, l) pairs,
+#            meets twice, and only then do the elements' loads start (the same operations in
+#            the same order: the same bits)
+#   wo_pre   the output projection alone loads its row of Wo before its wait (the preload
+#            form, for the one phase whose wait is long: it waits for the attention)
+#   wpick    the exit's argmax by warp 0 alone with shuffles (`warp_pick`), where the default
+#            runs a tree over the block with a barrier per level (`block_pick`); the argmax is
+#            exact, so any pairing picks the same id (numba's simulator, which has no
+#            shuffles, runs block_pick)
+_PLAIN = dict(preload=False, epochs=False, lean=False, spin=False, merge1=False, wo_pre=False,
+              wpick=False)
+VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
+            "preload/epoch": {**_PLAIN, "preload": True, "epochs": True},
+            "plain/arrive": dict(_PLAIN),
+            "preload/arrive": {**_PLAIN, "preload": True},
+            "lean/arrive": {**_PLAIN, "lean": True},
+            "quick/arrive": {**_PLAIN, "lean": True, "spin": True, "merge1": True,
+                             "wpick": True},
+            "quick+wo/arrive": {**_PLAIN, "lean": True, "spin": True, "merge1": True,
+                                "wpick": True, "wo_pre": True}}
 # The default: plain dots (measured on the H200 with scripts/megakernel_probe.py, graph replay
 # at context 64: plain 0.0686-0.0687 ms/token, preload 0.0783-0.0802) and the arrive exit (the
 # same speed as the epoch exit, 0.0687 against 0.0686; its counts end at 0, which a reader of
@@ -384,26 +404,37 @@ def record_give_up(counter, code):
         old = seen
 
 
-@cuda.jit(device=True)
-def wait_count(counter, slot, base, target, code):
-    """Return, in every thread of the block, once counter[slot] - base >= target (an int32
-    difference: a count that wrapped around still compares right; base: the epoch form's
-    E * launch_adds(slot), 0 in the arrive form): thread 0 polls it with acquire loads, then
-    the block meets (its later reads see what the counted producers wrote).
-    Bounded: after SPIN_LIMIT polls, or once the error word is set by another wait, thread 0
-    records `code` in counter[SLOT_ERR] (record_give_up: the word keeps the smallest code, the
-    wait made impossible) and stops waiting; the step's result is then void and the host says
-    which wait gave up. Every thread of the block must call it."""
-    if cuda.threadIdx.x == 0:
-        polls = 0
-        while _wrap32(numba.int64(acquire_load(counter, slot)) - base) < target:
-            polls += 1
-            if polls >= SPIN_LIMIT or (polls % GIVE_UP_EVERY == 0
-                                       and acquire_load(counter, SLOT_ERR) != 0):
-                record_give_up(counter, code)
-                break
-            backoff()
-    cuda.syncthreads()
+def _make_wait(spin: bool):
+    """wait_count (spin False: `backoff` between polls) or wait_count_spin (polls back to back)."""
+
+    @cuda.jit(device=True)
+    def wait(counter, slot, base, target, code):
+        """Return, in every thread of the block, once counter[slot] - base >= target (an int32
+        difference: a count that wrapped around still compares right; base: the epoch form's
+        E * launch_adds(slot), 0 in the arrive form): thread 0 polls it with acquire loads, then
+        the block meets (its later reads see what the counted producers wrote).
+        Bounded: after SPIN_LIMIT polls, or once the error word is set by another wait, thread 0
+        records `code` in counter[SLOT_ERR] (record_give_up: the word keeps the smallest code, the
+        wait made impossible) and stops waiting; the step's result is then void and the host says
+        which wait gave up. Every thread of the block must call it. (wait_count_spin: the same
+        with no backoff between polls, the spin variants' wait.)"""
+        if cuda.threadIdx.x == 0:
+            polls = 0
+            while _wrap32(numba.int64(acquire_load(counter, slot)) - base) < target:
+                polls += 1
+                if polls >= SPIN_LIMIT or (polls % GIVE_UP_EVERY == 0
+                                           and acquire_load(counter, SLOT_ERR) != 0):
+                    record_give_up(counter, code)
+                    break
+                if not spin:
+                    backoff()
+        cuda.syncthreads()
+
+    return wait
+
+
+wait_count = _make_wait(False)
+wait_count_spin = _make_wait(True)
 
 
 @cuda.jit(device=True)
@@ -447,6 +478,33 @@ def block_pick(logits, tokens, nxt, tid, red_v, red_i):
     if tid == 0:
         best = red_i[0]
         tokens[nxt] = best if best < V else 0   # V: every logit was NaN
+
+
+if SHUFFLES:
+    from kernels.reduce import warp_argmax
+
+    @cuda.jit(device=True)
+    def warp_pick(logits, tokens, nxt, tid, red_v, red_i):
+        """block_pick's id by warp 0 alone: a strided scan per lane (NaN never taken, ties to
+        the lower index), then a butterfly of shuffles with `better` (a total order: any pairing
+        picks the same id), no barrier. red_v, red_i: unused (block_pick's signature). Every
+        thread of the block may call it; warp 0 does the work."""
+        if tid < WARP:
+            V = logits.shape[0]
+            bv = numba.float32(-math.inf)
+            bi = numba.int32(V)               # "none yet": loses every comparison on index
+            i = tid
+            while i < V:
+                v = logits[i]
+                if v > bv or (v == bv and i < bi):
+                    bv = v
+                    bi = numba.int32(i)
+                i += WARP
+            bi = warp_argmax(bv, bi)
+            if tid == 0:
+                tokens[nxt] = bi if bi < V else 0   # V: every logit was NaN
+else:
+    warp_pick = block_pick   # numba's simulator has no shuffles: the same id by the block's tree
 
 
 STAMP_FIELDS = 7   # per (block, phase): clock64 at start, ready, end; globaltimer at the same
@@ -500,11 +558,16 @@ step_persistent_twin = _make_twin(VARIANTS[DEFAULT_VARIANT]["epochs"])
 
 
 # ---- the kernel --------------------------------------------------------------------------------
-def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False):
+def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
+               spin: bool = False, merge1: bool = False, wo_pre: bool = False,
+               wpick: bool = False):
     """step_persistent's body; stamped: thread 0 of each block writes STAMP_FIELDS per phase
     into stamps [grid, phase_count(L), STAMP_FIELDS] int64 (the plain kernel passes a dummy and
-    compiles no stamp); preload, epochs, lean: the compile-time choices of `VARIANTS` (each
-    variant writes the same bits)."""
+    compiles no stamp); preload, epochs, lean, spin, merge1, wo_pre, wpick: the compile-time
+    choices of `VARIANTS` (each variant writes the same bits)."""
+    waitc = wait_count_spin if spin else wait_count
+    pick_id = warp_pick if wpick else block_pick
+    pre_o = preload or wo_pre          # the output projection's row loaded before its wait
 
     @cuda.jit(device=True)
     def persistent_body(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, final_norm,
@@ -572,7 +635,7 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False):
                     c = cos[p, j]
                     s = sin[p, j]
                 if layer > 0:
-                    wait_count(counter, SLOT_X_DOWN, b_xd, layer * D, _wait_code(layer, 0, 0))
+                    waitc(counter, SLOT_X_DOWN, b_xd, layer * D, _wait_code(layer, 0, 0))
                 if stamped:
                     stamp(stamps, blk, ph, 1)
                 base = 0
@@ -605,7 +668,7 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False):
                     base += GW
             elif blk < n_pairs:
                 if not preload and layer > 0:
-                    wait_count(counter, SLOT_X_DOWN, b_xd, layer * D, _wait_code(layer, 0, 0))
+                    waitc(counter, SLOT_X_DOWN, b_xd, layer * D, _wait_code(layer, 0, 0))
                 if stamped and not preload:
                     stamp(stamps, blk, ph, 1)
                 base = 0
@@ -621,8 +684,8 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False):
                     if preload:
                         xw_load(W, lo_row, W, lo_row + half, wn, tid, ak, bk, wk)
                         if base == 0 and layer > 0:
-                            wait_count(counter, SLOT_X_DOWN, b_xd, layer * D,
-                                       _wait_code(layer, 0, 0))
+                            waitc(counter, SLOT_X_DOWN, b_xd, layer * D,
+                                  _wait_code(layer, 0, 0))
                         if stamped and base == 0:
                             stamp(stamps, blk, ph, 1)
                         lo, hi, ss = xw_dot2_loaded(W, lo_row, W, lo_row + half, xin, wn, tid,
@@ -673,8 +736,8 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False):
             item = blk
             while item < n_items:
                 h, s = udivmod(item, splits)
-                wait_count(counter, SLOT_QKV + h, b_qkv, (layer + 1) * 3 * half,
-                           _wait_code(layer, 1, h))
+                waitc(counter, SLOT_QKV + h, b_qkv, (layer + 1) * 3 * half,
+                      _wait_code(layer, 1, h))
                 if stamped and item == blk:
                     stamp(stamps, blk, ph + 1, 1)
                 partial_slice_at(q, k_cache[layer], v_cache[layer], p + 1, part_o, part_ml, scale,
@@ -694,21 +757,25 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False):
                 base = 0
                 while base < D:
                     r = base + wg
-                    if preload:
+                    if pre_o:
                         row_load(Wo, r, tid, rk)                # Wo's row in flight meanwhile
                     if base == 0:
-                        wait_count(counter, SLOT_PART, b_part, (layer + 1) * n_items,
-                                   _wait_code(layer, 2, 0))
+                        waitc(counter, SLOT_PART, b_part, (layer + 1) * n_items,
+                              _wait_code(layer, 2, 0))
                         if stamped:
                             stamp(stamps, blk, ph + 2, 1)
-                        merge_weights(part_ml, 0, H, ml_sh, w_sh)
+                        if not merge1:
+                            merge_weights(part_ml, 0, H, ml_sh, w_sh)
                         i = tid
                         while i < H * hd:
                             hh, d = udivmod(i, hd)
-                            o_sh[i] = merge_elem_sh(part_o, ml_sh, w_sh, hh * splits, hh, d)
+                            if merge1:
+                                o_sh[i] = merge_elem_batch(part_o, part_ml, hh, d)
+                            else:
+                                o_sh[i] = merge_elem_sh(part_o, ml_sh, w_sh, hh * splits, hh, d)
                             i += T
                         cuda.syncthreads()
-                    if preload:
+                    if pre_o:
                         dot = row_dot_loaded(Wo, r, o_sh, tid, red1, rk)
                     else:
                         dot = row_dot(Wo, r, o_sh, tid, red1)
@@ -734,8 +801,8 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False):
                     if preload:
                         xw_load(Wg, r, Wu, r, wn, tid, ak, bk, wk)
                     if base == 0:
-                        wait_count(counter, SLOT_X_ATTN, b_xa, (layer + 1) * D,
-                                   _wait_code(layer, 3, 0))
+                        waitc(counter, SLOT_X_ATTN, b_xa, (layer + 1) * D,
+                              _wait_code(layer, 3, 0))
                         if stamped:
                             stamp(stamps, blk, ph + 3, 1)
                     if preload:
@@ -765,8 +832,8 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False):
                     if preload:
                         row_load(Wd, r, tid, rk)
                     if base == 0:
-                        wait_count(counter, SLOT_ACT, b_act, (layer + 1) * F,
-                                   _wait_code(layer, 4, 0))
+                        waitc(counter, SLOT_ACT, b_act, (layer + 1) * F,
+                              _wait_code(layer, 4, 0))
                         if stamped:
                             stamp(stamps, blk, ph + 4, 1)
                     if preload:
@@ -793,7 +860,7 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False):
                 if preload:
                     xw_load1(lm_head, r, lm_head, r, final_norm, tid, ak, ak, wk)
                 if base == 0:
-                    wait_count(counter, SLOT_X_DOWN, b_xd, L * D, _wait_code(L, PHASE_LM, 0))
+                    waitc(counter, SLOT_X_DOWN, b_xd, L * D, _wait_code(L, PHASE_LM, 0))
                     if stamped:
                         stamp(stamps, blk, ph, 1)
                 if preload:
@@ -818,7 +885,7 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False):
         if epochs:
             pick = blk == G - 1
             if pick:
-                wait_count(counter, SLOT_LOGITS, ep * V, V, _wait_code(L, PHASE_PICK, 0))
+                waitc(counter, SLOT_LOGITS, ep * V, V, _wait_code(L, PHASE_PICK, 0))
                 if tid == 0:   # the partials' count to a launch's whole, whatever the splits
                     release_add(counter, SLOT_PART, L * (MERGE_MAX_PAIRS - n_items))
         else:
@@ -828,7 +895,7 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False):
                 stamp(stamps, blk, ph + 1, 1)
             nxt = p + 1
             if nxt < tokens.shape[0] and nxt >= n_prompt[0]:    # uniform over the block
-                block_pick(logits, tokens, nxt, tid, red1, best_i)
+                pick_id(logits, tokens, nxt, tid, red1, best_i)
             if tid == 0:
                 pos[0] = nxt
                 if epochs:

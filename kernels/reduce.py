@@ -109,6 +109,12 @@ if SHUFFLES:
             if better(ov, oi, bv, bi):
                 bv = ov
                 bi = oi
+        return warp_argmax(bv, bi)
+
+    @cuda.jit(device=True)
+    def warp_argmax(bv, bi):
+        """Index of the best (value, index) pair over the warp (butterfly s = 16..1 with
+        `better`: the pairing cannot change the winner); every lane returns it. bi int32."""
         s = WARP // 2
         while s > 0:
             ov = cuda.shfl_xor_sync(FULL_MASK, bv, s)

@@ -144,12 +144,12 @@ def main(argv=None) -> int:
         best = {c: min(ms[c, n] for n in ARMS) for c in args.contexts}
         print(f"\nvariants (default {persistent.DEFAULT_VARIANT}: step_persistent): ms/token "
               f"and ratio to the best fused graph arm at each context (target < 1)")
-        print(f"{'variant':<16} {'preload':>7} {'exit':>6} {'lean':>5} " + " ".join(
+        print(f"{'variant':<16} {'choices':<34} " + " ".join(
             f"{'ms@' + str(c):>9} {'ratio@' + str(c):>9}" for c in args.contexts))
         for name in names:
             v = persistent.VARIANTS[name]
-            print(f"{name:<16} {str(v['preload']):>7} {'epoch' if v['epochs'] else 'arrive':>6} "
-                  f"{str(v['lean']):>5} "
+            on = ",".join(k for k, x in v.items() if x and k != "epochs") or "plain"
+            print(f"{name:<16} {on + (' epoch' if v['epochs'] else ' arrive'):<34} "
                   + " ".join(f"{ms[c, 'persistent ' + name]:>9.4f} "
                              f"{ms[c, 'persistent ' + name] / best[c]:>9.3f}"
                              for c in args.contexts))
