@@ -129,7 +129,11 @@ VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
 # and the default to its timeout case. lean/arrive measured faster on the H200 by
 # scripts/megakernel_probe.py (context 64, 3 interleaved reps, graph replay): 0.0671 against
 # 0.0691 ms/token, its qkv phase's work 2.42 against 3.07 us a layer by the stamped forms; the
-# recordings in data/gpu/ hold the default's figures
+# recordings in data/gpu/ hold the default's figures. data/gpu/persistent.json times every
+# variant side by side (notebook 10 prints each choice's effect alone): polling back to back
+# pays at both contexts; the one-round merge pays at context 900 (32 slices a head) and costs
+# at 64, where the stamped probe put the loss in the output projection's work (3.5 -> 5.7 us a
+# layer); none of the choices moves the step by more than a few us a token
 DEFAULT_VARIANT = "plain/arrive"   # step_persistent's body
 
 PHASES = ("qkv", "attention", "out proj", "mlp up", "down")   # a layer's phases, in order

@@ -582,8 +582,10 @@ show(f"greedy ids equal to the grid-tail fused step's: {same_ids}; last logits b
 # (ids and logits byte-identical to the grid-tail fused step's, eager and captured, 5 prompts x
 # 64 tokens), times the multi-node graph arms and the persistent graph (with every variant of its
 # body in `kernels/persistent.py`'s `VARIANTS`: preloading the next phase's weights before its
-# wait or not, two ways to leave the counters for the next launch, and a leaner qkv phase; the
-# table below lists the ones its recording timed) at contexts 64 and 900, interleaved, and
+# wait or not, two ways to leave the counters for the next launch, a leaner qkv phase, waits
+# that poll back to back, the output projection's merge in one round of loads, the exit's argmax
+# by one warp; every variant writes the default's bits; the table below lists the ones its
+# recording timed) at contexts 64 and 900, interleaved, and
 # stamps the kernel's own clocks per block and phase. The cost recorder measures
 # `step_persistent` as a graph node at every plan's first and last position, which the
 # simulator then prices like any other kernel: the simulator echoes that recording, so
@@ -615,6 +617,34 @@ for r in persist_rec["sweep"]["rows"]:
     rel = r["mean_ms"] / ratio["best_ms"]
     print(f"{r['context']:>7}  {r['arm']:<28} {r['mean_ms']:>9.4f} {1000 * r['sem_ms']:>9.2f} "
           f"{rel:>17.3f}")
+show(f"source: data/gpu/persistent.json, {persist_rec['source']}")
+
+# %% [markdown]
+# Each choice alone, from the same interleaved sweep: a variant against the variant it adds one
+# choice (or one pair of choices) to. A difference within two standard errors of zero is noise.
+
+# %%
+def body_arm(name):
+    return "persistent graph" if name == persist_rec["default_variant"] else f"persistent {name}"
+
+
+swept = {(r["context"], r["arm"]): r for r in persist_rec["sweep"]["rows"]}
+CHOICES = [("lean/arrive", "plain/arrive", "lean qkv"),
+           ("plain/epoch", "plain/arrive", "epoch exit"),
+           ("preload/arrive", "plain/arrive", "preload"),
+           ("lean+merge/arrive", "lean/arrive", "one-round merge + warp argmax"),
+           ("quick/arrive", "lean+merge/arrive", "polls back to back"),
+           ("quick+wo/arrive", "quick/arrive", "Wo row before the wait")]
+print(f"{'choice':<30} {'context':>7} {'us/token':>9} {'± 2 sem':>8}  verdict")
+for with_, without, what in CHOICES:
+    for c in sorted({k[0] for k in swept}):
+        a, b = swept.get((c, body_arm(with_))), swept.get((c, body_arm(without)))
+        if a is None or b is None:
+            continue
+        d = 1000 * (a["mean_ms"] - b["mean_ms"])
+        two = 2000 * (a["sem_ms"] ** 2 + b["sem_ms"] ** 2) ** 0.5
+        verdict = "noise" if abs(d) <= two else ("pays" if d < 0 else "costs")
+        print(f"{what:<30} {c:>7} {d:>+9.2f} {two:>8.2f}  {verdict}")
 show(f"source: data/gpu/persistent.json, {persist_rec['source']}")
 
 # %% [markdown]
@@ -657,8 +687,11 @@ show(conformance.format_report(mk))
 # attention partial and then merges them in every block, is the longest), against section 2's
 # fraction of a microsecond for an empty node under PDL; the attention phase keeps 16 of 132
 # blocks busy; the exit (the last block's argmax and the counts' reset) is a serial step at the
-# end of every token. The kernel can win only by waiting less: fewer, wider dependencies per
-# layer, the partials merged once per head, the exit overlapped with the next token.
+# end of every token. The table of choices says what shaving a phase buys: each choice moves
+# the step by a microsecond or two a token at most, either way, where the gap to the best
+# multi-node arm is more than ten. A hand-off through a counter costs about what a node boundary
+# under PDL costs, so the kernel can win only by waiting less often: fewer, wider dependencies
+# per layer, the partials merged once per head, the exit overlapped with the next token.
 #
 # The checks above include a wait made impossible (the mlp's count started far below zero): the
 # launch must still end, and the error word must name that wait. Which wait "gave up" is less

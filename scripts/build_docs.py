@@ -301,12 +301,16 @@ def top_targets() -> list[str]:
     why_mk = ("per layer (the kernel's own clocks, context 64): "
               + ", ".join(f"{k} {us:.2f} us" for k, us in slow)
               + f"; {per.get('waits_per_token', '?')} counter waits a token" if slow else "")
-    bodies = {a for c in ratios.values() for a in c if a.startswith("persistent ")}
-    fastest = min(bodies, key=lambda a: sum(ratios[c].get(a, 9e9) for c in ratios), default=None)
-    if fastest and fastest != "persistent graph" and all(
-            ratios[c].get(fastest, 9e9) < ratios[c]["persistent graph"] for c in ratios):
-        why_mk += (f"; the fastest body variant, {fastest.split(' ', 1)[1]}: "
-                   + " / ".join(f(ratios[c][fastest], 2) for c in ratios))
+    fastest = {c: min((a for a in ratios[c] if a.startswith("persistent ")),
+                      key=lambda a: ratios[c][a]) for c in ratios}
+    if len(set(fastest.values())) == 1 and "persistent graph" not in fastest.values():
+        one = next(iter(fastest.values()))
+        why_mk += (f"; the fastest body variant, {one.split(' ', 1)[1]}: "
+                   + " / ".join(f(ratios[c][one], 2) for c in ratios))
+    elif any(a != "persistent graph" for a in fastest.values()):
+        why_mk += ("; the fastest body variant: " + ", ".join(
+            f"{fastest[c].split(' ', 1)[1]} {f(ratios[c][fastest[c]], 2)} at context {c}"
+            for c in ratios))
     for key in ("megakernel", "megakernel aim"):
         ok = bool(mk) and all(_holds(v, TOP_TARGETS[key][2]) for v in mk.values())
         row(key, " / ".join(f(v, 2) for v in mk.values()) or "not recorded",

@@ -25,6 +25,7 @@ Everything printed is measured on this GPU (the header names it). Needs the cuda
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 from pathlib import Path
 
@@ -75,6 +76,7 @@ def main(argv=None) -> int:
     from kernels import persistent
     from lab.config import LabConfig
     from lab.measure.bench import BENCH_PROMPT
+    from lab.measure.registry import revision
     from lab.model import DEFAULT_WEIGHTS, load_model
 
     model = load_model(DEFAULT_WEIGHTS)
@@ -84,6 +86,10 @@ def main(argv=None) -> int:
     if not ids.size - 1 <= args.context < c.max_seq - 1:
         raise SystemExit(f"--context {args.context}: use {ids.size - 1} .. {c.max_seq - 2}")
     eng, launch = engine_at(model, base, args.context)                # a real prefix
+    rev = revision()
+    print(f"scripts/megakernel_probe.py {' '.join(argv if argv is not None else sys.argv[1:])}; "
+          f"commit {rev['commit']}{' (dirty)' if rev['dirty'] else ''}; "
+          f"{datetime.date.today().isoformat()}")
     print(eng.describe())
     print(f"step_persistent: grid {launch.grid}, block {launch.block}, "
           f"{persistent.waits_per_token(c.n_layer)} counter waits per token (variant "
