@@ -633,6 +633,7 @@ CHOICES = [("lean/arrive", "plain/arrive", "lean qkv"),
            ("plain/epoch", "plain/arrive", "epoch exit"),
            ("preload/arrive", "plain/arrive", "preload"),
            ("lean+merge/arrive", "lean/arrive", "one-round merge + warp argmax"),
+           ("lean+spin/arrive", "lean/arrive", "back-to-back polls + warp argmax"),
            ("quick/arrive", "lean+merge/arrive", "polls back to back"),
            ("quick+wo/arrive", "quick/arrive", "Wo row before the wait")]
 print(f"{'choice':<30} {'context':>7} {'us/token':>9} {'± 2 sem':>8}  verdict")

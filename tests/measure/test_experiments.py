@@ -110,7 +110,8 @@ def test_persistent_bits_and_sweep(ctx):
     assert {r["arm"] for r in res["sweep"]["rows"]} == {
         "graph", "graph+pdl", "fused graph", "fused+pdl graph", "fused+split+pdl graph",
         "persistent graph", "persistent plain/epoch", "persistent preload/epoch",
-        "persistent preload/arrive", "persistent lean/arrive", "persistent lean+merge/arrive",
+        "persistent preload/arrive", "persistent lean/arrive", "persistent lean+spin/arrive",
+        "persistent lean+merge/arrive",
         "persistent quick/arrive", "persistent quick+wo/arrive"}
     assert res["default_variant"] == "plain/arrive" and "phases" not in res   # a GPU's only
     for c, r in res["ratio_to_best_multi_node"].items():
