@@ -86,6 +86,8 @@ SLOT_X_ATTN = 5    # rows of x the attention output projection has written (D pe
 SLOT_ACT = 6       # rows of act the MLP's up projection has written (F per layer)
 SLOT_PART = 7      # attention items (head, slice) written (n_head * splits per layer)
 SLOT_QKV = 8       # + h: rotate-half pairs of head h's q, k and v written (3 hd / 2 per layer)
+                   # + n_head + h (the tails variants): head h's slices written (splits per
+                   # layer): the one that makes the count whole merges the head
 
 # the body's compile-time choices (kernels/check.py holds every variant to the default's bits;
 # scripts/megakernel_probe.py times them side by side)
@@ -106,12 +108,20 @@ SLOT_QKV = 8       # + h: rotate-half pairs of head h's q, k and v written (3 hd
 #            the same order: the same bits)
 #   wo_pre   the output projection alone loads its row of Wo before its wait (the preload
 #            form, for the one phase whose wait is long: it waits for the attention)
+#   tails    each head merged once, by the block whose slice completes the head's arrival
+#            count (`arrive_count`), into act[h*hd:(h+1)*hd] (act is free from the layer
+#            before's down projection to this layer's mlp up, which overwrites it); the output
+#            projection waits for the heads' merged outputs (n_head a layer on the partials'
+#            count) and dots its rows with act, where the default waits for every partial and
+#            merges all of o in every block: at context 900, 128 partials, that merge was most
+#            of the step's growth. merge_weights + merge_elem_sh on the head's slices: the same
+#            bits. The arrive exit only; where d_ff < d_model, the default's merge
 #   wpick    the exit's argmax by warp 0 alone with shuffles (`warp_pick`), where the default
 #            runs a tree over the block with a barrier per level (`block_pick`); the argmax is
 #            exact, so any pairing picks the same id (numba's simulator, which has no
 #            shuffles, runs block_pick)
 _PLAIN = dict(preload=False, epochs=False, lean=False, spin=False, merge1=False, wo_pre=False,
-              wpick=False)
+              wpick=False, tails=False)
 VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
             "preload/epoch": {**_PLAIN, "preload": True, "epochs": True},
             "plain/arrive": dict(_PLAIN),
@@ -122,7 +132,9 @@ VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
             "quick/arrive": {**_PLAIN, "lean": True, "spin": True, "merge1": True,
                              "wpick": True},
             "quick+wo/arrive": {**_PLAIN, "lean": True, "spin": True, "merge1": True,
-                                "wpick": True, "wo_pre": True}}
+                                "wpick": True, "wo_pre": True},
+            "tails/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
+                             "tails": True}}
 # The default: plain dots (measured on the H200 with scripts/megakernel_probe.py, graph replay
 # at context 64: plain 0.0686-0.0687 ms/token, preload 0.0783-0.0802) and the arrive exit (the
 # same speed as the epoch exit, 0.0687 against 0.0686; its counts end at 0, which a reader of
@@ -142,7 +154,8 @@ PHASE_LM = len(PHASES)                                         # then the LM hea
 PHASE_PICK = PHASE_LM + 1                                      # (the epoch exit's one wait)
 WAIT_WHAT = ("qkv waits for x: every down-projection row of the layer before",
              "attention waits for head {h}'s q, k and v rows",
-             "the output projection waits for every attention partial",
+             "the output projection waits for every attention partial (the tails variants: "
+             "every head's merged output)",
              "mlp up waits for x: every output-projection row",
              "down waits for act: every mlp row",
              "the LM head waits for x: every down-projection row of the last layer",
@@ -152,8 +165,8 @@ CODE_HEADS = 1024  # wait_code's room for a head index
 
 def counter_slots(n_head: int) -> int:
     """The kernel's int32 counter slots: the error word, the exit's three, four counts, one per
-    head (every variant's layout)."""
-    return SLOT_QKV + n_head
+    head, then one arrival count per head (the tails variants'; every variant's layout)."""
+    return SLOT_QKV + 2 * n_head
 
 
 def launch_adds(n_layer, D, F, V, n_head, head_dim) -> np.ndarray:
@@ -167,7 +180,7 @@ def launch_adds(n_layer, D, F, V, n_head, head_dim) -> np.ndarray:
     adds[SLOT_X_DOWN] = adds[SLOT_X_ATTN] = n_layer * D
     adds[SLOT_ACT] = n_layer * F
     adds[SLOT_PART] = n_layer * MERGE_MAX_PAIRS
-    adds[SLOT_QKV:] = n_layer * 3 * (head_dim // 2)
+    adds[SLOT_QKV:SLOT_QKV + n_head] = n_layer * 3 * (head_dim // 2)
     return adds
 
 
@@ -453,6 +466,26 @@ def bump(counter, slot, n):
 
 
 @cuda.jit(device=True)
+def arrive_count(counter, slot, whole, flag):
+    """Count this block in counter[slot] once its writes are done (every thread fences, the
+    block meets, thread 0 adds 1); True, in every thread of the block, for the block whose
+    arrival makes the count `whole` (cumulative: the slot counts every layer's arrivals until
+    the exit zeroes it). That block's later reads see every counted block's writes (fence,
+    count, fence). The count only elects: the elected block reads every part in a fixed order,
+    so no result depends on which block arrived last. flag: shared [1] int32."""
+    cuda.threadfence()
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0:
+        old = cuda.atomic.add(counter, slot, numba.int32(1))
+        flag[0] = 1 if old == whole - 1 else 0
+    cuda.syncthreads()
+    last = flag[0] == 1
+    if last:
+        cuda.threadfence()
+    return last
+
+
+@cuda.jit(device=True)
 def block_pick(logits, tokens, nxt, tid, red_v, red_i):
     """tokens[nxt] = argmax(logits), kernels/sample.py's pick_next for a block of any size: a
     strided scan per thread (NaN never taken, ties to the lower index), then a tree over the
@@ -566,11 +599,13 @@ step_persistent_twin = _make_twin(VARIANTS[DEFAULT_VARIANT]["epochs"])
 # ---- the kernel --------------------------------------------------------------------------------
 def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                spin: bool = False, merge1: bool = False, wo_pre: bool = False,
-               wpick: bool = False):
+               wpick: bool = False, tails: bool = False):
     """step_persistent's body; stamped: thread 0 of each block writes STAMP_FIELDS per phase
     into stamps [grid, phase_count(L), STAMP_FIELDS] int64 (the plain kernel passes a dummy and
-    compiles no stamp); preload, epochs, lean, spin, merge1, wo_pre, wpick: the compile-time
-    choices of `VARIANTS` (each variant writes the same bits)."""
+    compiles no stamp); preload, epochs, lean, spin, merge1, wo_pre, wpick, tails: the
+    compile-time choices of `VARIANTS` (each variant writes the same bits)."""
+    if tails and (epochs or merge1):
+        raise ValueError("the tails body has the arrive exit and merges with merge_weights")
     waitc = wait_count_spin if spin else wait_count
     pick_id = warp_pick if wpick else block_pick
     pre_o = preload or wo_pre          # the output projection's row loaded before its wait
@@ -611,6 +646,8 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
         n_pairs = 3 * (D // 2)
         L = wqkv.shape[0]
         p = pos[0]                     # every block reads it here; the picker advances it
+        use_tails = tails and F >= D   # the merged o lives in act, free between the layer
+                                       # before's down projection and this layer's mlp up
         emb = wte[tokens[p]]           # [D] the embedding row: layer 0's x
         # the epoch form's bases: E launches' adds (launch_adds) under every count
         ep = numba.int64(counter[SLOT_EPOCH]) if epochs else numba.int64(0)
@@ -748,8 +785,17 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                     stamp(stamps, blk, ph + 1, 1)
                 partial_slice_at(q, k_cache[layer], v_cache[layer], p + 1, part_o, part_ml, scale,
                                  red, o_w, ml_w, h, s, splits)
+                if use_tails and arrive_count(counter, SLOT_QKV + H + h, (layer + 1) * splits,
+                                              flag):
+                    merge_weights(part_ml, h, 1, ml_sh, w_sh)     # the head's slices only
+                    d = tid
+                    while d < hd:                               # o_h into act's first D
+                        act[h * hd + d] = merge_elem_sh(part_o, ml_sh, w_sh, 0, h, d)
+                        d += T
+                    bump(counter, SLOT_PART, 1)                 # one head merged
                 item += G
-            bump(counter, SLOT_PART, _mine(n_items, blk, G))
+            if not use_tails:
+                bump(counter, SLOT_PART, _mine(n_items, blk, G))
             if stamped:
                 stamp(stamps, blk, ph + 1, 2)
                 if tid == 0:
@@ -765,7 +811,12 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                     r = base + wg
                     if pre_o:
                         row_load(Wo, r, tid, rk)                # Wo's row in flight meanwhile
-                    if base == 0:
+                    if base == 0 and use_tails:
+                        waitc(counter, SLOT_PART, b_part, (layer + 1) * H,
+                              _wait_code(layer, 2, 0))
+                        if stamped:
+                            stamp(stamps, blk, ph + 2, 1)
+                    elif base == 0:
                         waitc(counter, SLOT_PART, b_part, (layer + 1) * n_items,
                               _wait_code(layer, 2, 0))
                         if stamped:
@@ -781,7 +832,12 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                                 o_sh[i] = merge_elem_sh(part_o, ml_sh, w_sh, hh * splits, hh, d)
                             i += T
                         cuda.syncthreads()
-                    if pre_o:
+                    if use_tails:                               # the merged o: act
+                        if pre_o:
+                            dot = row_dot_loaded(Wo, r, act, tid, red1, rk)
+                        else:
+                            dot = row_dot(Wo, r, act, tid, red1)
+                    elif pre_o:
                         dot = row_dot_loaded(Wo, r, o_sh, tid, red1, rk)
                     else:
                         dot = row_dot(Wo, r, o_sh, tid, red1)

@@ -583,8 +583,9 @@ show(f"greedy ids equal to the grid-tail fused step's: {same_ids}; last logits b
 # 64 tokens), times the multi-node graph arms and the persistent graph (with every variant of its
 # body in `kernels/persistent.py`'s `VARIANTS`: preloading the next phase's weights before its
 # wait or not, two ways to leave the counters for the next launch, a leaner qkv phase, waits
-# that poll back to back, the output projection's merge in one round of loads, the exit's argmax
-# by one warp; every variant writes the default's bits; the table below lists the ones its
+# that poll back to back, the output projection's merge in one round of loads, each head merged
+# once by its last slice's block, the exit's argmax by one warp; every variant writes the
+# default's bits; the table below lists the ones its
 # recording timed) at contexts 64 and 900, interleaved, and
 # stamps the kernel's own clocks per block and phase. The cost recorder measures
 # `step_persistent` as a graph node at every plan's first and last position, which the
@@ -635,7 +636,8 @@ CHOICES = [("lean/arrive", "plain/arrive", "lean qkv"),
            ("lean+merge/arrive", "lean/arrive", "one-round merge + warp argmax"),
            ("lean+spin/arrive", "lean/arrive", "back-to-back polls + warp argmax"),
            ("quick/arrive", "lean+merge/arrive", "polls back to back"),
-           ("quick+wo/arrive", "quick/arrive", "Wo row before the wait")]
+           ("quick+wo/arrive", "quick/arrive", "Wo row before the wait"),
+           ("tails/arrive", "lean+spin/arrive", "each head merged once")]
 print(f"{'choice':<30} {'context':>7} {'us/token':>9} {'± 2 sem':>8}  verdict")
 for with_, without, what in CHOICES:
     for c in sorted({k[0] for k in swept}):

@@ -112,7 +112,7 @@ def test_persistent_bits_and_sweep(ctx):
         "persistent graph", "persistent plain/epoch", "persistent preload/epoch",
         "persistent preload/arrive", "persistent lean/arrive", "persistent lean+spin/arrive",
         "persistent lean+merge/arrive",
-        "persistent quick/arrive", "persistent quick+wo/arrive"}
+        "persistent quick/arrive", "persistent quick+wo/arrive", "persistent tails/arrive"}
     assert res["default_variant"] == "plain/arrive" and "phases" not in res   # a GPU's only
     for c, r in res["ratio_to_best_multi_node"].items():
         ms = {row["arm"]: row["mean_ms"] for row in res["sweep"]["rows"] if row["context"] == int(c)}
