@@ -85,9 +85,9 @@ SLOT_X_DOWN = 4    # rows of x the down projection has written (D per layer)
 SLOT_X_ATTN = 5    # rows of x the attention output projection has written (D per layer)
 SLOT_ACT = 6       # rows of act the MLP's up projection has written (F per layer)
 SLOT_PART = 7      # attention items (head, slice) written (n_head * splits per layer)
-SLOT_QKV = 8       # + h: rotate-half pairs of head h's q, k and v written (3 hd / 2 per layer)
-                   # + n_head + h (the tails variants): head h's slices written (splits per
-                   # layer): the one that makes the count whole merges the head
+SLOT_QKV = 8       # + h: rotate-half pairs of head h's q, k and v written (3 hd / 2 per layer;
+                   # the tails variants count head h's slices there too, splits per layer:
+                   # the slice that completes a layer's count merges the head)
 
 # the body's compile-time choices (kernels/check.py holds every variant to the default's bits;
 # scripts/megakernel_probe.py times them side by side)
@@ -108,8 +108,9 @@ SLOT_QKV = 8       # + h: rotate-half pairs of head h's q, k and v written (3 hd
 #            the same order: the same bits)
 #   wo_pre   the output projection alone loads its row of Wo before its wait (the preload
 #            form, for the one phase whose wait is long: it waits for the attention)
-#   tails    each head merged once, by the block whose slice completes the head's arrival
-#            count (`arrive_count`), into act[h*hd:(h+1)*hd] (act is free from the layer
+#   tails    each head merged once, by the block whose slice completes the head's count
+#            (`arrive_count` on the head's qkv slot, which then counts 3 hd / 2 pairs and
+#            `splits` slices a layer), into act[h*hd:(h+1)*hd] (act is free from the layer
 #            before's down projection to this layer's mlp up, which overwrites it); the output
 #            projection waits for the heads' merged outputs (n_head a layer on the partials'
 #            count) and dots its rows with act, where the default waits for every partial and
@@ -146,7 +147,13 @@ VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
 # variant side by side (notebook 10 prints each choice's effect alone): polling back to back
 # pays at both contexts; the one-round merge pays at context 900 (32 slices a head) and costs
 # at 64, where the stamped probe put the loss in the output projection's work (3.5 -> 5.7 us a
-# layer); none of the choices moves the step by more than a few us a token
+# layer); none of the choices moves the step by more than a few us a token. tails: at context
+# 900 (data/gpu/megakernel_probe.txt) the output projection's step fell from 8.96 to 2.14 us a
+# layer and the attention's grew from 3.20 to 9.28 (its tail merges the head's 32 slices in
+# four rounds of loads, after a fence and a count): a wait moved, not removed. (Recorded with
+# the slices counted on slots of their own, n_head more, zeroed by the exit; they are counted
+# on the heads' qkv slots since, so the counter keeps the layout the cost file recorded: the
+# same atomic add and election, one wait target per head grown by the layer's slices)
 DEFAULT_VARIANT = "plain/arrive"   # step_persistent's body
 
 PHASES = ("qkv", "attention", "out proj", "mlp up", "down")   # a layer's phases, in order
@@ -165,8 +172,8 @@ CODE_HEADS = 1024  # wait_code's room for a head index
 
 def counter_slots(n_head: int) -> int:
     """The kernel's int32 counter slots: the error word, the exit's three, four counts, one per
-    head, then one arrival count per head (the tails variants'; every variant's layout)."""
-    return SLOT_QKV + 2 * n_head
+    head (every variant's layout)."""
+    return SLOT_QKV + n_head
 
 
 def launch_adds(n_layer, D, F, V, n_head, head_dim) -> np.ndarray:
@@ -180,7 +187,7 @@ def launch_adds(n_layer, D, F, V, n_head, head_dim) -> np.ndarray:
     adds[SLOT_X_DOWN] = adds[SLOT_X_ATTN] = n_layer * D
     adds[SLOT_ACT] = n_layer * F
     adds[SLOT_PART] = n_layer * MERGE_MAX_PAIRS
-    adds[SLOT_QKV:SLOT_QKV + n_head] = n_layer * 3 * (head_dim // 2)
+    adds[SLOT_QKV:] = n_layer * 3 * (head_dim // 2)
     return adds
 
 
@@ -268,7 +275,7 @@ def persistent_geometry(head_dim: int, sms: int, co_resident: int, threads: int 
 
 
 def block_program(blk, G, n_layer, D, F, V, n_head, head_dim, splits, warps=PERSISTENT_WARPS,
-                  epochs=VARIANTS[DEFAULT_VARIANT]["epochs"]):
+                  epochs=VARIANTS[DEFAULT_VARIANT]["epochs"], tails=False):
     """Block blk's program in a grid of G blocks, as step_persistent runs it, one operation at a
     time: ("wait", slot, target, code) -- the target relative to the launch: the kernel adds
     E * launch_adds(slot) in the epoch form --, ("item", phase, layer, i) -- the item's writes
@@ -279,7 +286,13 @@ def block_program(blk, G, n_layer, D, F, V, n_head, head_dim, splits, warps=PERS
     Python: warp phases give warp w of round b the item b * G * warps + w * G + blk, the
     attention gives the block items blk, blk + G, ...; a warp phase waits once, before its first
     item (with preload, its weights are loaded before the wait), the attention before each
-    item. The body's preload choice changes no operation here."""
+    item. The body's preload choice changes no operation here. tails (the arrive exit only):
+    after each attention item, ("arrive", slot, whole, ("merge", layer, h)) -- the block adds 1
+    to the head's qkv slot; the one whose add makes it `whole` merges head h, then bumps the
+    partials' count by 1 --, the attention's waits grown by the layer's earlier slices, the
+    output projection waiting for n_head merged heads."""
+    if tails and epochs:
+        raise ValueError("the tails body has the arrive exit")
     half = head_dim // 2
     n_pairs = 3 * (D // 2)
     n_items = n_head * splits
@@ -304,12 +317,16 @@ def block_program(blk, G, n_layer, D, F, V, n_head, head_dim, splits, warps=PERS
                 yield ("bump", SLOT_QKV + h, c)
         for item in range(blk, n_items, G):
             h = item // splits
-            yield ("wait", SLOT_QKV + h, (layer + 1) * 3 * half, wait_code(layer, 1, h))
+            yield ("wait", SLOT_QKV + h, (layer + 1) * 3 * half + (layer * splits if tails else 0),
+                   wait_code(layer, 1, h))
             yield ("item", 1, layer, item)
-        if mine(n_items, blk, G):
+            if tails:
+                yield ("arrive", SLOT_QKV + h, (layer + 1) * (3 * half + splits),
+                       ("merge", layer, h))
+        if mine(n_items, blk, G) and not tails:
             yield ("bump", SLOT_PART, mine(n_items, blk, G))
         for phase, n, slot, target, out in (
-                (2, D, SLOT_PART, (layer + 1) * n_items, SLOT_X_ATTN),
+                (2, D, SLOT_PART, (layer + 1) * (n_head if tails else n_items), SLOT_X_ATTN),
                 (3, F, SLOT_X_ATTN, (layer + 1) * D, SLOT_ACT),
                 (4, D, SLOT_ACT, (layer + 1) * F, SLOT_X_DOWN)):
             yield from warp_phase(n, phase, layer, slot, target, wait_code(layer, phase, 0))
@@ -469,10 +486,10 @@ def bump(counter, slot, n):
 def arrive_count(counter, slot, whole, flag):
     """Count this block in counter[slot] once its writes are done (every thread fences, the
     block meets, thread 0 adds 1); True, in every thread of the block, for the block whose
-    arrival makes the count `whole` (cumulative: the slot counts every layer's arrivals until
-    the exit zeroes it). That block's later reads see every counted block's writes (fence,
-    count, fence). The count only elects: the elected block reads every part in a fixed order,
-    so no result depends on which block arrived last. flag: shared [1] int32."""
+    arrival makes the count `whole`. Nothing is reset: the slot keeps counting (the tails
+    variants' head counts, zeroed by the exit). The elected block's later reads see every
+    counted block's writes (fence, count, fence); it reads every part in a fixed order, so no
+    result depends on which block arrived last. flag: shared [1] int32."""
     cuda.threadfence()
     cuda.syncthreads()
     if cuda.threadIdx.x == 0:
@@ -779,14 +796,15 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
             item = blk
             while item < n_items:
                 h, s = udivmod(item, splits)
-                waitc(counter, SLOT_QKV + h, b_qkv, (layer + 1) * 3 * half,
+                waitc(counter, SLOT_QKV + h, b_qkv,
+                      (layer + 1) * 3 * half + (layer * splits if use_tails else 0),
                       _wait_code(layer, 1, h))
                 if stamped and item == blk:
                     stamp(stamps, blk, ph + 1, 1)
                 partial_slice_at(q, k_cache[layer], v_cache[layer], p + 1, part_o, part_ml, scale,
                                  red, o_w, ml_w, h, s, splits)
-                if use_tails and arrive_count(counter, SLOT_QKV + H + h, (layer + 1) * splits,
-                                              flag):
+                if use_tails and arrive_count(counter, SLOT_QKV + h,
+                                              (layer + 1) * (3 * half + splits), flag):
                     merge_weights(part_ml, h, 1, ml_sh, w_sh)     # the head's slices only
                     d = tid
                     while d < hd:                               # o_h into act's first D

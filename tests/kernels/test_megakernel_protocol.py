@@ -22,7 +22,10 @@ the token once every logit is counted and advances pos and E. It holds that:
     set; the host's reset (the counter zeroed) makes the next launch clean;
   - a protocol with one wait's target lowered is caught (the model has teeth);
   - the arrive exit (a variant: arrive_last elects the picker, which zeroes the counts) holds
-    the same under fair orders.
+    the same under fair orders;
+  - the tails variants (the slice that completes its head's count merges the head; the output
+    projection waits for every merged head) read complete data in every order, write the same
+    bits for every grid and zero the counts; a lowered wait there is caught too.
 Marked `gpu` (skipped without one): the real kernel on the device, bits stable over replays and
 grid sizes, the error word set when a wait is made impossible (kernels.check's op persistent).
 """
@@ -50,14 +53,14 @@ class Memory:
     """The step's buffers as cells: values and versions; `bad` lists the reads that saw a wrong
     version (phase, layer, item, buffer)."""
 
-    def __init__(self, c, pos):
+    def __init__(self, c, pos, tails=False):
         D, H, half = c["D"], c["n_head"], c["head_dim"] // 2
-        self.c, self.pos = c, pos
+        self.c, self.pos, self.tails = c, pos, tails
         self.coef = np.array([_mix(i) for i in range(max(D, c["F"], 3 * D, 64))], np.uint64)
         self.val = {"emb": np.array([_mix(pos, i) for i in range(D)], np.uint64)}
         self.ver = {}
         for name, n in (("x", D), ("qkv", 3 * (D // 2)), ("part", H * c["splits"]),
-                        ("act", c["F"]), ("logits", c["V"])):
+                        ("o", H), ("act", c["F"]), ("logits", c["V"])):
             self.val[name] = np.zeros(n, np.uint64)
             self.ver[name] = np.zeros(n, np.int64)
         self.head_of = (np.arange(3 * (D // 2)) % (D // 2)) // half
@@ -89,8 +92,8 @@ class Memory:
             h = i // self.c["splits"]
             d = self.read("qkv", layer + 1, where, np.flatnonzero(self.head_of == h))
             self.write("part", i, _mix(1, layer, i, d), layer + 1)
-        elif phase == 2:                  # out proj row i: every partial, x[i]
-            d = self.read("part", layer + 1, where)
+        elif phase == 2:                  # out proj row i: every partial (every merged head
+            d = self.read("o" if self.tails else "part", layer + 1, where)   # in tails), x[i]
             r = self.read(xin[0], xin[1], where, [i])
             self.write("x", i, _mix(2, layer, i, d, r), 2 * layer + 1)
         elif phase == 3:                  # mlp row i: all of x
@@ -103,6 +106,12 @@ class Memory:
         else:                             # LM head row i: all of x after the last layer
             d = self.read("x", 2 * L, where)
             self.write("logits", i, _mix(5, i, d), 1)
+
+    def merge(self, layer, h):
+        """The tails variants' merge of head h: every slice of the head, its merged output."""
+        S = self.c["splits"]
+        d = self.read("part", layer + 1, ("merge", layer, h), np.arange(h * S, (h + 1) * S))
+        self.write("o", h, _mix(6, layer, h, d), layer + 1)
 
     def outputs(self):
         return (self.val["x"].tobytes(), self.val["logits"].tobytes(), self.token)
@@ -147,6 +156,16 @@ def block(mem, counter, b, G, read_pos, program, spin_limit, give_up_every, adds
         elif op[0] == "bump":
             counter[op[1]] = wrap(counter[op[1]] + op[2])
             yield
+        elif op[0] == "arrive":          # tails: count in; the one that completes it merges
+            _, slot, whole, (_, layer, h) = op
+            old = counter[slot]
+            counter[slot] = wrap(old + 1)
+            yield
+            if wrap(old) == wrap(whole - 1):
+                mem.merge(layer, h)
+                yield
+                counter[P.SLOT_PART] = wrap(counter[P.SLOT_PART] + 1)
+                yield
         elif op[0] == "pick":            # the epoch exit: every logit counted (or given up)
             mem.token = mem.read("logits", 1, ("pick", 0, 0))
             mem.pos += 1
@@ -165,11 +184,12 @@ def block(mem, counter, b, G, read_pos, program, spin_limit, give_up_every, adds
 
 
 def launch(c, G, order, counter, pos=0, seed=0, victim=None, spin_limit=100_000,
-           give_up_every=P.GIVE_UP_EVERY, program=None, epochs=True, rule="smallest"):
+           give_up_every=P.GIVE_UP_EVERY, program=None, epochs=True, rule="smallest",
+           tails=False):
     """One launch of G blocks in `order`; returns its Memory (counter is updated in place)."""
-    mem = Memory(c, pos)
+    mem = Memory(c, pos, tails)
     read_pos = [False] * G
-    prog = program or (lambda b, g: P.block_program(b, g, **c, epochs=epochs))
+    prog = program or (lambda b, g: P.block_program(b, g, **c, epochs=epochs, tails=tails))
     adds = adds_of(c) if epochs else np.zeros(P.counter_slots(c["n_head"]), np.int64)
     gens = {b: block(mem, counter, b, G, read_pos, prog, spin_limit, give_up_every, adds, rule)
             for b in range(G)}
@@ -251,6 +271,34 @@ def test_the_arrive_exit_reads_complete_data_and_zeroes_the_counts(reference, G)
             mem = launch(TINY, G, order, counter, pos=pos, seed=seed + G, epochs=False)
             assert counter[P.SLOT_ERR] == 0 and not mem.bad and not counter.any(), (order, G)
             assert mem.outputs() == reference[pos], (order, G, pos)
+
+
+@pytest.mark.parametrize("G", [1, 3, 13, 64])
+def test_the_tails_variant_reads_complete_data_and_zeroes_the_counts(G):
+    """The tails variants (arrive exit; the slice that completes its head's count merges the
+    head, the output projection waits for every merged head): complete reads in every order,
+    the same outputs as one block in order, the counts back to 0, two launches back to back."""
+    ref, counter = [], clean_counter(TINY)
+    for pos in (0, 1):
+        ref.append(launch(TINY, 1, "forward", counter, pos=pos, epochs=False,
+                          tails=True).outputs())
+    for order, seed in ORDERS:
+        counter = clean_counter(TINY)
+        for pos in (0, 1):
+            mem = launch(TINY, G, order, counter, pos=pos, seed=seed + G, epochs=False,
+                         tails=True)
+            assert counter[P.SLOT_ERR] == 0 and not mem.bad and not counter.any(), (order, G)
+            assert mem.outputs() == ref[pos], (order, G, pos)
+
+
+def test_the_tails_model_sized_protocol_and_its_teeth():
+    """The model's dims on 132 blocks: complete reads, counts back to 0; the output
+    projection's wait lowered by one merged head reads a head before it is merged in some
+    order, with no error word."""
+    counter = clean_counter(MODEL)
+    mem = launch(MODEL, 132, "random", counter, seed=3, epochs=False, tails=True)
+    assert counter[P.SLOT_ERR] == 0 and not mem.bad and not counter.any()
+    assert lowered_part_wait_is_caught(epochs=False, tails=True)
 
 
 @pytest.mark.parametrize("G", [1, 5, 13])
@@ -356,22 +404,26 @@ def test_the_model_sized_timeout_names_the_wait_made_impossible(G):
             int(counter[P.SLOT_ERR]))
 
 
-def test_a_lowered_wait_target_is_caught():
-    """The model has teeth: the output projection's wait lowered by one partial lets some order
-    read a partial before it is written, with no error word (silent corruption)."""
+def lowered_part_wait_is_caught(**form) -> bool:
+    """Does some random order of 6 blocks read incomplete data, with no error word, when the
+    output projection's wait is lowered by one (a partial, or a merged head in tails)?"""
     def lowered(b, G):
-        for op in P.block_program(b, G, **TINY, epochs=True):
+        for op in P.block_program(b, G, **TINY, **form):
             if op[0] == "wait" and op[1] == P.SLOT_PART:
                 op = (op[0], op[1], op[2] - 1, op[3])
             yield op
-    caught = False
     for seed in range(40):
         counter = clean_counter(TINY)
-        mem = launch(TINY, 6, "random", counter, seed=seed, program=lowered)
+        mem = launch(TINY, 6, "random", counter, seed=seed, program=lowered, **form)
         if mem.bad and counter[P.SLOT_ERR] == 0:
-            caught = True
-            break
-    assert caught
+            return True
+    return False
+
+
+def test_a_lowered_wait_target_is_caught():
+    """The model has teeth: the output projection's wait lowered by one partial lets some order
+    read a partial before it is written, with no error word (silent corruption)."""
+    assert lowered_part_wait_is_caught(epochs=True)
 
 
 def test_the_program_matches_the_kernels_counts():
