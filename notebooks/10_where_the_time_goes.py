@@ -622,7 +622,10 @@ show(f"source: data/gpu/persistent.json, {persist_rec['source']}")
 
 # %% [markdown]
 # Each choice alone, from the same interleaved sweep: a variant against the variant it adds one
-# choice (or one pair of choices) to. A difference within two standard errors of zero is noise.
+# choice (or one pair of choices) to. A difference within two standard errors of zero is noise;
+# the standard errors are those of five interleaved repetitions in one process, and differences
+# under about a microsecond have changed sign between recordings of the same kernels (the epoch
+# exit's did): read those as noise whatever the verdict says.
 
 # %%
 def body_arm(name):
@@ -634,7 +637,7 @@ CHOICES = [("lean/arrive", "plain/arrive", "lean qkv"),
            ("plain/epoch", "plain/arrive", "epoch exit"),
            ("preload/arrive", "plain/arrive", "preload"),
            ("lean+merge/arrive", "lean/arrive", "one-round merge + warp argmax"),
-           ("lean+spin/arrive", "lean/arrive", "back-to-back polls + warp argmax"),
+           ("lean+spin/arrive", "lean/arrive", "polls back to back + warp pick"),
            ("quick/arrive", "lean+merge/arrive", "polls back to back"),
            ("quick+wo/arrive", "quick/arrive", "Wo row before the wait"),
            ("tails/arrive", "lean+spin/arrive", "each head merged once")]
