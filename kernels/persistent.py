@@ -5,19 +5,22 @@ instead of grid barriers.
 Contents
   geometry        PERSISTENT_THREADS, persistent_geometry, counter_slots, waits_per_token,
                   barriers_per_token (0), phase_count
-  the protocol    the counter slots (SLOT_*), the body's VARIANTS (preload; epoch or arrive
-                  exit) and DEFAULT_VARIANT, launch_adds / wrap32 / settled (the counts a clean
-                  launch leaves), wait_code / describe_wait (the error word), the items a block
-                  does (mine), block_program: the kernel's items, waits and bumps as a Python
-                  generator (tests/kernels/test_megakernel_protocol.py runs it under
+  the protocol    the counter slots (SLOT_*), the body's VARIANTS (preload, lean, spin,
+                  merge1, wo_pre, wpick, tails; epoch or arrive exit) and DEFAULT_VARIANT,
+                  launch_adds / wrap32 / settled (the counts a clean launch leaves), wait_code /
+                  describe_wait (the error word), the items a block does (mine),
+                  block_program: the kernel's items, waits, bumps and (tails) arrivals as a
+                  Python generator (tests/kernels/test_megakernel_protocol.py runs it under
                   adversarial block orders)
   device pieces   release_add, acquire_load (PTX release/acquire), record_give_up (the error
-                  word keeps the smallest wait code), wait_count (a bounded spin over an int32
-                  difference), bump, block_pick (the argmax of a 128-thread
-                  block), clock64 / globaltimer
+                  word keeps the smallest wait code), wait_count / wait_count_spin (a bounded
+                  spin over an int32 difference, with or without a backoff), bump,
+                  arrive_count (the tails variants' election), block_pick / warp_pick (the
+                  argmax of a 128-thread block; by one warp), clock64 / globaltimer
   twin            step_persistent_twin: the fused step's twins (LAB_ATTN_TAIL=grid), composed,
                   then the counter as a clean launch leaves it (_make_twin: per exit form)
-  the kernel      _make_body (stamped, preload, epochs); step_persistent (DEFAULT_VARIANT);
+  the kernel      _make_body (stamped, then a variant's choices); step_persistent
+                  (DEFAULT_VARIANT);
                   step_persistent_stamped, the same body with a clock stamp per phase
                   (STAMP_FIELDS); variant_kernel / variant_spec: the other variants. Only
                   step_persistent is registered: kernels/check.py and
