@@ -661,9 +661,13 @@ show(f"source: data/gpu/persistent.json, {persist_rec['source']}")
 
 # %%
 ph = persist_rec["phases"]
-print(f"{'phase':<12} {'step us':>8} {'wait us':>8} {'work us':>8}")
+longer = persist_rec.get("phases_long")     # the same table at context 900, where recorded
+print(f"{'phase':<12} {'step us':>8} {'wait us':>8} {'work us':>8}"
+      + (f"   at context {longer['context']}: step, wait, work" if longer else ""))
 for kind, v in ph["kinds"].items():
-    print(f"{kind:<12} {v['step']:>8.2f} {v['wait']:>8.2f} {v['work']:>8.2f}")
+    far = longer["kinds"].get(kind) if longer else None
+    print(f"{kind:<12} {v['step']:>8.2f} {v['wait']:>8.2f} {v['work']:>8.2f}"
+          + (f"   {far['step']:>8.2f} {far['wait']:>8.2f} {far['work']:>8.2f}" if far else ""))
 busy = {r["phase"].split(" ", 1)[-1]: int(r["busy"]) for r in ph["rows"] if r["phase"].startswith("L0")}
 show(f"blocks busy in layer 0: {busy}; the kernel's span {ph['span_us']['median']:.1f} us "
      f"(median of {ph['launches']}, first block's start to last block's end); "

@@ -295,11 +295,17 @@ def top_targets() -> list[str]:
         rows.append([what, kind, rule, value, verdict, why])
 
     mk = {c: ratios[c]["persistent graph"] for c in ("64", "900") if c in ratios}
-    kinds = (per.get("phases") or {}).get("kinds", {})
-    slow = sorted(((k, v["step"]) for k, v in kinds.items() if k not in ("head", "exit")),
-                  key=lambda kv: -kv[1])[:2]
-    why_mk = ("per layer (the kernel's own clocks, context 64): "
-              + ", ".join(f"{k} {us:.2f} us" for k, us in slow)
+    def slowest(key):
+        ph = per.get(key) or {}
+        kinds = ph.get("kinds", {})
+        slow = sorted(((k, v["step"]) for k, v in kinds.items() if k not in ("head", "exit")),
+                      key=lambda kv: -kv[1])[:2]
+        return ph.get("context"), ", ".join(f"{k} {us:.2f} us" for k, us in slow)
+
+    ctx_short, slow = slowest("phases")
+    ctx_long, slow_long = slowest("phases_long")
+    why_mk = (f"per layer (the kernel's own clocks, context {ctx_short}): {slow}"
+              + (f"; at context {ctx_long}: {slow_long}" if slow_long else "")
               + f"; {per.get('waits_per_token', '?')} counter waits a token" if slow else "")
     fastest = {c: min((a for a in ratios[c] if a.startswith("persistent ")),
                       key=lambda a: ratios[c][a]) for c in ratios}

@@ -88,6 +88,14 @@ def test_the_targets_table_reads_the_sanitizer_table_and_the_ratios(monkeypatch,
     (tmp_path / "persistent.json").write_text(json.dumps(per))
     monkeypatch.setattr(build_docs, "DATA", tmp_path)
     assert "; the fastest body variant, lean/arrive: 1.10 / 1.10 |" in build_docs.results_page()
+    assert "; at context 900" not in build_docs.results_page()   # no phases_long recorded
+    long = dict(per["phases"], context=900)
+    long["kinds"] = dict(per["phases"]["kinds"], **{"out proj": dict(
+        per["phases"]["kinds"]["out proj"], step=8.96)})
+    per["phases_long"] = long
+    (tmp_path / "persistent.json").write_text(json.dumps(per))
+    page = build_docs.results_page()
+    assert f"; at context 900: out proj 8.96 us, " in page
     for ctx in per["ratio_to_best_multi_node"].values():
         ctx["persistent graph"] = 0.5
     (tmp_path / "persistent.json").write_text(json.dumps(per))

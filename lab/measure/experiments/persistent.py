@@ -13,7 +13,9 @@ step (notebook 10); on a GPU, every op's kernels against their twins first (kern
                  persistent arm's ratio to the best multi-node graph arm (MULTI_NODE)
   phases         (a GPU only) where the default kernel's time goes at PHASE_CONTEXT: per
                  phase, blocks busy, wait and work, and the kernel's span (lab/measure/
-                 megakernel.py: the clock-stamped body launched PHASE_LAUNCHES times)
+                 megakernel.py: the clock-stamped body launched PHASE_LAUNCHES times);
+                 phases_long the same at PHASE_CONTEXT_LONG, where the output projection
+                 merges many more partials
 The peer times its persistent arm only where this file says the checks held (`held`).
 """
 from __future__ import annotations
@@ -37,6 +39,7 @@ ARMS = {"graph": {}, "graph+pdl": {"pdl": True},
 MULTI_NODE = ("graph", "graph+pdl", "fused graph", "fused+pdl graph", "fused+split+pdl graph")
 CONTEXTS, REPS, TOKENS, BITS_TOKENS = (64, 900), 5, 64, 64
 PHASE_CONTEXT, PHASE_LAUNCHES = 64, 30
+PHASE_CONTEXT_LONG = 900
 QUICK = dict(contexts=(64, 900), reps=2, tokens=2, bits_tokens=8)
 
 
@@ -102,20 +105,20 @@ def _sweep(model, base: LabConfig, p: dict) -> dict:
                                p["tokens"])[0]
 
 
-def _phases(model, base: LabConfig, progress) -> dict:
-    """The default kernel's phase table at PHASE_CONTEXT after a real prefix, and its span."""
+def _phases(model, base: LabConfig, progress, context: int = PHASE_CONTEXT) -> dict:
+    """The default kernel's phase table at `context` after a real prefix, and its span."""
     from lab.measure.megakernel import (engine_at, kernel_span_us, phase_kinds, phase_rows,
                                         stamped_kernel, stamped_runs)
-    eng, launch = engine_at(model, base, PHASE_CONTEXT)
-    runs = stamped_runs(eng, stamped_kernel(base.kv_dtype), launch.grid[0], PHASE_CONTEXT,
+    eng, launch = engine_at(model, base, context)
+    runs = stamped_runs(eng, stamped_kernel(base.kv_dtype), launch.grid[0], context,
                         PHASE_LAUNCHES)
     rows = phase_rows(runs, model.cfg.n_layer)
     kinds = phase_kinds(rows)
     med, best = kernel_span_us(runs)
-    progress("phases (us, mean over layers): " + ", ".join(
+    progress(f"phases at context {context} (us, mean over layers): " + ", ".join(
         f"{k} {v['step']:.2f} (wait {v['wait']:.2f}, work {v['work']:.2f})"
         for k, v in kinds.items()) + f"; span {med:.2f} us")
-    return {"context": PHASE_CONTEXT, "launches": PHASE_LAUNCHES, "grid": list(launch.grid),
+    return {"context": context, "launches": PHASE_LAUNCHES, "grid": list(launch.grid),
             "block": list(launch.block), "rows": rows, "kinds": kinds,
             "span_us": {"median": med, "min": best},
             "how": "step_persistent_stamped (the default body, a stamp per block and phase) on "
@@ -175,7 +178,9 @@ def record(ctx) -> None:
         lines.append(f"context {c}: the best multi-node graph arm is {best} ({ms[best]:.4f} "
                      f"ms/token); " + ", ".join(f"{a} / it {r:.3f}" for a, r in
                                                  ratios[str(c)].items() if a.startswith("pers")))
-    phases = _phases(model, base, ctx.progress) if ctx.backend == "cuda" and not ctx.quick else None
+    on_gpu = ctx.backend == "cuda" and not ctx.quick
+    phases = _phases(model, base, ctx.progress) if on_gpu else None
+    phases_long = _phases(model, base, ctx.progress, PHASE_CONTEXT_LONG) if on_gpu else None
     ctx.progress("\n".join(lines))
     result = {"what": "LAB_PERSISTENT=1 against LAB_FUSION=1: bits, and graph replay ms/token",
               "source": sweep["source"], "date": today(),
@@ -190,6 +195,8 @@ def record(ctx) -> None:
         result["kernel_checks"] = kernels
     if phases is not None:
         result["phases"] = phases
+    if phases_long is not None:
+        result["phases_long"] = phases_long
     ctx.write_json("persistent.json", result)
     failed = [op for op, r in (kernels or {"ops": {}})["ops"].items() if not r["ok"]]
     if bad or failed:
