@@ -832,16 +832,13 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                     r = base + wg
                     if pre_o:
                         row_load(Wo, r, tid, rk)                # Wo's row in flight meanwhile
-                    if base == 0 and use_tails:
-                        waitc(counter, SLOT_PART, b_part, (layer + 1) * H,
+                    if base == 0:        # every partial, or (tails) every merged head
+                        waitc(counter, SLOT_PART, b_part,
+                              (layer + 1) * (H if use_tails else n_items),
                               _wait_code(layer, 2, 0))
                         if stamped:
                             stamp(stamps, blk, ph + 2, 1)
-                    elif base == 0:
-                        waitc(counter, SLOT_PART, b_part, (layer + 1) * n_items,
-                              _wait_code(layer, 2, 0))
-                        if stamped:
-                            stamp(stamps, blk, ph + 2, 1)
+                    if base == 0 and not use_tails:
                         if not merge1:
                             merge_weights(part_ml, 0, H, ml_sh, w_sh)
                         i = tid
