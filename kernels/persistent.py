@@ -6,7 +6,8 @@ Contents
   geometry        PERSISTENT_THREADS, persistent_geometry, counter_slots, waits_per_token,
                   barriers_per_token (0), phase_count
   the protocol    the counter slots (SLOT_*), the body's VARIANTS (preload, lean, spin,
-                  merge1, wo_pre, wpick, tails; epoch or arrive exit) and DEFAULT_VARIANT,
+                  merge1, wo_pre, wpick, tails, tail1, tails_min; epoch or arrive exit) and
+                  DEFAULT_VARIANT,
                   launch_adds / wrap32 / settled (the counts a clean launch leaves), wait_code /
                   describe_wait (the error word), the items a block does (mine),
                   block_program: the kernel's items, waits, bumps and (tails) arrivals as a
@@ -16,7 +17,10 @@ Contents
                   word keeps the smallest wait code), wait_count / wait_count_spin (a bounded
                   spin over an int32 difference, with or without a backoff), bump,
                   arrive_count (the tails variants' election), block_pick / warp_pick (the
-                  argmax of a 128-thread block; by one warp), clock64 / globaltimer
+                  argmax of a 128-thread block; by one warp), clock64 / globaltimer;
+                  ll_store / ll_load (a float32 and an int32 tag in one 64-bit word: the
+                  flag-in-data hand-off scripts/handoff_probe.py times; ll_*_host their
+                  Python forms)
   twin            step_persistent_twin: the fused step's twins (LAB_ATTN_TAIL=grid), composed,
                   then the counter as a clean launch leaves it (_make_twin: per exit form)
   the kernel      _make_body (stamped, then a variant's choices); step_persistent
@@ -124,8 +128,17 @@ SLOT_QKV = 8       # + h: rotate-half pairs of head h's q, k and v written (3 hd
 #            runs a tree over the block with a barrier per level (`block_pick`); the argmax is
 #            exact, so any pairing picks the same id (numba's simulator, which has no
 #            shuffles, runs block_pick)
+#   tail1    (with tails) the head's merge in the electing block by `merge_elem_batch`: its
+#            slices' m, l and o loads in one round where the tails default takes merge_weights'
+#            round, two barriers, then rounds of 8 slices (at context 900, 32 slices: four);
+#            the same bits
+#   tails_min  (with tails) the tails form only where the plan splits a head into at least
+#            this many slices, a runtime choice (the captured graph holds one plan): below it
+#            the default's merge in every block of the output projection (measured: tails
+#            cost 3.2 us a token at context 64, 4 slices, and saved 2.2 at 900, 32 slices);
+#            the same bits either way
 _PLAIN = dict(preload=False, epochs=False, lean=False, spin=False, merge1=False, wo_pre=False,
-              wpick=False, tails=False)
+              wpick=False, tails=False, tail1=False, tails_min=0)
 VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
             "preload/epoch": {**_PLAIN, "preload": True, "epochs": True},
             "plain/arrive": dict(_PLAIN),
@@ -138,7 +151,11 @@ VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
             "quick+wo/arrive": {**_PLAIN, "lean": True, "spin": True, "merge1": True,
                                 "wpick": True, "wo_pre": True},
             "tails/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
-                             "tails": True}}
+                             "tails": True},
+            "tails1/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
+                              "tails": True, "tail1": True},
+            "auto/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
+                            "tails": True, "tail1": True, "tails_min": 8}}
 # The default: plain dots (measured on the H200 with scripts/megakernel_probe.py, graph replay
 # at context 64: plain 0.0686-0.0687 ms/token, preload 0.0783-0.0802) and the arrive exit (the
 # same speed as the epoch exit, 0.0687 against 0.0686; its counts end at 0, which a reader of
@@ -200,6 +217,11 @@ def wrap32(v):
 
 
 _wrap32 = cuda.jit(device=True)(wrap32)
+
+
+def wrap32_64(v):
+    """v as an int64 wraps it (two's complement): a 64-bit word's bits as numpy holds them."""
+    return ((v + (1 << 63)) % (1 << 64)) - (1 << 63)
 
 
 def settled(counter, adds) -> bool:
@@ -278,7 +300,7 @@ def persistent_geometry(head_dim: int, sms: int, co_resident: int, threads: int 
 
 
 def block_program(blk, G, n_layer, D, F, V, n_head, head_dim, splits, warps=PERSISTENT_WARPS,
-                  epochs=VARIANTS[DEFAULT_VARIANT]["epochs"], tails=False):
+                  epochs=VARIANTS[DEFAULT_VARIANT]["epochs"], tails=False, tails_min=0):
     """Block blk's program in a grid of G blocks, as step_persistent runs it, one operation at a
     time: ("wait", slot, target, code) -- the target relative to the launch: the kernel adds
     E * launch_adds(slot) in the epoch form --, ("item", phase, layer, i) -- the item's writes
@@ -293,9 +315,11 @@ def block_program(blk, G, n_layer, D, F, V, n_head, head_dim, splits, warps=PERS
     after each attention item, ("arrive", slot, whole, ("merge", layer, h)) -- the block adds 1
     to the head's qkv slot; the one whose add makes it `whole` merges head h, then bumps the
     partials' count by 1 --, the attention's waits grown by the layer's earlier slices, the
-    output projection waiting for n_head merged heads."""
+    output projection waiting for n_head merged heads; tails_min: the tails form only where
+    splits >= tails_min (the kernel's runtime choice), else the default's operations."""
     if tails and epochs:
         raise ValueError("the tails body has the arrive exit")
+    tails = tails and splits >= tails_min
     half = head_dim // 2
     n_pairs = 3 * (D // 2)
     n_items = n_head * splits
@@ -349,6 +373,19 @@ def block_program(blk, G, n_layer, D, F, V, n_head, head_dim, splits, warps=PERS
 
 
 # ---- device pieces -----------------------------------------------------------------------------
+def ll_store_host(words, i, val, tag):
+    """`ll_store` in Python (the simulator's form): words[i] (int64) = the tag in the high half,
+    the float32's bits in the low half."""
+    bits = int(np.float32(val).view(np.uint32))
+    words[i] = np.int64(wrap32_64((int(tag) << 32) | bits))
+
+
+def ll_load_host(words, i):
+    """`ll_load` in Python (the simulator's form): (val float32, tag int32) of words[i]."""
+    w = int(words[i]) & 0xFFFFFFFFFFFFFFFF
+    return np.uint32(w & 0xFFFFFFFF).view(np.float32), np.int32(wrap32(w >> 32))
+
+
 if config.ENABLE_CUDASIM:   # the simulator: atomics are sequentially consistent, clocks the host's
     def release_add(ary, i, v):
         cuda.atomic.add(ary, i, v)
@@ -364,6 +401,9 @@ if config.ENABLE_CUDASIM:   # the simulator: atomics are sequentially consistent
 
     def require_cooperative():
         pass
+
+    ll_store = ll_store_host
+    ll_load = ll_load_host
 
 else:
     from llvmlite import ir
@@ -399,6 +439,41 @@ else:
             return builder.asm(fnty, "ld.acquire.gpu.s32 $0, [$1];", "=r,l,~{memory}",
                                [ptr], side_effect=True)
         return types.int32(ary, i), codegen
+
+    @intrinsic
+    def ll_store(typingctx, words, i, val, tag):
+        """words[i] = (tag, val) as ONE 64-bit relaxed store at device scope
+        (`st.relaxed.gpu.b64`): the float32's bits in the low half, the int32 tag in the high
+        half. A reader's 64-bit load sees both halves of one store or neither (single-copy
+        atomic), so a matching tag vouches for the value beside it with no fence (NCCL's LL
+        protocol: the flag travels in the data)."""
+        def codegen(context, builder, sig, args):
+            ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            v = builder.bitcast(context.cast(builder, args[2], sig.args[2], types.float32),
+                                ir.IntType(32))
+            t = context.cast(builder, args[3], sig.args[3], types.int32)
+            fnty = ir.FunctionType(ir.VoidType(), [ptr.type, ir.IntType(32), ir.IntType(32)])
+            builder.asm(fnty, "{ .reg .b64 w; mov.b64 w, {$1, $2}; "
+                              "st.relaxed.gpu.b64 [$0], w; }",
+                        "l,r,r,~{memory}", [ptr, v, t], side_effect=True)
+            return context.get_dummy_value()
+        return types.void(words, i, val, tag), codegen
+
+    @intrinsic
+    def ll_load(typingctx, words, i):
+        """(val, tag) of words[i] by ONE 64-bit relaxed load at device scope
+        (`ld.relaxed.gpu.b64`): ll_store's word, both halves from the same store."""
+        def codegen(context, builder, sig, args):
+            ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            pair = ir.LiteralStructType([ir.IntType(32), ir.IntType(32)])
+            fnty = ir.FunctionType(pair, [ptr.type])
+            res = builder.asm(fnty, "{ .reg .b64 w; ld.relaxed.gpu.b64 w, [$2]; "
+                                    "mov.b64 {$0, $1}, w; }",
+                              "=r,=r,l,~{memory}", [ptr], side_effect=True)
+            val = builder.bitcast(builder.extract_value(res, 0), ir.FloatType())
+            return context.make_tuple(builder, sig.return_type,
+                                      [val, builder.extract_value(res, 1)])
+        return types.Tuple((types.float32, types.int32))(words, i), codegen
 
     def _sreg64(name: str):
         @intrinsic
@@ -619,13 +694,16 @@ step_persistent_twin = _make_twin(VARIANTS[DEFAULT_VARIANT]["epochs"])
 # ---- the kernel --------------------------------------------------------------------------------
 def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                spin: bool = False, merge1: bool = False, wo_pre: bool = False,
-               wpick: bool = False, tails: bool = False):
+               wpick: bool = False, tails: bool = False, tail1: bool = False,
+               tails_min: int = 0):
     """step_persistent's body; stamped: thread 0 of each block writes STAMP_FIELDS per phase
     into stamps [grid, phase_count(L), STAMP_FIELDS] int64 (the plain kernel passes a dummy and
-    compiles no stamp); preload, epochs, lean, spin, merge1, wo_pre, wpick, tails: the
-    compile-time choices of `VARIANTS` (each variant writes the same bits)."""
+    compiles no stamp); preload, epochs, lean, spin, merge1, wo_pre, wpick, tails, tail1,
+    tails_min: the choices of `VARIANTS` (each variant writes the same bits)."""
     if tails and (epochs or merge1):
-        raise ValueError("the tails body has the arrive exit and merges with merge_weights")
+        raise ValueError("the tails body has the arrive exit; its merge's form is tail1")
+    if (tail1 or tails_min) and not tails:
+        raise ValueError("tail1 and tails_min are choices of the tails body")
     waitc = wait_count_spin if spin else wait_count
     pick_id = warp_pick if wpick else block_pick
     pre_o = preload or wo_pre          # the output projection's row loaded before its wait
@@ -666,7 +744,7 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
         n_pairs = 3 * (D // 2)
         L = wqkv.shape[0]
         p = pos[0]                     # every block reads it here; the picker advances it
-        use_tails = tails and F >= D   # the merged o lives in act, free between the layer
+        use_tails = tails and F >= D and splits >= tails_min   # the merged o lives in act,
                                        # before's down projection and this layer's mlp up
         emb = wte[tokens[p]]           # [D] the embedding row: layer 0's x
         # the epoch form's bases: E launches' adds (launch_adds) under every count
@@ -808,10 +886,14 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                                  red, o_w, ml_w, h, s, splits)
                 if use_tails and arrive_count(counter, SLOT_QKV + h,
                                               (layer + 1) * (3 * half + splits), flag):
-                    merge_weights(part_ml, h, 1, ml_sh, w_sh)     # the head's slices only
+                    if not tail1:
+                        merge_weights(part_ml, h, 1, ml_sh, w_sh)   # the head's slices only
                     d = tid
                     while d < hd:                               # o_h into act's first D
-                        act[h * hd + d] = merge_elem_sh(part_o, ml_sh, w_sh, 0, h, d)
+                        if tail1:
+                            act[h * hd + d] = merge_elem_batch(part_o, part_ml, h, d)
+                        else:
+                            act[h * hd + d] = merge_elem_sh(part_o, ml_sh, w_sh, 0, h, d)
                         d += T
                     bump(counter, SLOT_PART, 1)                 # one head merged
                 item += G

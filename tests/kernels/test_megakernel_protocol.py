@@ -291,6 +291,20 @@ def test_the_tails_variant_reads_complete_data_and_zeroes_the_counts(G):
             assert mem.outputs() == ref[pos], (order, G, pos)
 
 
+def test_tails_min_picks_the_form_by_the_plans_splits():
+    """tails_min (the auto variant's runtime choice): below it every block runs the default's
+    program, at or above it the tails program, operation for operation."""
+    for splits in (2, 3, 4):
+        c = {**TINY, "splits": splits}
+        for G in (1, 3, 13):
+            for blk in range(G):
+                auto = list(P.block_program(blk, G, **c, epochs=False, tails=True, tails_min=3))
+                want = list(P.block_program(blk, G, **c, epochs=False, tails=splits >= 3))
+                assert auto == want, (splits, G, blk)
+    assert list(P.block_program(0, 3, **TINY, epochs=False, tails=True)) != \
+        list(P.block_program(0, 3, **TINY, epochs=False))          # the forms do differ
+
+
 def test_the_tails_model_sized_protocol_and_its_teeth():
     """The model's dims on 132 blocks: complete reads, counts back to 0; the output
     projection's wait lowered by one merged head reads a head before it is merged in some
@@ -463,3 +477,43 @@ def test_gpu_kernel_bits_over_replays_and_grids_and_its_error_word():
     from kernels import check
     res = check.run(["persistent"], "gpu")
     assert res["ok"], res["ops"]["persistent"]["error"]
+
+
+LL_CASES = ((1.5, 7), (-0.0, -1), (float("nan"), 2 ** 31 - 1), (3.4e38, -2 ** 31), (1e-45, 0))
+
+
+def test_ll_words_keep_each_value_beside_its_tag():
+    """ll_store / ll_load (scripts/handoff_probe.py's flag-in-data hand-off): the float32's bits
+    (a NaN's, -0.0's, a subnormal's) and the int32 tag come back from one word as stored; an
+    untouched word reads tag 0."""
+    words = np.zeros(3, np.int64)
+    for val, tag in LL_CASES:
+        P.ll_store_host(words, 1, np.float32(val), np.int32(tag))
+        v, t = P.ll_load_host(words, 1)
+        assert np.float32(v).tobytes() == np.float32(val).tobytes() and int(t) == tag
+        assert int(words[1]) >> 32 == tag                  # the tag in the high half
+    assert P.ll_load_host(words, 0) == (0.0, 0) and P.ll_load_host(words, 2) == (0.0, 0)
+
+
+@pytest.mark.gpu
+def test_gpu_ll_words_keep_each_value_beside_its_tag():
+    """The device's ll_store / ll_load (one 64-bit relaxed store and load): the same words."""
+    from numba import cuda
+
+    @cuda.jit
+    def round_trip(words, vals, tags, out_v, out_t):
+        i = cuda.grid(1)
+        if i < vals.shape[0]:
+            P.ll_store(words, i, vals[i], tags[i])
+            v, t = P.ll_load(words, i)
+            out_v[i] = v
+            out_t[i] = t
+
+    vals = np.array([v for v, _ in LL_CASES], np.float32)
+    tags = np.array([t for _, t in LL_CASES], np.int32)
+    words = np.zeros(len(vals), np.int64)
+    out_v, out_t = np.zeros_like(vals), np.zeros_like(tags)
+    round_trip[1, 32](words, vals, tags, out_v, out_t)
+    assert out_v.tobytes() == vals.tobytes() and out_t.tolist() == tags.tolist()
+    for i in range(len(vals)):   # the word's halves: the value's bits low, the tag high
+        assert int(words[i]) & 0xFFFFFFFF == int(vals[i:i + 1].view(np.uint32)[0])

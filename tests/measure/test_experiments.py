@@ -107,12 +107,13 @@ def test_persistent_bits_and_sweep(ctx):
     from lab.measure.experiments.persistent import held
     res = _recorded(ctx, "persistent")
     assert res["bits"]["ok"] and not res["bits"]["mismatches"] and "kernel_checks" not in res
+    from kernels import persistent
     assert {r["arm"] for r in res["sweep"]["rows"]} == {
         "graph", "graph+pdl", "fused graph", "fused+pdl graph", "fused+split+pdl graph",
-        "persistent graph", "persistent plain/epoch", "persistent preload/epoch",
-        "persistent preload/arrive", "persistent lean/arrive", "persistent lean+spin/arrive",
-        "persistent lean+merge/arrive",
-        "persistent quick/arrive", "persistent quick+wo/arrive", "persistent tails/arrive"}
+        "persistent graph"} | {f"persistent {n}" for n in persistent.VARIANTS
+                               if n != persistent.DEFAULT_VARIANT}
+    assert {"persistent tails1/arrive", "persistent auto/arrive"} <= {
+        r["arm"] for r in res["sweep"]["rows"]}
     assert res["default_variant"] == "plain/arrive" and "phases" not in res   # a GPU's only
     for c, r in res["ratio_to_best_multi_node"].items():
         ms = {row["arm"]: row["mean_ms"] for row in res["sweep"]["rows"] if row["context"] == int(c)}
