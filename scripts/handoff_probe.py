@@ -194,7 +194,10 @@ def main(argv=None) -> int:
     sms = dev.MULTIPROCESSOR_COUNT
     G = sms
     P = a.phases
-    print(f"{' '.join(sys.argv)}; {datetime.date.today()}")
+    from lab.measure.registry import revision
+    rev = revision()
+    print(f"scripts/handoff_probe.py {' '.join(argv if argv is not None else sys.argv[1:])}; "
+          f"commit {rev['commit']}{' (dirty)' if rev['dirty'] else ''}; {datetime.date.today()}")
     from lab.backend.cuda.device import CudaBackend
     print(CudaBackend.describe(None))   # the GPU and versions, as every recording names them
     print(f"grid {G} x {T} threads, D = {D} rows a phase (a warp per row), {P} phases a launch, "
