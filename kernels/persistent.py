@@ -16,7 +16,9 @@ Contents
   device pieces   release_add, acquire_load (PTX release/acquire), record_give_up (the error
                   word keeps the smallest wait code), wait_count / wait_count_spin (a bounded
                   spin over an int32 difference, with or without a backoff), bump,
-                  arrive_count (the tails variants' election), block_pick / warp_pick (the
+                  arrive_count (the tails variants' election), acq_rel_add / arrive_lean
+                  (the acqrel variants' election and exit: one acq_rel atomic, no fence),
+                  block_pick / warp_pick (the
                   argmax of a 128-thread block; by one warp), clock64 / globaltimer;
                   ll_store / ll_load (a float32 and an int32 tag in one 64-bit word: the
                   flag-in-data hand-off scripts/handoff_probe.py times; ll_*_host their
@@ -128,6 +130,10 @@ SLOT_QKV = 8       # + h: rotate-half pairs of head h's q, k and v written (3 hd
 #            runs a tree over the block with a barrier per level (`block_pick`); the argmax is
 #            exact, so any pairing picks the same id (numba's simulator, which has no
 #            shuffles, runs block_pick)
+#   acqrel   the tails election and the arrive exit by `arrive_lean`: the block meets and one
+#            thread counts it with one acq_rel atomic, where arrive_count / arrive_last fence
+#            in every thread (a sequentially consistent fence: cuda.threadfence) before the
+#            count and again after it in the elected block; the same bits
 #   tail1    (with tails) the head's merge in the electing block by `merge_elem_batch`: its
 #            slices' m, l and o loads in one round where the tails default takes merge_weights'
 #            round, two barriers, then rounds of 8 slices (at context 900, 32 slices: four);
@@ -138,7 +144,7 @@ SLOT_QKV = 8       # + h: rotate-half pairs of head h's q, k and v written (3 hd
 #            cost 3.2 us a token at context 64, 4 slices, and saved 2.2 at 900, 32 slices);
 #            the same bits either way
 _PLAIN = dict(preload=False, epochs=False, lean=False, spin=False, merge1=False, wo_pre=False,
-              wpick=False, tails=False, tail1=False, tails_min=0)
+              wpick=False, tails=False, tail1=False, tails_min=0, acqrel=False)
 VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
             "preload/epoch": {**_PLAIN, "preload": True, "epochs": True},
             "plain/arrive": dict(_PLAIN),
@@ -155,7 +161,13 @@ VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
             "tails1/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
                               "tails": True, "tail1": True},
             "auto/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
-                            "tails": True, "tail1": True, "tails_min": 8}}
+                            "tails": True, "tail1": True, "tails_min": 8},
+            "lean+spin+ar/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
+                                    "acqrel": True},
+            "tails+ar/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
+                                "tails": True, "acqrel": True},
+            "auto+ar/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
+                               "tails": True, "tails_min": 8, "acqrel": True}}
 # The default: plain dots (measured on the H200 with scripts/megakernel_probe.py, graph replay
 # at context 64: plain 0.0686-0.0687 ms/token, preload 0.0783-0.0802) and the arrive exit (the
 # same speed as the epoch exit, 0.0687 against 0.0686; its counts end at 0, which a reader of
@@ -393,6 +405,9 @@ if config.ENABLE_CUDASIM:   # the simulator: atomics are sequentially consistent
     def acquire_load(ary, i):
         return cuda.atomic.add(ary, i, 0)
 
+    def acq_rel_add(ary, i, v):
+        return cuda.atomic.add(ary, i, v)
+
     def clock64():
         return time.perf_counter_ns()
 
@@ -439,6 +454,20 @@ else:
             return builder.asm(fnty, "ld.acquire.gpu.s32 $0, [$1];", "=r,l,~{memory}",
                                [ptr], side_effect=True)
         return types.int32(ary, i), codegen
+
+    @intrinsic
+    def acq_rel_add(typingctx, ary, i, v):
+        """ary[i] += v by `atom.acq_rel.gpu` (int32), returning the old count: a release of the
+        writes this thread has made and those its block's barrier ordered before it, and an
+        acquire for the reads after it (and, after a barrier, its block's): release_add and
+        acquire_load in one atomic (arrive_lean's)."""
+        def codegen(context, builder, sig, args):
+            ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            val = context.cast(builder, args[2], sig.args[2], types.int32)
+            fnty = ir.FunctionType(ir.IntType(32), [ptr.type, ir.IntType(32)])
+            return builder.asm(fnty, "atom.acq_rel.gpu.add.s32 $0, [$1], $2;", "=r,l,r,~{memory}",
+                               [ptr, val], side_effect=True)
+        return types.int32(ary, i, v), codegen
 
     @intrinsic
     def ll_store(typingctx, words, i, val, tag):
@@ -581,6 +610,28 @@ def arrive_count(counter, slot, whole, flag):
 
 
 @cuda.jit(device=True)
+def arrive_lean(counter, slot, whole, flag, reset):
+    """`arrive_count` (reset False) or `arrive_last` (reset True: the elected block sets the
+    slot back to 0) with no fence: the block meets, then thread 0 counts it by ONE acq_rel
+    atomic (acq_rel_add), whose release covers the block's writes the barrier ordered before
+    it (as release_add's does) and whose acquire, with the barrier after it, orders the
+    elected block's later reads after every counted block's writes (as wait_count's
+    acquire_load does). arrive_count and arrive_last fence in every thread, twice for the
+    elected block (a sequentially consistent fence each: cuda.threadfence); the acqrel
+    variants' election and exit. True, in every thread of the block, for the block whose
+    arrival makes the count `whole`. flag: shared [1] int32."""
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0:
+        old = acq_rel_add(counter, slot, numba.int32(1))
+        last = old == whole - 1
+        flag[0] = 1 if last else 0
+        if last and reset:
+            counter[slot] = 0      # every other block has counted: clean for the next launch
+    cuda.syncthreads()
+    return flag[0] == 1
+
+
+@cuda.jit(device=True)
 def block_pick(logits, tokens, nxt, tid, red_v, red_i):
     """tokens[nxt] = argmax(logits), kernels/sample.py's pick_next for a block of any size: a
     strided scan per thread (NaN never taken, ties to the lower index), then a tree over the
@@ -695,11 +746,11 @@ step_persistent_twin = _make_twin(VARIANTS[DEFAULT_VARIANT]["epochs"])
 def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                spin: bool = False, merge1: bool = False, wo_pre: bool = False,
                wpick: bool = False, tails: bool = False, tail1: bool = False,
-               tails_min: int = 0):
+               tails_min: int = 0, acqrel: bool = False):
     """step_persistent's body; stamped: thread 0 of each block writes STAMP_FIELDS per phase
     into stamps [grid, phase_count(L), STAMP_FIELDS] int64 (the plain kernel passes a dummy and
     compiles no stamp); preload, epochs, lean, spin, merge1, wo_pre, wpick, tails, tail1,
-    tails_min: the choices of `VARIANTS` (each variant writes the same bits)."""
+    tails_min, acqrel: the choices of `VARIANTS` (each variant writes the same bits)."""
     if tails and (epochs or merge1):
         raise ValueError("the tails body has the arrive exit; its merge's form is tail1")
     if (tail1 or tails_min) and not tails:
@@ -884,8 +935,10 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                     stamp(stamps, blk, ph + 1, 1)
                 partial_slice_at(q, k_cache[layer], v_cache[layer], p + 1, part_o, part_ml, scale,
                                  red, o_w, ml_w, h, s, splits)
-                if use_tails and arrive_count(counter, SLOT_QKV + h,
-                                              (layer + 1) * (3 * half + splits), flag):
+                whole = (layer + 1) * (3 * half + splits)
+                if use_tails and (arrive_lean(counter, SLOT_QKV + h, whole, flag, False)
+                                  if acqrel else arrive_count(counter, SLOT_QKV + h, whole,
+                                                              flag)):
                     if not tail1:
                         merge_weights(part_ml, h, 1, ml_sh, w_sh)   # the head's slices only
                     d = tid
@@ -1051,7 +1104,8 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                 if tid == 0:   # the partials' count to a launch's whole, whatever the splits
                     release_add(counter, SLOT_PART, L * (MERGE_MAX_PAIRS - n_items))
         else:
-            pick = arrive_last(counter, SLOT_EXIT, G, flag)
+            pick = (arrive_lean(counter, SLOT_EXIT, G, flag, True) if acqrel
+                    else arrive_last(counter, SLOT_EXIT, G, flag))
         if pick:
             if stamped:
                 stamp(stamps, blk, ph + 1, 1)

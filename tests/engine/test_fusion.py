@@ -390,8 +390,9 @@ def test_fused_kernels_follow_the_house_rules():
     elects the block that does the follow-on work, never what it computes), attn_fused_grid's
     count_arrival / wait_arrivals (its tail blocks wait for its partial blocks) and the
     megakernel's counts (kernels/persistent.py: release_add / acquire_load, whose simulator forms
-    are atomics, record_give_up's error word, and arrive_count, which elects the block that
-    merges a head in the tails variants); every fused kernel that has a counter uses it through
+    are atomics, as is acq_rel_add's (arrive_lean's count), record_give_up's error word, and
+    arrive_count, which elects the block that merges a head in the tails variants); every fused
+    kernel that has a counter uses it through
     them; the twins leave the counter at 0."""
     assert set(FUSED_KERNELS) <= set(kernels.REGISTRY)
     assert not set(FUSED_KERNELS) & set(wait_first_violations())
@@ -410,7 +411,8 @@ def test_fused_kernels_follow_the_house_rules():
                      "calls:persistent_body", "calls:_make_body",   # LAB_PERSISTENT=1: its exit
                      "persistent.py:release_add", "persistent.py:acquire_load",
                      "persistent.py:record_give_up",
-                     "persistent.py:arrive_count"}     # the megakernel's counts
+                     "persistent.py:arrive_count",
+                     "persistent.py:acq_rel_add"}      # the megakernel's counts
     for name in ("attn_fused", "attn_fused_grid", "norm_lm_head_argmax"):
         spec = kernels.REGISTRY[name]
         assert spec.arg_names[-1] == "counter" and len(spec.arg_names) - 1 in spec.writes

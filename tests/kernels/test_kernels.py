@@ -66,9 +66,10 @@ def test_atomics_only_count_blocks():
     and `count_arrival` / `wait_arrivals`, with which attn_fused_grid's tail blocks wait for
     its partial blocks; and the megakernel's (kernels/persistent.py): `record_give_up`'s error
     word (a compare-and-swap loop keeping the smallest wait code) and, on the simulator, its
-    release add and acquire load (`release_add` / `acquire_load`, inline PTX on a GPU), and
-    `arrive_count`, which elects the block that merges a head in its tails variants. What any
-    block computes after them reads every part in a fixed order."""
+    release add and acquire load (`release_add` / `acquire_load`, inline PTX on a GPU), its
+    acq_rel add (`acq_rel_add`, likewise: arrive_lean's count), and `arrive_count`, which
+    elects the block that merges a head in its tails variants. What any block computes after
+    them reads every part in a fixed order."""
     where = []
     for path in sorted(Path(kernels.__file__).parent.glob("*.py")):
         tree = ast.parse(path.read_text())
@@ -80,7 +81,7 @@ def test_atomics_only_count_blocks():
     assert set(where) == {("fused.py", "arrive_last"), ("fused.py", "count_arrival"),
                           ("fused.py", "wait_arrivals"), ("persistent.py", "record_give_up"),
                           ("persistent.py", "release_add"), ("persistent.py", "acquire_load"),
-                          ("persistent.py", "arrive_count")}, where
+                          ("persistent.py", "arrive_count"), ("persistent.py", "acq_rel_add")}, where
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
