@@ -47,6 +47,7 @@ from kernels import persistent
 from lab import DecodeEngine, LabConfig, load_model
 from lab.backend.costmodel import WHOLE_STEP_KERNELS, CostModel, launch_bytes
 from lab.measure import bench, conformance, report
+from lab.measure.megakernel import handoff_tables
 from lab.measure.report import show
 from lab.reference import generate as oracle_generate
 
@@ -684,6 +685,36 @@ show(f"blocks busy in layer 0: {busy}; the kernel's span {ph['span_us']['median'
 # %%
 mk = conformance.run(model, only=("megakernel",))
 show(conformance.format_report(mk))
+
+# %% [markdown]
+# One phase measured apart (`scripts/handoff_probe.py`, `data/gpu/handoff_probe.txt`): a chain
+# of 100 phases, each D rows of a warp each (the megakernel's spread: rows round-robin over one
+# block per SM), every row reading the whole vector the phase before wrote. The same work is run
+# as a persistent kernel with no hand-off at all (`none`: each phase reads whatever the vector
+# holds, so this is the work alone; `none/apart` writes where no thread reads, `none/loads`
+# stores nothing, `plain launch` is not cooperative), with the megakernel's counter hand-off (`count`; `/spin`:
+# polls back to back), with the tag carried in the data (`ll`: each value stored with a tag in
+# one 64-bit word, NCCL's LL protocol, so no fence, no count and no second load), and as one
+# kernel per phase in a CUDA graph, with and without PDL.
+
+# %%
+handoff = handoff_tables((GPU / "handoff_probe.txt").read_text())
+forms = list(handoff[0]["us"])
+print(f"{'form':<22}" + "".join(f"{'D = ' + str(t['rows']):>12}" for t in handoff)
+      + "   (us per phase)")
+for form in forms:
+    print(f"{form:<22}" + "".join(f"{t['us'].get(form, float('nan')):>12.2f}" for t in handoff))
+show(f"source: data/gpu/handoff_probe.txt, {handoff[0]['source']}")
+
+# %% [markdown]
+# Read it the way the ladder reads an arm: the persistent kernel's phase, with no hand-off at
+# all, already costs more than the same phase as a graph kernel with PDL, launch included; the
+# counter adds to that, most where more rows (more producers) must all be counted; the tag in
+# the data saves part of the counter's cost and none of the rest. Why the work alone is slower
+# inside one kernel than as kernels of its own is not settled by this probe (an ordinary launch
+# of the same loop costs about the same, and so does a loop that stores nothing); what it settles is
+# that on this GPU, at this size of phase, a megakernel with as many phases as the graph has
+# nodes starts behind.
 
 # %% [markdown]
 # Counters instead of barriers made the rung faster than the graph arms without PDL (the plain
