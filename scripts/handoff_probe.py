@@ -17,7 +17,7 @@ before wrote. Three ways to hand the vector on:
           programmatic dependent launch (each kernel triggers its dependents at its start and
           waits for its predecessor before its loads, as the lab's kernels do)
 
-    python3 scripts/handoff_probe.py [--phases 100] [--launches 50] [--d 256]
+    python3 scripts/handoff_probe.py [--phases 100] [--launches 20] [--d 256] [--reps 5]
 
 Prints us per phase for each (measured on this GPU; the header names it). Needs a GPU.
 """
@@ -142,8 +142,9 @@ def make_phase(D: int, T: int):
     return phase
 
 
-def time_graph(D: int, T: int, G: int, P: int, launches: int, pdl: bool) -> float:
-    """Median us per replay of a CUDA graph of P - 1 phase kernels (graph modes)."""
+def graph_timer(D: int, T: int, G: int, P: int, launches: int, pdl: bool):
+    """A CUDA graph of P - 1 phase kernels (graph modes), captured once; returns a function
+    that replays it `launches` times back to back between two events and gives us a replay."""
     import cupy as cp
     from numba import cuda
     from cuda.core import Device, LaunchConfig, launch
@@ -165,23 +166,46 @@ def time_graph(D: int, T: int, G: int, P: int, launches: int, pdl: bool) -> floa
     for args in flat:
         launch(core, cfg, kern, *args)
     graph = stream.end_capture()
-    times = []
-    for rep in range(launches + 2):
+
+    def batch() -> float:
         s, t = cp.cuda.Event(), cp.cuda.Event()
         s.record(stream)
-        graph.launch(stream)
+        for _ in range(launches):
+            graph.launch(stream)
         t.record(stream)
         t.synchronize()
-        if rep >= 2:
-            times.append(cp.cuda.get_elapsed_time(s, t) * 1e3)
-    return float(np.median(times))
+        return cp.cuda.get_elapsed_time(s, t) * 1e3 / launches
+    return batch
+
+
+def chain_timer(mode: str, spin: bool, coop: bool, D: int, T: int, G: int, P: int,
+                launches: int, vec, words, epochs):
+    """The chain kernel of one form; returns a function that launches it `launches` times back
+    to back between two events (counter and tags fresh) and gives us a launch."""
+    from numba import cuda
+    k = make_chain(mode, spin, D, T, coop)
+
+    def batch() -> float:
+        d_counter = cuda.to_device(np.zeros(P, np.int32))
+        words.copy_to_device(np.zeros(P * D, np.int64))
+        cuda.synchronize()
+        s, t = cuda.event(), cuda.event()
+        s.record()
+        for i in range(launches):
+            k[G, T](vec, words, d_counter, epochs[i:i + 1], P)
+        t.record()
+        t.synchronize()
+        return cuda.event_elapsed_time(s, t) * 1e3 / launches
+    return batch
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--phases", type=int, default=100)
-    ap.add_argument("--launches", type=int, default=50)
+    ap.add_argument("--launches", type=int, default=20)
     ap.add_argument("--d", type=int, default=256)
+    ap.add_argument("--reps", type=int, default=5, help="interleaved rounds (one batch of "
+                    "--launches launches of every form a round)")
     a = ap.parse_args(argv)
     if a.d % 32 or a.d < 32:
         raise SystemExit(f"--d {a.d}: a multiple of 32 (a lane reads d / 32 elements)")
@@ -200,40 +224,33 @@ def main(argv=None) -> int:
           f"commit {rev['commit']}{' (dirty)' if rev['dirty'] else ''}; {datetime.date.today()}")
     from lab.backend.cuda.device import CudaBackend
     print(CudaBackend.describe(None))   # the GPU and versions, as every recording names them
-    print(f"grid {G} x {T} threads, D = {D} rows a phase (a warp per row), {P} phases a launch, "
-          f"{a.launches} launches; us per phase = launch time / phases")
+    print(f"grid {G} x {T} threads, D = {D} rows a phase (a warp per row), {P} phases a launch "
+          f"(or {P - 1} kernels a graph), {a.launches} launches back to back a batch, the forms "
+          f"interleaved over {a.reps} rounds; us per phase = a launch's time / {P - 1}")
     vec = cuda.to_device(np.zeros((P, D), np.float32))
     words = cuda.to_device(np.zeros(P * D, np.int64))
-    rows = []
     R = a.launches
     epochs = cuda.to_device(np.arange(R, dtype=np.int32))
+    timers = {}
     for mode, spin, coop in (("none", False, True), ("none", False, False),
                              ("none/apart", False, True), ("none/loads", False, True),
                              ("count", False, True), ("count", True, True), ("ll", False, True)):
-        k = make_chain(mode, spin, D, T, coop)
-        times = []
-        for batch in range(4):        # R launches back to back between two events
-            d_counter = cuda.to_device(np.zeros(P, np.int32))
-            words.copy_to_device(np.zeros(P * D, np.int64))
-            cuda.synchronize()
-            s, t = cuda.event(), cuda.event()
-            s.record()
-            for i in range(R):
-                k[G, T](vec, words, d_counter, epochs[i:i + 1], P)
-            t.record()
-            t.synchronize()
-            if batch:                 # the first batch compiles and warms up
-                times.append(cuda.event_elapsed_time(s, t) * 1e3 / R)
-        med = float(np.median(times))
         name = mode + ("/spin" if spin else "") + ("" if coop else " (plain launch)")
-        rows.append((name, med / (P - 1)))
-        print(f"  {name:22s} {med / (P - 1):7.3f} us per phase  (launch {med:8.1f} us)")
+        timers[name] = chain_timer(mode, spin, coop, D, T, G, P, R, vec, words, epochs)
     for pdl in (False, True):
-        med = time_graph(D, T, G, P, a.launches, pdl)
-        name = "graph+pdl" if pdl else "graph"
+        timers["graph+pdl" if pdl else "graph"] = graph_timer(D, T, G, P, R, pdl)
+    for batch in timers.values():     # compiles and warms up
+        batch()
+    times = {name: [] for name in timers}
+    for _ in range(a.reps):           # interleaved: one batch of every form per round
+        for name, batch in timers.items():
+            times[name].append(batch())
+    rows = []
+    for name, ts in times.items():
+        med = float(np.median(ts))
         rows.append((name, med / (P - 1)))
-        print(f"  {name:22s} {med / (P - 1):7.3f} us per phase  (replay {med:8.1f} us, "
-              f"{P - 1} kernels)")
+        print(f"  {name:22s} {med / (P - 1):7.3f} us per phase  (a launch or replay "
+              f"{med:8.1f} us, median of {a.reps} rounds)")
     base = rows[0][1]
     for name, us in rows[1:]:
         print(f"  {name:22s} {us - base:+7.3f} us per phase against none")
