@@ -6,7 +6,7 @@ Contents
   geometry        PERSISTENT_THREADS, persistent_geometry, counter_slots, waits_per_token,
                   barriers_per_token (0), phase_count
   the protocol    the counter slots (SLOT_*), the body's VARIANTS (preload, lean, spin,
-                  merge1, wo_pre, wpick, tails, tail1, tails_min; epoch or arrive exit) and
+                  merge1, wo_pre, wpick, tails, acqrel; epoch or arrive exit) and
                   DEFAULT_VARIANT,
                   launch_adds / wrap32 / settled (the counts a clean launch leaves), wait_code /
                   describe_wait (the error word), the items a block does (mine),
@@ -134,19 +134,9 @@ SLOT_QKV = 8       # + h: rotate-half pairs of head h's q, k and v written (3 hd
 #            thread counts it with one acq_rel atomic, where arrive_count / arrive_last fence
 #            in every thread (a sequentially consistent fence: cuda.threadfence) before the
 #            count and again after it in the elected block; the same bits
-#   tail1    (with tails) the head's merge in the electing block by `merge_elem_batch`: its
-#            slices' m, l and o loads in one round where the tails default takes merge_weights'
-#            round, two barriers, then rounds of 8 slices (at context 900, 32 slices: four);
-#            the same bits
-#   tails_min  (with tails) the tails form only where the plan splits a head into at least
-#            this many slices, a runtime choice (the captured graph holds one plan): below it
-#            the default's merge in every block of the output projection (measured: tails
-#            cost 3.2 us a token at context 64, 4 slices, and saved 2.2 at 900, 32 slices);
-#            the same bits either way
 _PLAIN = dict(preload=False, epochs=False, lean=False, spin=False, merge1=False, wo_pre=False,
-              wpick=False, tails=False, tail1=False, tails_min=0, acqrel=False)
+              wpick=False, tails=False, acqrel=False)
 VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
-            "preload/epoch": {**_PLAIN, "preload": True, "epochs": True},
             "plain/arrive": dict(_PLAIN),
             "preload/arrive": {**_PLAIN, "preload": True},
             "lean/arrive": {**_PLAIN, "lean": True},
@@ -158,16 +148,10 @@ VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
                                 "wpick": True, "wo_pre": True},
             "tails/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
                              "tails": True},
-            "tails1/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
-                              "tails": True, "tail1": True},
-            "auto/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
-                            "tails": True, "tail1": True, "tails_min": 8},
             "lean+spin+ar/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
                                     "acqrel": True},
             "tails+ar/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
-                                "tails": True, "acqrel": True},
-            "auto+ar/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
-                               "tails": True, "tails_min": 8, "acqrel": True}}
+                                "tails": True, "acqrel": True}}
 # The default: plain dots (measured on the H200 with scripts/megakernel_probe.py, graph replay
 # at context 64: plain 0.0686-0.0687 ms/token, preload 0.0783-0.0802) and the arrive exit (the
 # same speed as the epoch exit, 0.0687 against 0.0686; its counts end at 0, which a reader of
@@ -312,7 +296,7 @@ def persistent_geometry(head_dim: int, sms: int, co_resident: int, threads: int 
 
 
 def block_program(blk, G, n_layer, D, F, V, n_head, head_dim, splits, warps=PERSISTENT_WARPS,
-                  epochs=VARIANTS[DEFAULT_VARIANT]["epochs"], tails=False, tails_min=0):
+                  epochs=VARIANTS[DEFAULT_VARIANT]["epochs"], tails=False):
     """Block blk's program in a grid of G blocks, as step_persistent runs it, one operation at a
     time: ("wait", slot, target, code) -- the target relative to the launch: the kernel adds
     E * launch_adds(slot) in the epoch form --, ("item", phase, layer, i) -- the item's writes
@@ -327,11 +311,9 @@ def block_program(blk, G, n_layer, D, F, V, n_head, head_dim, splits, warps=PERS
     after each attention item, ("arrive", slot, whole, ("merge", layer, h)) -- the block adds 1
     to the head's qkv slot; the one whose add makes it `whole` merges head h, then bumps the
     partials' count by 1 --, the attention's waits grown by the layer's earlier slices, the
-    output projection waiting for n_head merged heads; tails_min: the tails form only where
-    splits >= tails_min (the kernel's runtime choice), else the default's operations."""
+    output projection waiting for n_head merged heads."""
     if tails and epochs:
         raise ValueError("the tails body has the arrive exit")
-    tails = tails and splits >= tails_min
     half = head_dim // 2
     n_pairs = 3 * (D // 2)
     n_items = n_head * splits
@@ -745,16 +727,13 @@ step_persistent_twin = _make_twin(VARIANTS[DEFAULT_VARIANT]["epochs"])
 # ---- the kernel --------------------------------------------------------------------------------
 def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                spin: bool = False, merge1: bool = False, wo_pre: bool = False,
-               wpick: bool = False, tails: bool = False, tail1: bool = False,
-               tails_min: int = 0, acqrel: bool = False):
+               wpick: bool = False, tails: bool = False, acqrel: bool = False):
     """step_persistent's body; stamped: thread 0 of each block writes STAMP_FIELDS per phase
     into stamps [grid, phase_count(L), STAMP_FIELDS] int64 (the plain kernel passes a dummy and
-    compiles no stamp); preload, epochs, lean, spin, merge1, wo_pre, wpick, tails, tail1,
-    tails_min, acqrel: the choices of `VARIANTS` (each variant writes the same bits)."""
+    compiles no stamp); preload, epochs, lean, spin, merge1, wo_pre, wpick, tails, acqrel:
+    the compile-time choices of `VARIANTS` (each variant writes the same bits)."""
     if tails and (epochs or merge1):
-        raise ValueError("the tails body has the arrive exit; its merge's form is tail1")
-    if (tail1 or tails_min) and not tails:
-        raise ValueError("tail1 and tails_min are choices of the tails body")
+        raise ValueError("the tails body has the arrive exit and merges with merge_weights")
     waitc = wait_count_spin if spin else wait_count
     pick_id = warp_pick if wpick else block_pick
     pre_o = preload or wo_pre          # the output projection's row loaded before its wait
@@ -795,7 +774,7 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
         n_pairs = 3 * (D // 2)
         L = wqkv.shape[0]
         p = pos[0]                     # every block reads it here; the picker advances it
-        use_tails = tails and F >= D and splits >= tails_min   # the merged o lives in act,
+        use_tails = tails and F >= D   # the merged o lives in act, free between the layer
                                        # before's down projection and this layer's mlp up
         emb = wte[tokens[p]]           # [D] the embedding row: layer 0's x
         # the epoch form's bases: E launches' adds (launch_adds) under every count
@@ -939,14 +918,10 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                 if use_tails and (arrive_lean(counter, SLOT_QKV + h, whole, flag, False)
                                   if acqrel else arrive_count(counter, SLOT_QKV + h, whole,
                                                               flag)):
-                    if not tail1:
-                        merge_weights(part_ml, h, 1, ml_sh, w_sh)   # the head's slices only
+                    merge_weights(part_ml, h, 1, ml_sh, w_sh)     # the head's slices only
                     d = tid
                     while d < hd:                               # o_h into act's first D
-                        if tail1:
-                            act[h * hd + d] = merge_elem_batch(part_o, part_ml, h, d)
-                        else:
-                            act[h * hd + d] = merge_elem_sh(part_o, ml_sh, w_sh, 0, h, d)
+                        act[h * hd + d] = merge_elem_sh(part_o, ml_sh, w_sh, 0, h, d)
                         d += T
                     bump(counter, SLOT_PART, 1)                 # one head merged
                 item += G

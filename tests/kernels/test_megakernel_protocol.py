@@ -291,20 +291,6 @@ def test_the_tails_variant_reads_complete_data_and_zeroes_the_counts(G):
             assert mem.outputs() == ref[pos], (order, G, pos)
 
 
-def test_tails_min_picks_the_form_by_the_plans_splits():
-    """tails_min (the auto variant's runtime choice): below it every block runs the default's
-    program, at or above it the tails program, operation for operation."""
-    for splits in (2, 3, 4):
-        c = {**TINY, "splits": splits}
-        for G in (1, 3, 13):
-            for blk in range(G):
-                auto = list(P.block_program(blk, G, **c, epochs=False, tails=True, tails_min=3))
-                want = list(P.block_program(blk, G, **c, epochs=False, tails=splits >= 3))
-                assert auto == want, (splits, G, blk)
-    assert list(P.block_program(0, 3, **TINY, epochs=False, tails=True)) != \
-        list(P.block_program(0, 3, **TINY, epochs=False))          # the forms do differ
-
-
 def test_the_tails_model_sized_protocol_and_its_teeth():
     """The model's dims on 132 blocks: complete reads, counts back to 0; the output
     projection's wait lowered by one merged head reads a head before it is merged in some

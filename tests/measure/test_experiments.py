@@ -112,7 +112,7 @@ def test_persistent_bits_and_sweep(ctx):
         "graph", "graph+pdl", "fused graph", "fused+pdl graph", "fused+split+pdl graph",
         "persistent graph"} | {f"persistent {n}" for n in persistent.VARIANTS
                                if n != persistent.DEFAULT_VARIANT}
-    assert {"persistent tails1/arrive", "persistent auto/arrive"} <= {
+    assert {"persistent lean+spin+ar/arrive", "persistent tails+ar/arrive"} <= {
         r["arm"] for r in res["sweep"]["rows"]}
     assert res["default_variant"] == "plain/arrive" and "phases" not in res   # a GPU's only
     for c, r in res["ratio_to_best_multi_node"].items():
