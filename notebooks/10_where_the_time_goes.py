@@ -47,7 +47,6 @@ from kernels import persistent
 from lab import DecodeEngine, LabConfig, load_model
 from lab.backend.costmodel import WHOLE_STEP_KERNELS, CostModel, launch_bytes
 from lab.measure import bench, conformance, report
-from lab.measure.megakernel import handoff_tables
 from lab.measure.report import show
 from lab.reference import generate as oracle_generate
 
@@ -687,7 +686,7 @@ mk = conformance.run(model, only=("megakernel",))
 show(conformance.format_report(mk))
 
 # %% [markdown]
-# One phase measured apart (`scripts/handoff_probe.py`, `data/gpu/handoff_probe.txt`): a chain
+# One phase measured apart (`decode-lab record handoff`, `data/gpu/handoff.json`): a chain
 # of 100 phases, each D rows of a warp each (the megakernel's spread: rows round-robin over one
 # block per SM), every row reading the whole vector the phase before wrote. The same work is run
 # as a persistent kernel with no hand-off at all (`none`: each phase reads whatever the vector
@@ -698,23 +697,29 @@ show(conformance.format_report(mk))
 # kernel per phase in a CUDA graph, with and without PDL.
 
 # %%
-handoff = handoff_tables((GPU / "handoff_probe.txt").read_text())
-forms = list(handoff[0]["us"])
-print(f"{'form':<22}" + "".join(f"{'D = ' + str(t['rows']):>12}" for t in handoff)
-      + "   (us per phase)")
-for form in forms:
-    print(f"{form:<22}" + "".join(f"{t['us'].get(form, float('nan')):>12.2f}" for t in handoff))
-show(f"source: data/gpu/handoff_probe.txt, {handoff[0]['source']}")
+handoff_file = GPU / "handoff.json"
+if handoff_file.exists():
+    handoff = json.loads(handoff_file.read_text())
+    tables = handoff["rows"]
+    print(f"{'form':<22}" + "".join(f"{'D = ' + str(t['rows']):>12}" for t in tables)
+          + "   (us per phase)")
+    for form in tables[0]["us"]:
+        print(f"{form:<22}" + "".join(f"{t['us'][form]:>12.2f}" for t in tables))
+    show(f"source: data/gpu/handoff.json, {handoff['source']}, {handoff['date']}")
+else:
+    print("data/gpu/handoff.json is not recorded yet: `decode-lab record handoff --backend cuda` "
+          "on a GPU writes it")
 
 # %% [markdown]
-# Read it the way the ladder reads an arm: the persistent kernel's phase, with no hand-off at
-# all, already costs more than the same phase as a graph kernel with PDL, launch included; the
-# counter adds to that, most where more rows (more producers) must all be counted; the tag in
-# the data saves part of the counter's cost and none of the rest. Why the work alone is slower
-# inside one kernel than as kernels of its own is not settled by this probe (an ordinary launch
-# of the same loop costs about the same, and so does a loop that stores nothing); what it settles is
-# that on this GPU, at this size of phase, a megakernel with as many phases as the graph has
-# nodes starts behind.
+# Read it the way the ladder reads an arm, every form against the loop with no hand-off (the
+# work alone): as graph kernels with PDL the same phase costs about the work alone, launch and
+# dependency included (PDL starts each kernel while its predecessor runs and releases it when
+# the predecessor's blocks are done); the megakernel's counter adds most of a microsecond a
+# phase, more where more producers (more rows) must all be counted; carrying the tag in the
+# data (no fence, no count, no second load) saves part of that and not the rest, since the
+# consumer still has to see the last producer's store. So on this GPU, at this size of phase, a
+# hand-off inside one kernel costs more than a node boundary under PDL, and a megakernel with
+# as many phases as the graph has nodes starts behind by about that much per phase.
 
 # %% [markdown]
 # Counters instead of barriers made the rung faster than the graph arms without PDL (the plain
@@ -730,9 +735,10 @@ show(f"source: data/gpu/handoff_probe.txt, {handoff[0]['source']}")
 # blocks busy; the exit (the last block's argmax and the counts' reset) is a serial step at the
 # end of every token. The table of choices says what shaving a phase buys: each choice moves
 # the step by a microsecond or two a token at most, either way, where the gap to the best
-# multi-node arm is more than ten. A hand-off through a counter costs about what a node boundary
-# under PDL costs, so the kernel can win only by waiting less often: fewer, wider dependencies
-# per layer, the partials merged once per head, the exit overlapped with the next token.
+# multi-node arm is more than ten. A hand-off through a counter costs more than a node boundary
+# under PDL (the probe above), so the kernel can win only by waiting less often: fewer, wider
+# dependencies per layer, the partials merged once per head, the exit overlapped with the next
+# token.
 #
 # The checks above include a wait made impossible (the mlp's count started far below zero): the
 # launch must still end, and the error word must name that wait. Which wait "gave up" is less

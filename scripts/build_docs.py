@@ -317,12 +317,11 @@ def top_targets() -> list[str]:
         why_mk += ("; the fastest body variant: " + ", ".join(
             f"{fastest[c].split(' ', 1)[1]} {f(ratios[c][fastest[c]], 2)} at context {c}"
             for c in ratios))
-    handoff = DATA / "handoff_probe.txt"
-    if handoff.exists():     # a phase's cost measured apart (scripts/handoff_probe.py)
-        from lab.measure.megakernel import handoff_tables
-        first = handoff_tables(handoff.read_text())[0]
+    handoff = DATA / "handoff.json"
+    if handoff.exists():     # a phase's cost measured apart (the handoff experiment)
+        first = load("handoff.json")["rows"][0]
         t = first["us"]
-        why_mk += (f"; measured apart (`handoff_probe.txt`), a phase of {first['rows']} rows costs "
+        why_mk += (f"; measured apart (`handoff.json`), a phase of {first['rows']} rows costs "
                    f"{t['none']:.2f} us in a persistent loop with no hand-off, {t['count']:.2f} "
                    f"with the counter's, against {t['graph+pdl']:.2f} as graph kernels with PDL")
     for key in ("megakernel", "megakernel aim"):

@@ -18,6 +18,8 @@
                when drafting pays (E against V on two fixed texts)
   megakernel   where the megakernel's time goes: its phases by in-kernel clocks, its span,
                its body's variants as bench arms
+  handoff      one hand-off between phases measured apart: a counter, a tag in the data, or
+               a kernel boundary with and without PDL, on the same phase's work
   peer_torch   the PyTorch peer: the model in torch (+ peer_worker, its process; peer_result)
   chains       chains of graph nodes: the unit the cost file is measured in
   costfile     the cost file's recorder (kernel_costs.json, spec_costs.json, ladder, fission)

@@ -17,8 +17,6 @@ persistent experiment records it in persistent.json):
                                  VARIANTS; lab/engine/persistent.py variant_step)
   sweep_with_variants            config arms and body variants interleaved (bench.sweep_arms)
   engine_at                      an eager persistent engine with a real prefix up to a context
-  handoff_tables                 scripts/handoff_probe.py's printout read back: per printout,
-                                 its phase's rows (D) and each hand-off form's us per phase
 """
 from __future__ import annotations
 
@@ -194,27 +192,4 @@ def engine_at(model, base, context: int):
     eng.generate(BENCH_PROMPT, context - ids.size + 1)
     (launch,) = eng.step_launches(eng.plan(context))
     return eng, launch
-
-
-def handoff_tables(text: str) -> list[dict]:
-    """scripts/handoff_probe.py's printout (data/gpu/handoff_probe.txt) read back: one dict per
-    printout, {"rows": D, "source": its GPU line, "us": {form: us per phase}} in printed order
-    (forms: none, none (plain launch), ..., count, count/spin, ll, graph, graph+pdl). The lines
-    "<form>  <us> us per phase  (...)"; the "against none" lines are differences, not read.
-    ValueError on a printout with no form."""
-    import re
-    out = []
-    for block in text.split("scripts/handoff_probe.py")[1:]:
-        lines = block.splitlines()
-        rows = re.search(r"D = (\d+) rows", block)
-        us = {}
-        for ln in lines:
-            m = re.match(r"\s+(\S.*?)\s+(-?\d+\.\d+) us per phase\s+\(", ln)
-            if m:
-                us[m.group(1)] = float(m.group(2))
-        if not us or rows is None:
-            raise ValueError("a handoff_probe printout with no table (its D line or its forms)")
-        src = next((ln for ln in lines if ln.startswith("measured on ")), "source not printed")
-        out.append({"rows": int(rows.group(1)), "source": src, "us": us})
-    return out
 
