@@ -707,8 +707,8 @@ if handoff_file.exists():
         print(f"{form:<22}" + "".join(f"{t['us'][form]:>12.2f}" for t in tables))
     show(f"source: data/gpu/handoff.json, {handoff['source']}, {handoff['date']}")
 else:
-    print("data/gpu/handoff.json is not recorded yet: `decode-lab record handoff --backend cuda` "
-          "on a GPU writes it")
+    print("data/gpu/handoff.json is not recorded yet:\n"
+          "`decode-lab record handoff --backend cuda` on a GPU writes it")
 
 # %% [markdown]
 # Read it the way the ladder reads an arm, every form against the loop with no hand-off (the
