@@ -640,7 +640,9 @@ CHOICES = [("lean/arrive", "plain/arrive", "lean qkv"),
            ("lean+spin/arrive", "lean/arrive", "polls back to back + warp pick"),
            ("quick/arrive", "lean+merge/arrive", "polls back to back"),
            ("quick+wo/arrive", "quick/arrive", "Wo row before the wait"),
-           ("tails/arrive", "lean+spin/arrive", "each head merged once")]
+           ("tails/arrive", "lean+spin/arrive", "each head merged once"),
+           ("lean+spin+ar/arrive", "lean+spin/arrive", "exit by one acq_rel count"),
+           ("tails+ar/arrive", "tails/arrive", "election, exit: acq_rel counts")]
 print(f"{'choice':<30} {'context':>7} {'us/token':>9} {'± 2 sem':>8}  verdict")
 for with_, without, what in CHOICES:
     for c in sorted({k[0] for k in swept}):
