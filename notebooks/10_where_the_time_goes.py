@@ -714,14 +714,16 @@ else:
 
 # %% [markdown]
 # Read it the way the ladder reads an arm, every form against the loop with no hand-off (the
-# work alone): as graph kernels with PDL the same phase costs about the work alone, launch and
-# dependency included (PDL starts each kernel while its predecessor runs and releases it when
-# the predecessor's blocks are done); the megakernel's counter adds most of a microsecond a
-# phase, more where more producers (more rows) must all be counted; carrying the tag in the
-# data (no fence, no count, no second load) saves part of that and not the rest, since the
-# consumer still has to see the last producer's store. So on this GPU, at this size of phase, a
-# hand-off inside one kernel costs more than a node boundary under PDL, and a megakernel with
-# as many phases as the graph has nodes starts behind by about that much per phase.
+# work alone): as graph kernels with PDL the same phase costs little more than the work alone,
+# launch and dependency included (PDL starts each kernel while its predecessor runs, and
+# releases it when the predecessor's blocks are done); the megakernel's counter costs more than
+# that over the work. Carrying the tag in the data (no fence, no count, no second load) is no
+# reliable help: `data/gpu/handoff_probe.txt`, the same measurement by the probe before it was
+# an experiment, found it faster than the counter, and this recording finds it slower; the
+# sizes of the differences moved between the two as well, the order of the counter and PDL did
+# not. So on this GPU, at this size of phase, a hand-off inside one kernel costs more than a
+# node boundary under PDL, and a megakernel with as many phases as the graph has nodes starts
+# behind by about that much per phase.
 
 # %% [markdown]
 # Counters instead of barriers made the rung faster than the graph arms without PDL (the plain

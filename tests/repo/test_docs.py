@@ -87,6 +87,13 @@ def test_the_targets_table_reads_the_sanitizer_table_and_the_ratios(monkeypatch,
         ctx["persistent lean/arrive"] = 1.1
     (tmp_path / "persistent.json").write_text(json.dumps(per))
     monkeypatch.setattr(build_docs, "DATA", tmp_path)
+    handoff = json.loads((tmp_path / "handoff.json").read_text())["rows"][0]
+    assert (f"; the fastest body variant, lean/arrive: 1.10 / 1.10; measured apart "
+            f"(`handoff.json`), a phase of {handoff['rows']} rows costs {handoff['us']['none']:.2f}"
+            f" us in a persistent loop with no hand-off, {handoff['us']['count']:.2f} with the "
+            f"counter's, against {handoff['us']['graph+pdl']:.2f} as graph kernels with PDL |"
+            ) in build_docs.results_page()
+    (tmp_path / "handoff.json").unlink()               # not recorded: no such clause
     assert "; the fastest body variant, lean/arrive: 1.10 / 1.10 |" in build_docs.results_page()
     assert "; at context 900" not in build_docs.results_page()   # no phases_long recorded
     long = dict(per["phases"], context=900)
