@@ -718,8 +718,9 @@ else:
 # launch and dependency included (PDL starts each kernel while its predecessor runs, and
 # releases it when the predecessor's blocks are done); the megakernel's counter costs more than
 # that over the work. Carrying the tag in the data (no fence, no count, no second load) is no
-# reliable help: `data/gpu/handoff_probe.txt`, the same measurement by the probe before it was
-# an experiment, found it faster than the counter, and this recording finds it slower; the
+# reliable help: the same measurement by `scripts/handoff_probe.py` before it was an experiment
+# (its printout is kept beside this file) found it faster than the counter, and this recording
+# finds it slower; the
 # sizes of the differences moved between the two as well, the order of the counter and PDL did
 # not. So on this GPU, at this size of phase, a hand-off inside one kernel costs more than a
 # node boundary under PDL, and a megakernel with as many phases as the graph has nodes starts
