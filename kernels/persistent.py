@@ -219,11 +219,6 @@ def wrap32(v):
 _wrap32 = cuda.jit(device=True)(wrap32)
 
 
-def wrap32_64(v):
-    """v as an int64 wraps it (two's complement): a 64-bit word's bits as numpy holds them."""
-    return ((v + (1 << 63)) % (1 << 64)) - (1 << 63)
-
-
 def settled(counter, adds) -> bool:
     """Is `counter` (int [counter_slots]) what clean launches leave: the exit election at 0 and
     every count E * adds (E = its epoch slot; 0 for the arrive form, whose counts are 0)?"""
@@ -375,13 +370,13 @@ def ll_store_host(words, i, val, tag):
     """`ll_store` in Python (the simulator's form): words[i] (int64) = the tag in the high half,
     the float32's bits in the low half."""
     bits = int(np.float32(val).view(np.uint32))
-    words[i] = np.int64(wrap32_64((int(tag) << 32) | bits))
+    words[i] = np.uint64(((int(tag) & 0xFFFFFFFF) << 32) | bits).view(np.int64)
 
 
 def ll_load_host(words, i):
     """`ll_load` in Python (the simulator's form): (val float32, tag int32) of words[i]."""
-    w = int(words[i]) & 0xFFFFFFFFFFFFFFFF
-    return np.uint32(w & 0xFFFFFFFF).view(np.float32), np.int32(wrap32(w >> 32))
+    w = int(np.int64(words[i]).view(np.uint64))
+    return np.uint32(w & 0xFFFFFFFF).view(np.float32), np.uint32(w >> 32).view(np.int32)
 
 
 if config.ENABLE_CUDASIM:   # the simulator: atomics are sequentially consistent, clocks the host's

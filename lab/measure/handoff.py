@@ -63,9 +63,10 @@ def _pieces(D: int):
 
 def make_chain(mode: str, spin: bool, D: int, T: int, coop: bool = True):
     """The chain kernel of one hand-off form (the module doc). Diagnostic forms of `none`:
-    `none/apart` reads rows of `vec` and writes rows of `words` viewed as float32 (no thread
-    reads an address it wrote), `none/loads` stores nothing in the loop (one store at the end);
-    coop False: an ordinary launch (the others are cooperative, as the megakernel is)."""
+    `none/apart` writes each phase's row half the chain away from the row the next phase reads
+    (no thread reads an address it wrote this phase), `none/loads` stores nothing in the loop
+    (one store at the end); coop False: an ordinary launch (the others are cooperative, as the
+    megakernel is)."""
     import numba
     from numba import cuda
     from kernels.fused import backoff
@@ -134,7 +135,7 @@ def make_chain(mode: str, spin: bool, D: int, T: int, coop: bool = True):
     return chain
 
 
-def make_phase(D: int, T: int):
+def make_phase(D: int):
     """One phase as a kernel of its own (graph modes): the chain kernel's body for one phase."""
     import numba
     from numba import cuda
@@ -167,7 +168,7 @@ def graph_timer(D: int, T: int, G: int, P: int, launches: int, pdl: bool):
     import cupy as cp
     from numba import cuda
     from cuda.core import Device, LaunchConfig, launch
-    disp = make_phase(D, T)
+    disp = make_phase(D)
     overload = next(iter(disp.overloads.values()))
     stream = cp.cuda.Stream(non_blocking=True)
     core = Device().create_stream(stream)
@@ -222,13 +223,18 @@ def form_name(mode: str, spin: bool, coop: bool) -> str:
     return mode + ("/spin" if spin else "") + ("" if coop else " (plain launch)")
 
 
+def check_rows(D: int) -> None:
+    """ValueError for a D a warp cannot split: a lane reads D / 32 elements."""
+    if D % 32 or D < 32:
+        raise ValueError(f"D = {D}: a multiple of 32 (a lane reads D / 32 elements)")
+
+
 def measure(D: int, phases: int = 100, launches: int = 20, reps: int = 5) -> dict:
     """Every form at D rows a phase on this GPU: {"rows", "phases", "launches", "reps", "grid",
     "block", "us": {form: us per phase (the median launch over `reps` interleaved rounds / (phases
     - 1))}, "launch_us": {form: that median launch}}. ValueError for a D that is not a
     multiple of 32."""
-    if D % 32 or D < 32:
-        raise ValueError(f"D = {D}: a multiple of 32 (a lane reads D / 32 elements)")
+    check_rows(D)
     from numba import cuda
     G = cuda.get_current_device().MULTIPROCESSOR_COUNT
     P = phases

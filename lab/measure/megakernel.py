@@ -192,4 +192,3 @@ def engine_at(model, base, context: int):
     eng.generate(BENCH_PROMPT, context - ids.size + 1)
     (launch,) = eng.step_launches(eng.plan(context))
     return eng, launch
-

@@ -392,8 +392,7 @@ def test_fused_kernels_follow_the_house_rules():
     megakernel's counts (kernels/persistent.py: release_add / acquire_load, whose simulator forms
     are atomics, as is acq_rel_add's (arrive_lean's count), record_give_up's error word, and
     arrive_count, which elects the block that merges a head in the tails variants); every fused
-    kernel that has a counter uses it through
-    them; the twins leave the counter at 0."""
+    kernel that has a counter uses it through them; the twins leave the counter at 0."""
     assert set(FUSED_KERNELS) <= set(kernels.REGISTRY)
     assert not set(FUSED_KERNELS) & set(wait_first_violations())
     users = set()
