@@ -17,11 +17,12 @@ from kernels import draft       # draft_lookup, draft_ngram, accept (speculative
 from kernels import verify_attention  # verify_partial, verify_merge: the verify step's split-K attention over the cache + the causal block (+ device fns lane_sums16, lane_sums32: the column reduce-scatters)
 from kernels import verify      # embed_cols, rmsnorm_cols, matmat, matmat_residual, swiglu_cols, rope_kv_append_cols, argmax_cols: the model over T columns (+ device fns col_dots, col_dots2, matmat_rows)
 from kernels import fused_device  # (device fns only) xw_dot2, xw_dot, inv_rms (the norm folded into a row), head_dots, heads_dots, slice_partial
-from kernels import fused       # norm_qkv_rope, attn_fused, norm_swiglu, norm_lm_head_argmax (LAB_FUSION=1); device fn arrive_last
+from kernels import sync        # (device fns only) release_add, acquire_load, acq_rel_add, count_arrival, wait_arrivals, arrive_last, ll_store, ll_load: blocks handing data over through global memory
+from kernels import fused       # norm_qkv_rope, attn_fused, norm_swiglu, norm_lm_head_argmax (LAB_FUSION=1)
 from kernels import fused_split  # attn_partial_wide, attn_project_heads (attn_fused split in launches: LAB_SPLIT_COMBINE=1 under fusion)
 from kernels import persistent  # step_persistent: the whole fused step in one cooperative kernel (LAB_PERSISTENT=1)
 from kernels import probe       # empty, spin, pos_set, relay (cost-recorder probes, not part of a step)
 from kernels import loop        # loop_plan, loop_continue (CUDA C for conditional nodes; LAB_LOOP=device)
 
 __all__ = ["REGISTRY", "KernelSpec", "reduce", "embed", "rmsnorm", "matvec", "rope", "attention", "mlp",
-           "sample", "position", "draft", "verify_attention", "verify", "fused_device", "fused", "fused_split", "persistent", "probe", "loop"]
+           "sample", "position", "draft", "verify_attention", "verify", "fused_device", "sync", "fused", "fused_split", "persistent", "probe", "loop"]

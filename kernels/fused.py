@@ -2,8 +2,8 @@
 
 Contents
   geometry                qkv_grid, lm_head_grid, project_grid, attention_grid, grid_tail_grid
-  last block done         arrive_last (the one atomic in kernels/), head_tail, count_arrival,
-                          wait_arrivals
+  last block done         head_tail (its counts and elections: kernels/sync.py's
+                          arrive_last, count_arrival, wait_arrivals)
   twins' helpers          _normed_rows, project_heads
   norm_qkv_rope           RMSNorm folded into the qkv projection; RoPE and the KV append after
   attn_fused              partials, merge, Wo and residual in one launch, the tail over heads
@@ -23,7 +23,7 @@ import math
 
 import numba
 import numpy as np
-from numba import config, cuda
+from numba import cuda
 
 from kernels.registry import kernel
 from kernels.attention import (ATTN_STEPS, ATTN_WARPS, MAX_D, MERGE_MAX_PAIRS, attn_combine_twin,
@@ -39,6 +39,7 @@ from kernels.position import advance_twin
 from kernels.reduce import BLOCK_THREADS, WARP
 from kernels.rope import rope_rows
 from kernels.sample import ARGMAX_THREADS, argmax_next_twin, pick_next
+from kernels.sync import arrive_last, count_arrival, wait_arrivals
 
 __all__ = ["norm_qkv_rope", "attn_fused", "attn_fused_grid", "norm_swiglu", "norm_lm_head_argmax",
            "rows_grid"]
@@ -123,38 +124,6 @@ def counter_slots(n_head: int) -> int:
 
 # ---- device functions -------------------------------------------------------------------------
 @cuda.jit(device=True)
-def arrive_last(counter, slot, arrivals, flag):
-    """True, in every thread of the block, for the block that arrives last of the `arrivals`
-    blocks that count themselves in counter[slot].
-
-    Every thread calls it once its writes of the block's part are done. counter[slot] int32: 0
-    when the launch starts, 0 again when it ends (the last arriver resets it). flag: shared [1]
-    int32 scratch. The last block's later reads see every other arriver's part (fence, count,
-    fence: release and acquire at device scope).
-
-    For a kernel whose follow-on work needs other blocks' outputs (a head's merge needs every
-    split of it; the argmax every logit): each block writes its part, fences, and one thread
-    adds 1 to the slot (int32 slots the engine allocates once, zeroed; one set per launch
-    site). The counter only ELECTS the block that does the follow-on work, which reads every
-    part in a fixed order: the result never depends on which block finished last, so the
-    kernels stay bit-reproducible, replay after replay. No block waits for another (no spin),
-    so nothing depends on how many blocks are resident.
-    """
-    cuda.threadfence()                  # this thread's writes are visible device-wide ...
-    cuda.syncthreads()                  # ... and every thread of the block has fenced
-    if cuda.threadIdx.x == 0:
-        arrived = cuda.atomic.add(counter, slot, numba.int32(1))
-        flag[0] = 1 if arrived == arrivals - 1 else 0
-        if arrived == arrivals - 1:
-            counter[slot] = 0           # every other block has counted: clean for the next launch
-    cuda.syncthreads()
-    last = flag[0] == 1
-    if last:
-        cuda.threadfence()              # acquire: read the others' parts only after the count
-    return last
-
-
-@cuda.jit(device=True)
 def head_tail(part_o, part_ml, Wo, x, head_out, counter, h, o_sh, red, flag):
     """The heads tail of head h, in the block elected last of its partials (every thread of it
     calls): merge the head (attn_merge's bits), write head_out[h] = Wo[:, head h] @ o_h, and, in
@@ -168,7 +137,7 @@ def head_tail(part_o, part_ml, Wo, x, head_out, counter, h, o_sh, red, flag):
     heads: the whole tail (every head's merge and all of Wo) in the one last block runs on one
     SM, measured 17.3-23.6 us per node on the H200 against 5.6-8.1 us for attn_partial +
     attn_combine; here n_head blocks project a quarter of Wo each (at 4 heads), for a second
-    fence-and-count and a [n_head, D] scratch. Projecting each slice's unnormalised o_s would
+    count and election and a [n_head, D] scratch. Projecting each slice's unnormalised o_s would
     cost splits times the projection work and Wo traffic."""
     tid = cuda.threadIdx.x
     T = cuda.blockDim.x
@@ -186,46 +155,12 @@ def head_tail(part_o, part_ml, Wo, x, head_out, counter, h, o_sh, red, flag):
         for i in range(HEAD_ROWS):
             if tid % WARP == 0 and r + i * warps < D:
                 head_out[h, r + i * warps] = dots[i]
-    if arrive_last(counter, H, H, flag):               # the last head: sum in head order
+    if arrive_last(counter, H, H, flag, True):         # the last head: sum in head order
         for r in range(tid, D, T):
             s = head_out[0, r]
             for hh in range(1, H):
                 s = s + head_out[hh, r]
             x[r] = x[r] + s
-
-
-@cuda.jit(device=True)
-def count_arrival(counter, slot):
-    """Count this block in counter[slot] once its writes are done: every thread fences (its
-    writes visible device-wide), the block meets, then thread 0 adds 1. Nothing is elected:
-    `wait_arrivals` in other blocks reads the count."""
-    cuda.threadfence()
-    cuda.syncthreads()
-    if cuda.threadIdx.x == 0:
-        cuda.atomic.add(counter, slot, numba.int32(1))
-
-
-@cuda.jit(device=True)
-def wait_arrivals(counter, slot, arrivals):
-    """Return, in every thread of the block, once counter[slot] has reached `arrivals`: thread 0
-    reads it (an atomic add of 0: a read no cache keeps stale) until it has, backing off between
-    reads; then the block meets and every thread fences (acquire: the counted blocks' writes
-    are read only after the count). Safe only when every counted block has started before this
-    one spins (kernels/fused.py attn_fused_grid: why it holds there)."""
-    if cuda.threadIdx.x == 0:
-        while cuda.atomic.add(counter, slot, numba.int32(0)) < arrivals:
-            backoff()
-    cuda.syncthreads()
-    cuda.threadfence()
-
-
-if config.ENABLE_CUDASIM:   # the simulator runs blocks one after another: a wait never spins
-    def backoff():
-        pass
-else:
-    @cuda.jit(device=True)
-    def backoff():
-        cuda.nanosleep(64)  # a spinning thread yields its issue slots to the working blocks
 
 
 # ---- the twins' shared pieces -----------------------------------------------------------------
@@ -366,7 +301,7 @@ def attn_fused(q, k_cache, v_cache, pos, part_o, part_ml, scale, Wo, x, head_out
     slice_partial(q, k_cache, v_cache, pos[0] + 1, part_o, part_ml, scale, q_sh, sc, red)
     pdl_launch_dependents()  # after the partials, as attn_partial (kernels/attention.py: why)
     h = cuda.blockIdx.x
-    if arrive_last(counter, h, cuda.gridDim.y, flag):      # the last of head h's blocks
+    if arrive_last(counter, h, cuda.gridDim.y, flag, True):  # the last of head h's blocks
         head_tail(part_o, part_ml, Wo, x, head_out, counter, h, o_sh, red, flag)
 
 
@@ -451,7 +386,7 @@ def attn_fused_grid(q, k_cache, v_cache, pos, part_o, part_ml, scale, Wo, x, cou
             x[r] = x[r] + dot
         # the last tail block to finish resets the partials' count (every tail block is past
         # its wait then); arrive_last resets its own slot
-        if arrive_last(counter, 1, cuda.gridDim.x - n_part, flag) and tid == 0:
+        if arrive_last(counter, 1, cuda.gridDim.x - n_part, flag, True) and tid == 0:
             counter[0] = 0
 
 
@@ -512,7 +447,7 @@ def norm_lm_head_argmax(x, w_norm, eps, W, logits, pos, n_prompt, tokens, counte
     dot, ss = xw_dot(W, r, x, w_norm, tid, red)
     if tid % WARP == 0 and r < logits.shape[0]:
         logits[r] = dot * inv_rms(ss, x.shape[0], eps)
-    if arrive_last(counter, 0, cuda.gridDim.x, flag):
+    if arrive_last(counter, 0, cuda.gridDim.x, flag, True):
         nxt = pos[0] + 1
         cuda.syncthreads()       # every thread has read pos before thread 0 advances it
         if nxt < tokens.shape[0] and nxt >= n_prompt[0]:    # uniform over the block

@@ -6,23 +6,19 @@ Contents
   geometry        PERSISTENT_THREADS, persistent_geometry, counter_slots, waits_per_token,
                   barriers_per_token (0), phase_count
   the protocol    the counter slots (SLOT_*), the body's VARIANTS (preload, lean, spin,
-                  merge1, wo_pre, wpick, tails, acqrel; epoch or arrive exit) and
+                  merge1, wo_pre, wpick, tails; epoch or arrive exit) and
                   DEFAULT_VARIANT,
                   launch_adds / wrap32 / settled (the counts a clean launch leaves), wait_code /
                   describe_wait (the error word), the items a block does (mine),
                   block_program: the kernel's items, waits, bumps and (tails) arrivals as a
                   Python generator (tests/kernels/test_megakernel_protocol.py runs it under
                   adversarial block orders)
-  device pieces   release_add, acquire_load (PTX release/acquire), record_give_up (the error
-                  word keeps the smallest wait code), wait_count / wait_count_spin (a bounded
-                  spin over an int32 difference, with or without a backoff), bump,
-                  arrive_count (the tails variants' election), acq_rel_add / arrive_lean
-                  (the acqrel variants' election and exit: one acq_rel atomic, no fence),
-                  block_pick / warp_pick (the
-                  argmax of a 128-thread block; by one warp), clock64 / globaltimer;
-                  ll_store / ll_load (a float32 and an int32 tag in one 64-bit word: the
-                  flag-in-data hand-off scripts/handoff_probe.py times; ll_*_host their
-                  Python forms)
+  device pieces   record_give_up (the error word keeps the smallest wait code), wait_count /
+                  wait_count_spin (a bounded spin over an int32 difference by kernels/sync.py's
+                  acquire loads, with or without a backoff), bump (a release add), block_pick /
+                  warp_pick (the argmax of a 128-thread block; by one warp), clock64 /
+                  globaltimer; the elections (the tails merge, the arrive exit) are
+                  kernels/sync.py's arrive_last
   twin            step_persistent_twin: the fused step's twins (LAB_ATTN_TAIL=grid), composed,
                   then the counter as a clean launch leaves it (_make_twin: per exit form)
   the kernel      _make_body (stamped, then a variant's choices); step_persistent
@@ -37,7 +33,8 @@ Every phase calls the fused step's device functions (kernels/fused_device.py's f
 kernels/attention.py's partial_slice_at and merge, kernels/matvec.py's row dots) in their order,
 so the kernel writes the bits of LAB_FUSION=1 with LAB_ATTN_TAIL=grid (attn_fused_grid: the
 unfused attention's partials and combine), on the simulator and on a GPU, in every variant.
-The default calls the plain dots after each wait: kernels/matvec.py's `row_load` records that
+Every body calls the plain dots after each wait but the preload ones: kernels/matvec.py's
+`row_load` records that
 matvec built on the preloading forms (`row_load` / `row_dot_loaded`: local arrays passed across
 device functions) measured 1.1 to 2.4 us slower per node on the H200; the preload variants keep
 that form for scripts/megakernel_probe.py to time against it.
@@ -54,13 +51,14 @@ from kernels.attention import (ATTN_STEPS, ATTN_THREADS, ATTN_WARPS, MAX_D, MERG
                                merge_elem_batch, merge_elem_sh, merge_weights,
                                partial_slice_at, udivmod)
 from kernels.embed import embed_twin
-from kernels.fused import (MAX_HEAD_DIM, arrive_last, attn_fused_grid_twin, backoff,
-                           norm_lm_head_argmax_twin, norm_qkv_rope_twin, norm_swiglu_twin)
+from kernels.fused import (MAX_HEAD_DIM, attn_fused_grid_twin, norm_lm_head_argmax_twin,
+                           norm_qkv_rope_twin, norm_swiglu_twin)
 from kernels.fused_device import (XW_UNROLL, inv_rms, xw_dot, xw_dot2, xw_dot2_loaded,
                                   xw_dot_loaded, xw_load, xw_load1)
 from kernels.matvec import ROW_UNROLL, matvec_residual_twin, row_dot, row_dot_loaded, row_load
 from kernels.pdl import pdl_wait
 from kernels.reduce import SHUFFLES, WARP, better
+from kernels.sync import acquire_load, arrive_last, backoff, release_add
 
 __all__ = ["step_persistent", "persistent_geometry", "counter_slots", "SIM_GRID",
            "block_program", "describe_wait"]
@@ -83,7 +81,7 @@ GIVE_UP_EVERY = 1024 if not config.ENABLE_CUDASIM else 16  # polls between looks
 #           its start and waits for E * launch_adds(slot) + its target, compared as an int32
 #           difference (wraparound-safe); one block (the grid's last) waits for every logit,
 #           picks the token, advances pos and E. No other block waits at the exit.
-#   arrive  (the default) every block arrives at SLOT_EXIT (arrive_last); the last picks the
+#   arrive  (the default's) every block arrives at SLOT_EXIT (arrive_last); the last picks the
 #           token, advances pos and sets every count back to 0.
 # Either way a captured graph replays step after step with no host reset.
 SLOT_ERR = 0       # 0, or the smallest wait_code of the waits that gave up (record_give_up)
@@ -98,44 +96,41 @@ SLOT_QKV = 8       # + h: rotate-half pairs of head h's q, k and v written (3 hd
                    # the tails variants count head h's slices there too, splits per layer:
                    # the slice that completes a layer's count merges the head)
 
-# the body's compile-time choices (kernels/check.py holds every variant to the default's bits;
-# scripts/megakernel_probe.py times them side by side)
+# the body's compile-time choices, each against plain/arrive, the body with none of them
+# (kernels/check.py holds every variant to the default's bits; scripts/megakernel_probe.py
+# times them side by side)
 #   preload  each warp phase loads its first group of weights before its wait (the `_loaded`
 #            dots); else it calls the plain dots (row_dot, xw_dot2, xw_dot) after the wait: the
 #            same fmas in the same order
 #   epochs   the exit: epoch (True) or arrive (False), above
 #   lean     the qkv phase's index arithmetic by unsigned divisions (udivmod) where the
-#            default divides int64 with sign fix-ups, and its rotary factors (cos, sin) loaded
-#            before its wait, where the default loads them after the dot's reduction: the same
+#            plain body divides int64 with sign fix-ups, and its rotary factors (cos, sin) loaded
+#            before its wait, where the plain body loads them after the dot's reduction: the same
 #            values, the same bits
-#   spin     a wait polls its count back to back (`wait_count_spin`), where the default backs
+#   spin     a wait polls its count back to back (`wait_count_spin`), where the plain body backs
 #            off 64 ns between polls (`backoff`): a count that lands just after a poll is seen
 #            one round trip sooner, not a sleep plus a round trip
 #   merge1   the output projection's merge by `merge_elem_batch`: each element's m, l and o
-#            loaded in one round, where the default's merge_weights loads the (m, l) pairs,
+#            loaded in one round, where the plain body's merge_weights loads the (m, l) pairs,
 #            meets twice, and only then do the elements' loads start (the same operations in
 #            the same order: the same bits)
 #   wo_pre   the output projection alone loads its row of Wo before its wait (the preload
 #            form, for the one phase whose wait is long: it waits for the attention)
 #   tails    each head merged once, by the block whose slice completes the head's count
-#            (`arrive_count` on the head's qkv slot, which then counts 3 hd / 2 pairs and
+#            (`arrive_last` on the head's qkv slot, not reset, which then counts 3 hd / 2 pairs and
 #            `splits` slices a layer), into act[h*hd:(h+1)*hd] (act is free from the layer
 #            before's down projection to this layer's mlp up, which overwrites it); the output
 #            projection waits for the heads' merged outputs (n_head a layer on the partials'
-#            count) and dots its rows with act, where the default waits for every partial and
+#            count) and dots its rows with act, where the plain body waits for every partial and
 #            merges all of o in every block: at context 900, 128 partials, that merge was most
 #            of the step's growth. merge_weights + merge_elem_sh on the head's slices: the same
-#            bits. The arrive exit only; where d_ff < d_model, the default's merge
-#   wpick    the exit's argmax by warp 0 alone with shuffles (`warp_pick`), where the default
+#            bits. The arrive exit only; where d_ff < d_model, the plain body's merge
+#   wpick    the exit's argmax by warp 0 alone with shuffles (`warp_pick`), where the plain body
 #            runs a tree over the block with a barrier per level (`block_pick`); the argmax is
 #            exact, so any pairing picks the same id (numba's simulator, which has no
 #            shuffles, runs block_pick)
-#   acqrel   the tails election and the arrive exit by `arrive_lean`: the block meets and one
-#            thread counts it with one acq_rel atomic, where arrive_count / arrive_last fence
-#            in every thread (a sequentially consistent fence: cuda.threadfence) before the
-#            count and again after it in the elected block; the same bits
 _PLAIN = dict(preload=False, epochs=False, lean=False, spin=False, merge1=False, wo_pre=False,
-              wpick=False, tails=False, acqrel=False)
+              wpick=False, tails=False)
 VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
             "plain/arrive": dict(_PLAIN),
             "preload/arrive": {**_PLAIN, "preload": True},
@@ -147,34 +142,27 @@ VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
             "quick+wo/arrive": {**_PLAIN, "lean": True, "spin": True, "merge1": True,
                                 "wpick": True, "wo_pre": True},
             "tails/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
-                             "tails": True},
-            "lean+spin+ar/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
-                                    "acqrel": True},
-            "tails+ar/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
-                                "tails": True, "acqrel": True}}
-# The default: plain dots (measured on the H200 with scripts/megakernel_probe.py, graph replay
-# at context 64: plain 0.0686-0.0687 ms/token, preload 0.0783-0.0802) and the arrive exit (the
-# same speed as the epoch exit, 0.0687 against 0.0686; its counts end at 0, which a reader of
-# the counter checks at a glance). kernels.check --gpu holds every variant to the default's bits
-# and the default to its timeout case. lean/arrive measured faster on the H200 by
-# scripts/megakernel_probe.py (context 64, 3 interleaved reps, graph replay): 0.0671 against
-# 0.0691 ms/token, its qkv phase's work 2.42 against 3.07 us a layer by the stamped forms; the
-# recordings in data/gpu/ hold the default's figures. data/gpu/persistent.json times every
-# variant side by side (notebook 10 prints each choice's effect alone): polling back to back
-# pays at both contexts; the one-round merge pays at context 900 (32 slices a head) and costs
-# at 64, where the stamped probe put the loss in the output projection's work (3.5 -> 5.7 us a
-# layer); none of the choices moves the step by more than a few us a token. tails: at context
-# 900 (data/gpu/megakernel_probe.txt) the output projection's step fell from 8.96 to 2.14 us a
-# layer and the attention's grew from 3.20 to 9.28 (its tail merges the head's 32 slices in
-# four rounds of loads, after a fence and a count): a wait moved, not removed. (Recorded with
-# the slices counted on slots of their own, n_head more, zeroed by the exit; they are counted
-# on the heads' qkv slots since, so the counter keeps the layout the cost file recorded: the
-# same atomic add and election, one wait target per head grown by the layer's slices).
-# acqrel (scripts/megakernel_probe.py, interleaved, data/gpu/megakernel_probe.txt's fifth
-# printout): the exit's step 3.58 -> 2.56 us by the stamps; tails+ar 0.0653 / 0.0798 ms/token at
-# contexts 64 / 900 against tails' 0.0676 / 0.0814, the fastest body at 900 (1.24 times the best
-# multi-node arm); lean+spin+ar 0.0635 at 64 against lean+spin's 0.0638 (within noise)
-DEFAULT_VARIANT = "plain/arrive"   # step_persistent's body
+                             "tails": True}}
+# The default, tails/arrive: the fastest body at context 900 and within 3 us a token of the
+# fastest at 64, ahead of plain/arrive at both (scripts/megakernel_probe.py on the H200, graph
+# replay, interleaved; data/gpu/megakernel_probe.txt's fifth printout, whose "+ar" bodies had
+# the one-atomic election kernels/sync.py's arrive_last has since: tails 0.0653 / 0.0798
+# ms/token at contexts 64 / 900, lean+spin 0.0635 / 0.0856; plain/arrive, the default until
+# then, 1.25 / 1.35 times the best multi-node arm where tails is 1.20 / 1.24).
+# What the choices did there and in the probe's earlier printouts (data/gpu/persistent.json
+# times every variant side by side; notebook 10 prints each choice's effect alone):
+#   preload  slower: 0.0783-0.0802 against plain's 0.0686-0.0687 ms/token at context 64
+#   epochs   the same speed as the arrive exit (0.0686 against 0.0687); the arrive exit's counts
+#            end at 0, which a reader of the counter checks at a glance
+#   lean     its qkv phase's work 2.42 against 3.07 us a layer by the stamped forms
+#   spin     pays at both contexts
+#   merge1   pays at context 900 (32 slices a head), costs at 64 (the output projection's work
+#            3.5 -> 5.7 us a layer)
+#   tails    at context 900 the output projection's step fell from 8.96 to 2.14 us a layer and
+#            the attention's grew from 3.20 to 9.28 (its tail merges the head's 32 slices in
+#            four rounds of loads): a wait moved, not removed, for a net gain
+# kernels.check holds every variant to the default's bits, and the default to its timeout case.
+DEFAULT_VARIANT = "tails/arrive"   # step_persistent's body
 
 PHASES = ("qkv", "attention", "out proj", "mlp up", "down")   # a layer's phases, in order
 PHASE_LM = len(PHASES)                                         # then the LM head, then the exit
@@ -295,7 +283,8 @@ def persistent_geometry(head_dim: int, sms: int, co_resident: int, threads: int 
 
 
 def block_program(blk, G, n_layer, D, F, V, n_head, head_dim, splits, warps=PERSISTENT_WARPS,
-                  epochs=VARIANTS[DEFAULT_VARIANT]["epochs"], tails=False):
+                  epochs=VARIANTS[DEFAULT_VARIANT]["epochs"],
+                  tails=VARIANTS[DEFAULT_VARIANT]["tails"]):
     """Block blk's program in a grid of G blocks, as step_persistent runs it, one operation at a
     time: ("wait", slot, target, code) -- the target relative to the launch: the kernel adds
     E * launch_adds(slot) in the epoch form --, ("item", phase, layer, i) -- the item's writes
@@ -366,29 +355,7 @@ def block_program(blk, G, n_layer, D, F, V, n_head, head_dim, splits, warps=PERS
 
 
 # ---- device pieces -----------------------------------------------------------------------------
-def ll_store_host(words, i, val, tag):
-    """`ll_store` in Python (the simulator's form): words[i] (int64) = the tag in the high half,
-    the float32's bits in the low half."""
-    bits = int(np.float32(val).view(np.uint32))
-    words[i] = np.uint64(((int(tag) & 0xFFFFFFFF) << 32) | bits).view(np.int64)
-
-
-def ll_load_host(words, i):
-    """`ll_load` in Python (the simulator's form): (val float32, tag int32) of words[i]."""
-    w = int(np.int64(words[i]).view(np.uint64))
-    return np.uint32(w & 0xFFFFFFFF).view(np.float32), np.uint32(w >> 32).view(np.int32)
-
-
-if config.ENABLE_CUDASIM:   # the simulator: atomics are sequentially consistent, clocks the host's
-    def release_add(ary, i, v):
-        cuda.atomic.add(ary, i, v)
-
-    def acquire_load(ary, i):
-        return cuda.atomic.add(ary, i, 0)
-
-    def acq_rel_add(ary, i, v):
-        return cuda.atomic.add(ary, i, v)
-
+if config.ENABLE_CUDASIM:   # the simulator: clocks are the host's
     def clock64():
         return time.perf_counter_ns()
 
@@ -398,92 +365,10 @@ if config.ENABLE_CUDASIM:   # the simulator: atomics are sequentially consistent
     def require_cooperative():
         pass
 
-    ll_store = ll_store_host
-    ll_load = ll_load_host
-
 else:
     from llvmlite import ir
-    from numba.cuda import cgutils, types
+    from numba.cuda import types
     from numba.cuda.extending import intrinsic
-
-    def _element_pointer(context, builder, aryty, ary, idxty, idx):
-        arr = context.make_array(aryty)(context, builder, ary)
-        i = context.cast(builder, idx, idxty, types.intp)
-        return cgutils.get_item_pointer(context, builder, aryty, arr, [i], wraparound=False)
-
-    @intrinsic
-    def release_add(typingctx, ary, i, v):
-        """ary[i] += v as `red.release.gpu` (int32): the writes this thread has made, and those
-        its block's barrier ordered before it, are visible to whoever acquires the new count
-        (CUTLASS's generic barrier's arrive)."""
-        def codegen(context, builder, sig, args):
-            ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            val = context.cast(builder, args[2], sig.args[2], types.int32)
-            fnty = ir.FunctionType(ir.VoidType(), [ptr.type, ir.IntType(32)])
-            builder.asm(fnty, "red.release.gpu.add.s32 [$0], $1;", "l,r,~{memory}",
-                        [ptr, val], side_effect=True)
-            return context.get_dummy_value()
-        return types.void(ary, i, v), codegen
-
-    @intrinsic
-    def acquire_load(typingctx, ary, i):
-        """ary[i] (int32) by `ld.acquire.gpu`: reads after it see every write released before
-        the count it returns (CUTLASS's generic barrier's wait)."""
-        def codegen(context, builder, sig, args):
-            ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            fnty = ir.FunctionType(ir.IntType(32), [ptr.type])
-            return builder.asm(fnty, "ld.acquire.gpu.s32 $0, [$1];", "=r,l,~{memory}",
-                               [ptr], side_effect=True)
-        return types.int32(ary, i), codegen
-
-    @intrinsic
-    def acq_rel_add(typingctx, ary, i, v):
-        """ary[i] += v by `atom.acq_rel.gpu` (int32), returning the old count: a release of the
-        writes this thread has made and those its block's barrier ordered before it, and an
-        acquire for the reads after it (and, after a barrier, its block's): release_add and
-        acquire_load in one atomic (arrive_lean's)."""
-        def codegen(context, builder, sig, args):
-            ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            val = context.cast(builder, args[2], sig.args[2], types.int32)
-            fnty = ir.FunctionType(ir.IntType(32), [ptr.type, ir.IntType(32)])
-            return builder.asm(fnty, "atom.acq_rel.gpu.add.s32 $0, [$1], $2;", "=r,l,r,~{memory}",
-                               [ptr, val], side_effect=True)
-        return types.int32(ary, i, v), codegen
-
-    @intrinsic
-    def ll_store(typingctx, words, i, val, tag):
-        """words[i] = (tag, val) as ONE 64-bit relaxed store at device scope
-        (`st.relaxed.gpu.b64`): the float32's bits in the low half, the int32 tag in the high
-        half. A reader's 64-bit load sees both halves of one store or neither (single-copy
-        atomic), so a matching tag vouches for the value beside it with no fence (NCCL's LL
-        protocol: the flag travels in the data)."""
-        def codegen(context, builder, sig, args):
-            ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            v = builder.bitcast(context.cast(builder, args[2], sig.args[2], types.float32),
-                                ir.IntType(32))
-            t = context.cast(builder, args[3], sig.args[3], types.int32)
-            fnty = ir.FunctionType(ir.VoidType(), [ptr.type, ir.IntType(32), ir.IntType(32)])
-            builder.asm(fnty, "{ .reg .b64 w; mov.b64 w, {$1, $2}; "
-                              "st.relaxed.gpu.b64 [$0], w; }",
-                        "l,r,r,~{memory}", [ptr, v, t], side_effect=True)
-            return context.get_dummy_value()
-        return types.void(words, i, val, tag), codegen
-
-    @intrinsic
-    def ll_load(typingctx, words, i):
-        """(val, tag) of words[i] by ONE 64-bit relaxed load at device scope
-        (`ld.relaxed.gpu.b64`): ll_store's word, both halves from the same store."""
-        def codegen(context, builder, sig, args):
-            ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            pair = ir.LiteralStructType([ir.IntType(32), ir.IntType(32)])
-            fnty = ir.FunctionType(pair, [ptr.type])
-            res = builder.asm(fnty, "{ .reg .b64 w; ld.relaxed.gpu.b64 w, [$2]; "
-                                    "mov.b64 {$0, $1}, w; }",
-                              "=r,=r,l,~{memory}", [ptr], side_effect=True)
-            val = builder.bitcast(builder.extract_value(res, 0), ir.FloatType())
-            return context.make_tuple(builder, sig.return_type,
-                                      [val, builder.extract_value(res, 1)])
-        return types.Tuple((types.float32, types.int32))(words, i), codegen
 
     def _sreg64(name: str):
         @intrinsic
@@ -568,48 +453,6 @@ def bump(counter, slot, n):
     cuda.syncthreads()
     if cuda.threadIdx.x == 0 and n > 0:
         release_add(counter, slot, n)
-
-
-@cuda.jit(device=True)
-def arrive_count(counter, slot, whole, flag):
-    """Count this block in counter[slot] once its writes are done (every thread fences, the
-    block meets, thread 0 adds 1); True, in every thread of the block, for the block whose
-    arrival makes the count `whole`. Nothing is reset: the slot keeps counting (the tails
-    variants' head counts, zeroed by the exit). The elected block's later reads see every
-    counted block's writes (fence, count, fence); it reads every part in a fixed order, so no
-    result depends on which block arrived last. flag: shared [1] int32."""
-    cuda.threadfence()
-    cuda.syncthreads()
-    if cuda.threadIdx.x == 0:
-        old = cuda.atomic.add(counter, slot, numba.int32(1))
-        flag[0] = 1 if old == whole - 1 else 0
-    cuda.syncthreads()
-    last = flag[0] == 1
-    if last:
-        cuda.threadfence()
-    return last
-
-
-@cuda.jit(device=True)
-def arrive_lean(counter, slot, whole, flag, reset):
-    """`arrive_count` (reset False) or `arrive_last` (reset True: the elected block sets the
-    slot back to 0) with no fence: the block meets, then thread 0 counts it by ONE acq_rel
-    atomic (acq_rel_add), whose release covers the block's writes the barrier ordered before
-    it (as release_add's does) and whose acquire, with the barrier after it, orders the
-    elected block's later reads after every counted block's writes (as wait_count's
-    acquire_load does). arrive_count and arrive_last fence in every thread, twice for the
-    elected block (a sequentially consistent fence each: cuda.threadfence); the acqrel
-    variants' election and exit. True, in every thread of the block, for the block whose
-    arrival makes the count `whole`. flag: shared [1] int32."""
-    cuda.syncthreads()
-    if cuda.threadIdx.x == 0:
-        old = acq_rel_add(counter, slot, numba.int32(1))
-        last = old == whole - 1
-        flag[0] = 1 if last else 0
-        if last and reset:
-            counter[slot] = 0      # every other block has counted: clean for the next launch
-    cuda.syncthreads()
-    return flag[0] == 1
 
 
 @cuda.jit(device=True)
@@ -726,11 +569,11 @@ step_persistent_twin = _make_twin(VARIANTS[DEFAULT_VARIANT]["epochs"])
 # ---- the kernel --------------------------------------------------------------------------------
 def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                spin: bool = False, merge1: bool = False, wo_pre: bool = False,
-               wpick: bool = False, tails: bool = False, acqrel: bool = False):
+               wpick: bool = False, tails: bool = False):
     """step_persistent's body; stamped: thread 0 of each block writes STAMP_FIELDS per phase
     into stamps [grid, phase_count(L), STAMP_FIELDS] int64 (the plain kernel passes a dummy and
-    compiles no stamp); preload, epochs, lean, spin, merge1, wo_pre, wpick, tails, acqrel:
-    the compile-time choices of `VARIANTS` (each variant writes the same bits)."""
+    compiles no stamp); preload, epochs, lean, spin, merge1, wo_pre, wpick, tails: the
+    compile-time choices of `VARIANTS` (each variant writes the same bits)."""
     if tails and (epochs or merge1):
         raise ValueError("the tails body has the arrive exit and merges with merge_weights")
     waitc = wait_count_spin if spin else wait_count
@@ -914,9 +757,7 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                 partial_slice_at(q, k_cache[layer], v_cache[layer], p + 1, part_o, part_ml, scale,
                                  red, o_w, ml_w, h, s, splits)
                 whole = (layer + 1) * (3 * half + splits)
-                if use_tails and (arrive_lean(counter, SLOT_QKV + h, whole, flag, False)
-                                  if acqrel else arrive_count(counter, SLOT_QKV + h, whole,
-                                                              flag)):
+                if use_tails and arrive_last(counter, SLOT_QKV + h, whole, flag, False):
                     merge_weights(part_ml, h, 1, ml_sh, w_sh)     # the head's slices only
                     d = tid
                     while d < hd:                               # o_h into act's first D
@@ -1078,8 +919,7 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                 if tid == 0:   # the partials' count to a launch's whole, whatever the splits
                     release_add(counter, SLOT_PART, L * (MERGE_MAX_PAIRS - n_items))
         else:
-            pick = (arrive_lean(counter, SLOT_EXIT, G, flag, True) if acqrel
-                    else arrive_last(counter, SLOT_EXIT, G, flag))
+            pick = arrive_last(counter, SLOT_EXIT, G, flag, True)
         if pick:
             if stamped:
                 stamp(stamps, blk, ph + 1, 1)
@@ -1157,7 +997,8 @@ def step_persistent(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, f
     act [F]; logits [V]; counter [counter_slots(n_head)] int32: the error word, then the
     counts as clean launches leave them (`settled`: zeros to start with). Grid
     persistent_geometry (any number of co-resident blocks), block PERSISTENT_THREADS = 128.
-    Its body is VARIANTS[DEFAULT_VARIANT] (plain dots after each wait, the arrive exit);
+    Its body is VARIANTS[DEFAULT_VARIANT] (tails/arrive: each head merged once by the block its
+    last slice elects, the arrive exit);
     `variant_spec` gives the others, unregistered, for scripts/megakernel_probe.py.
 
     One token (items go round-robin over the blocks, so every phase spreads over every SM; a
@@ -1167,16 +1008,19 @@ def step_persistent(tokens, pos, n_prompt, wte, norms, wqkv, wo, w_gu, w_down, f
                  (every down row of the layer before; layer 0 reads the embedding row
                  itself), then the pair's rows; bump each head's count
       attention  attn_partial's items (head, slice), a block each: wait for the item's head's
-                 q, k, v pairs only; bump the partials' count
-      out proj   attn_combine's rows, a warp per row of Wo: wait every partial, merge o into
-                 shared memory, x[r] = xin[r] + Wo[r] . o; bump
+                 q, k, v pairs only (and the head's slices of the layers before); then
+                 arrive_last on the head's count: the block whose slice completes it merges
+                 the head into act[h*hd:(h+1)*hd] and bumps the merged heads' count
+      out proj   attn_combine's rows, a warp per row of Wo: wait every merged head,
+                 x[r] = xin[r] + Wo[r] . o; bump
       mlp up     norm_swiglu's rows: wait every out-proj row, then gate and up; bump
       down       matvec_residual's rows: wait every act row, x[r] += Wd[r] . act; bump
       LM head    norm_lm_head_argmax's rows: wait every down row of the last layer; bump the
                  logits' count
-      exit       the grid's last block waits for every logit, picks the id (block_pick),
-                 advances pos and E; the others are done (nothing to reset: the next launch's
-                 targets start at E + 1 launches' counts)
+      exit       every block arrives at the exit's count (arrive_last); the last picks the id
+                 (warp_pick), advances pos and sets every count back to 0 for the next launch
+    (The plain body's out proj waits for every partial and merges all of o in every block; the
+    epoch exit's last block waits for every logit and resets nothing: VARIANTS.)
     Every wait is on phases before it, whose items every block does before its own later
     phases, so with every block resident (the cooperative launch) nothing waits for ever, for
     any grid >= 1: one block does everything in order (numba's simulator runs exactly that).

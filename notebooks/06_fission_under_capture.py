@@ -81,7 +81,7 @@ show(f"measured: {costs['source']} ({costs['date']})")
 # its (head, slice) blocks write the softmax partials; the last block of each head to finish
 # merges that head and projects it through its columns of `Wo`; the last head's block sums the
 # heads in head order and adds the residual. Everything after the partials is a **serial
-# tail**: a few blocks working, behind two fence-and-count steps, while the rest of the grid has
+# tail**: a few blocks working, behind two count-and-elect steps, while the rest of the grid has
 # finished: the lecture's "combine in a grid of n_head blocks". `LAB_SPLIT_COMBINE=1` splits
 # it into its three phases as launches of their own
 # (`kernels/fused_split.py`): `attn_partial_wide` (the partials alone, the same grid and block),

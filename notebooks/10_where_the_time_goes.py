@@ -367,7 +367,7 @@ show(f"source: data/gpu/fused_tails.json, {tails['source']}, {tails['date']}")
 # - **The split grid tail is the best arm**, at both contexts, in the peer table and in the
 #   tails recording.
 #   Inside `attn_fused_grid` the tail blocks learn that the partials are written by polling a
-#   counter that every partial block fences and counts itself into; split, the same hand-off is
+#   counter that every partial block counts itself into (a release add); split, the same hand-off is
 #   a node boundary, under half a microsecond under PDL. Per layer the two nodes cost less
 #   than the one kernel (the second table), so one more launch per layer (22 nodes against 18)
 #   wins time back. Lecture §6 again (notebook 06): under capture, and more under PDL, a node
@@ -640,9 +640,7 @@ CHOICES = [("lean/arrive", "plain/arrive", "lean qkv"),
            ("lean+spin/arrive", "lean/arrive", "polls back to back + warp pick"),
            ("quick/arrive", "lean+merge/arrive", "polls back to back"),
            ("quick+wo/arrive", "quick/arrive", "Wo row before the wait"),
-           ("tails/arrive", "lean+spin/arrive", "each head merged once"),
-           ("lean+spin+ar/arrive", "lean+spin/arrive", "exit by one acq_rel count"),
-           ("tails+ar/arrive", "tails/arrive", "election, exit: acq_rel counts")]
+           ("tails/arrive", "lean+spin/arrive", "each head merged once")]
 print(f"{'choice':<30} {'context':>7} {'us/token':>9} {'± 2 sem':>8}  verdict")
 for with_, without, what in CHOICES:
     for c in sorted({k[0] for k in swept}):

@@ -12,7 +12,7 @@ before wrote. The forms (FORMS):
           count with acquire loads (64 ns backoff between polls; count/spin: back to back),
           meet, then load the vector
   ll      the flag in the data (NCCL's LL protocol): each element stored as one 64-bit word,
-          its float32 bits beside a tag naming the launch and phase (kernels/persistent.py
+          its float32 bits beside a tag naming the launch and phase (kernels/sync.py
           ll_store); a warp polls the words it reads (ll_load) until every tag is the phase's.
           No fence, no count, no second round trip for the data
   graph   each phase a kernel of its own (the same warps, rows and work) in one CUDA graph;
@@ -69,9 +69,8 @@ def make_chain(mode: str, spin: bool, D: int, T: int, coop: bool = True):
     megakernel is)."""
     import numba
     from numba import cuda
-    from kernels.fused import backoff
-    from kernels.persistent import (acquire_load, ll_load, ll_store, release_add,
-                                    require_cooperative)
+    from kernels.persistent import require_cooperative
+    from kernels.sync import acquire_load, backoff, ll_load, ll_store, release_add
     from kernels.reduce import WARP
     K = D // WARP
     load_row, finish = _pieces(D)

@@ -386,13 +386,12 @@ def test_lab_fusion_2_is_a_clear_error():
 
 # ---- the kernels --------------------------------------------------------------------------------
 def test_fused_kernels_follow_the_house_rules():
-    """pdl_wait() first; the only atomics in kernels/ are the block counters: arrive_last (it
-    elects the block that does the follow-on work, never what it computes), attn_fused_grid's
-    count_arrival / wait_arrivals (its tail blocks wait for its partial blocks) and the
-    megakernel's counts (kernels/persistent.py: release_add / acquire_load, whose simulator forms
-    are atomics, as is acq_rel_add's (arrive_lean's count), record_give_up's error word, and
-    arrive_count, which elects the block that merges a head in the tails variants); every fused
-    kernel that has a counter uses it through them; the twins leave the counter at 0."""
+    """pdl_wait() first; the only atomics in kernels/ are the block counters of kernels/sync.py
+    (release_add / acquire_load / acq_rel_add, under arrive_last, which elects the block that
+    does the follow-on work, never what it computes, and count_arrival / wait_arrivals, with
+    which attn_fused_grid's tail blocks wait for its partial blocks) and the megakernel's error
+    word (record_give_up); every fused kernel that has a counter uses it through them; the
+    twins leave the counter at 0."""
     assert set(FUSED_KERNELS) <= set(kernels.REGISTRY)
     assert not set(FUSED_KERNELS) & set(wait_first_violations())
     users = set()
@@ -404,14 +403,11 @@ def test_fused_kernels_follow_the_house_rules():
                 users.add(f"{path.name}:{fn.name}")
             if "arrive_last(" in src and fn.name != "arrive_last":
                 users.add(f"calls:{fn.name}")
-    assert users == {"fused.py:arrive_last", "fused.py:count_arrival", "fused.py:wait_arrivals",
+    assert users == {"sync.py:release_add", "sync.py:acquire_load", "sync.py:acq_rel_add",
+                     "persistent.py:record_give_up",
                      "calls:attn_fused", "calls:attn_fused_grid", "calls:norm_lm_head_argmax",
                      "calls:head_tail",            # the heads tail: attn_fused's
-                     "calls:persistent_body", "calls:_make_body",   # LAB_PERSISTENT=1: its exit
-                     "persistent.py:release_add", "persistent.py:acquire_load",
-                     "persistent.py:record_give_up",
-                     "persistent.py:arrive_count",
-                     "persistent.py:acq_rel_add"}      # the megakernel's counts
+                     "calls:persistent_body", "calls:_make_body"}   # LAB_PERSISTENT=1
     for name in ("attn_fused", "attn_fused_grid", "norm_lm_head_argmax"):
         spec = kernels.REGISTRY[name]
         assert spec.arg_names[-1] == "counter" and len(spec.arg_names) - 1 in spec.writes

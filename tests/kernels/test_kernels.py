@@ -61,15 +61,11 @@ def assert_close(got, ref, atol, k, eps=EPS32):
 
 
 def test_atomics_only_count_blocks():
-    """No kernel sums with atomics: the atomics in kernels/ are block counters, the fused step's
-    (kernels/fused.py): `arrive_last`, which elects the block that does the follow-on work,
-    and `count_arrival` / `wait_arrivals`, with which attn_fused_grid's tail blocks wait for
-    its partial blocks; and the megakernel's (kernels/persistent.py): `record_give_up`'s error
-    word (a compare-and-swap loop keeping the smallest wait code) and, on the simulator, its
-    release add and acquire load (`release_add` / `acquire_load`, inline PTX on a GPU), its
-    acq_rel add (`acq_rel_add`, likewise: arrive_lean's count), and `arrive_count`, which
-    elects the block that merges a head in its tails variants. What any block computes after
-    them reads every part in a fixed order."""
+    """No kernel sums with atomics: the atomics in kernels/ are block counters, all in
+    kernels/sync.py (release_add / acquire_load / acq_rel_add: atomics on the simulator, inline
+    PTX on a GPU, under the counts and elections every kernel uses), and the megakernel's error
+    word (kernels/persistent.py `record_give_up`: a compare-and-swap loop keeping the smallest
+    wait code). What any block computes after a count reads every part in a fixed order."""
     where = []
     for path in sorted(Path(kernels.__file__).parent.glob("*.py")):
         tree = ast.parse(path.read_text())
@@ -78,10 +74,8 @@ def test_atomics_only_count_blocks():
                 for node in ast.walk(fn):
                     if isinstance(node, ast.Attribute) and node.attr == "atomic":
                         where.append((path.name, fn.name))
-    assert set(where) == {("fused.py", "arrive_last"), ("fused.py", "count_arrival"),
-                          ("fused.py", "wait_arrivals"), ("persistent.py", "record_give_up"),
-                          ("persistent.py", "release_add"), ("persistent.py", "acquire_load"),
-                          ("persistent.py", "arrive_count"), ("persistent.py", "acq_rel_add")}, where
+    assert set(where) == {("sync.py", "release_add"), ("sync.py", "acquire_load"),
+                          ("sync.py", "acq_rel_add"), ("persistent.py", "record_give_up")}, where
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))

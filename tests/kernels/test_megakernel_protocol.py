@@ -352,7 +352,7 @@ def test_a_starved_block_ends_in_the_error_word_not_a_deadlock(G, victim):
     counter = clean_counter(TINY)
     mem = launch(TINY, G, "forward", counter, victim=victim, spin_limit=300, give_up_every=16)
     code = int(counter[P.SLOT_ERR])
-    ops = P.block_program(victim, G, **TINY, epochs=True)   # its bumps before the exit (the
+    ops = P.block_program(victim, G, **TINY, epochs=True, tails=False)   # its bumps before the exit (the
     works = G > 1 and any(op[0] == "bump" for op in     # picker's top-up: no one waits on it)
                           itertools.takewhile(lambda op: op[:2] != ("wait", P.SLOT_LOGITS), ops))
     assert bool(code) == works and (not code or P.describe_wait(code)), (code, works)
@@ -423,7 +423,7 @@ def lowered_part_wait_is_caught(**form) -> bool:
 def test_a_lowered_wait_target_is_caught():
     """The model has teeth: the output projection's wait lowered by one partial lets some order
     read a partial before it is written, with no error word (silent corruption)."""
-    assert lowered_part_wait_is_caught(epochs=True)
+    assert lowered_part_wait_is_caught(epochs=True, tails=False)
 
 
 def test_the_program_matches_the_kernels_counts():
@@ -435,7 +435,7 @@ def test_the_program_matches_the_kernels_counts():
         bumps = np.zeros(P.counter_slots(c["n_head"]), np.int64)
         targets = {}
         for b in range(G):
-            for op in P.block_program(b, G, **c, epochs=True):
+            for op in P.block_program(b, G, **c, epochs=True, tails=False):
                 if op[0] == "bump":
                     bumps[op[1]] += op[2]
                 elif op[0] == "wait":
@@ -449,7 +449,7 @@ def test_the_program_matches_the_kernels_counts():
         assert bumps[P.SLOT_PART] == L * P.MERGE_MAX_PAIRS
         assert bumps[P.SLOT_LOGITS] == c["V"] == targets[P.SLOT_LOGITS]
         assert list(bumps[P.SLOT_LOGITS:]) == list(adds_of(c)[P.SLOT_LOGITS:])
-        picks = [b for b in range(G) if ("pick",) in P.block_program(b, G, **c, epochs=True)]
+        picks = [b for b in range(G) if ("pick",) in P.block_program(b, G, **c, epochs=True, tails=False)]
         assert picks == [G - 1]
         for h in range(c["n_head"]):
             assert bumps[P.SLOT_QKV + h] == L * 3 * (c["head_dim"] // 2)
@@ -463,43 +463,3 @@ def test_gpu_kernel_bits_over_replays_and_grids_and_its_error_word():
     from kernels import check
     res = check.run(["persistent"], "gpu")
     assert res["ok"], res["ops"]["persistent"]["error"]
-
-
-LL_CASES = ((1.5, 7), (-0.0, -1), (float("nan"), 2 ** 31 - 1), (3.4e38, -2 ** 31), (1e-45, 0))
-
-
-def test_ll_words_keep_each_value_beside_its_tag():
-    """ll_store / ll_load (scripts/handoff_probe.py's flag-in-data hand-off): the float32's bits
-    (a NaN's, -0.0's, a subnormal's) and the int32 tag come back from one word as stored; an
-    untouched word reads tag 0."""
-    words = np.zeros(3, np.int64)
-    for val, tag in LL_CASES:
-        P.ll_store_host(words, 1, np.float32(val), np.int32(tag))
-        v, t = P.ll_load_host(words, 1)
-        assert np.float32(v).tobytes() == np.float32(val).tobytes() and int(t) == tag
-        assert int(words[1]) >> 32 == tag                  # the tag in the high half
-    assert P.ll_load_host(words, 0) == (0.0, 0) and P.ll_load_host(words, 2) == (0.0, 0)
-
-
-@pytest.mark.gpu
-def test_gpu_ll_words_keep_each_value_beside_its_tag():
-    """The device's ll_store / ll_load (one 64-bit relaxed store and load): the same words."""
-    from numba import cuda
-
-    @cuda.jit
-    def round_trip(words, vals, tags, out_v, out_t):
-        i = cuda.grid(1)
-        if i < vals.shape[0]:
-            P.ll_store(words, i, vals[i], tags[i])
-            v, t = P.ll_load(words, i)
-            out_v[i] = v
-            out_t[i] = t
-
-    vals = np.array([v for v, _ in LL_CASES], np.float32)
-    tags = np.array([t for _, t in LL_CASES], np.int32)
-    words = np.zeros(len(vals), np.int64)
-    out_v, out_t = np.zeros_like(vals), np.zeros_like(tags)
-    round_trip[1, 32](words, vals, tags, out_v, out_t)
-    assert out_v.tobytes() == vals.tobytes() and out_t.tolist() == tags.tolist()
-    for i in range(len(vals)):   # the word's halves: the value's bits low, the tag high
-        assert int(words[i]) & 0xFFFFFFFF == int(vals[i:i + 1].view(np.uint32)[0])
