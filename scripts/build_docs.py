@@ -314,8 +314,11 @@ def top_targets() -> list[str]:
         why_mk += (f"; the fastest body variant, {one.split(' ', 1)[1]}: "
                    + " / ".join(f(ratios[c][one], 2) for c in ratios))
     elif any(a != "persistent graph" for a in fastest.values()):
-        why_mk += ("; the fastest body variant: " + ", ".join(
-            f"{fastest[c].split(' ', 1)[1]} {f(ratios[c][fastest[c]], 2)} at context {c}"
+        def body(arm):
+            return (f"{per.get('default_variant', 'the default body')} (the default)"
+                    if arm == "persistent graph" else arm.split(" ", 1)[1])
+        why_mk += ("; the fastest body: " + ", ".join(
+            f"{body(fastest[c])} {f(ratios[c][fastest[c]], 2)} at context {c}"
             for c in ratios))
     handoff = DATA / "handoff.json"
     if handoff.exists():     # a phase's cost measured apart (the handoff experiment)

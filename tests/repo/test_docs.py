@@ -83,6 +83,7 @@ def test_the_targets_table_reads_the_sanitizer_table_and_the_ratios(monkeypatch,
         shutil.copy(f, tmp_path)
     (tmp_path / "sanitize_kernels.log").write_text(sanitize_table(dirty)[0] + "\n")
     per = json.loads((tmp_path / "persistent.json").read_text())
+    per.pop("phases_long", None)                       # added below
     for ctx in per["ratio_to_best_multi_node"].values():
         ctx["persistent lean/arrive"] = 1.1
     (tmp_path / "persistent.json").write_text(json.dumps(per))
@@ -103,6 +104,12 @@ def test_the_targets_table_reads_the_sanitizer_table_and_the_ratios(monkeypatch,
     (tmp_path / "persistent.json").write_text(json.dumps(per))
     page = build_docs.results_page()
     assert f"; at context 900: out proj 8.96 us, " in page
+    ratios = per["ratio_to_best_multi_node"]
+    ratios["64"]["persistent lean/arrive"] = 1.05       # the fastest body differs by context:
+    ratios["900"]["persistent graph"] = 1.01            # the default is named by its body
+    (tmp_path / "persistent.json").write_text(json.dumps(per))
+    assert (f"; the fastest body: lean/arrive 1.05 at context 64, {per['default_variant']} "
+            f"(the default) 1.01 at context 900 |") in build_docs.results_page()
     for ctx in per["ratio_to_best_multi_node"].values():
         ctx["persistent graph"] = 0.5
     (tmp_path / "persistent.json").write_text(json.dumps(per))
