@@ -705,35 +705,40 @@ if handoff_file.exists():
           + "   (us per phase)")
     for form in tables[0]["us"]:
         print(f"{form:<22}" + "".join(f"{t['us'][form]:>12.2f}" for t in tables))
+    for form in ("count", "ll"):      # each hand-off against PDL's node boundary, per size
+        print(f"{form + ' - graph+pdl':<22}" + "".join(
+            f"{t['us'][form] - t['us']['graph+pdl']:>+12.2f}" for t in tables))
     show(f"source: data/gpu/handoff.json, {handoff['source']}, {handoff['date']}")
 else:
     print("data/gpu/handoff.json is not recorded yet:\n"
           "`decode-lab record handoff --backend cuda` on a GPU writes it")
 
 # %% [markdown]
-# Read it the way the ladder reads an arm, every form against the loop with no hand-off (the
-# work alone): as graph kernels with PDL the same phase costs little more than the work alone,
-# launch and dependency included (PDL starts each kernel while its predecessor runs, and
-# releases it when the predecessor's blocks are done); the megakernel's counter costs more than
-# that over the work. Carrying the tag in the data (no fence, no count, no second load) is no
-# reliable help: the same measurement by `scripts/handoff_probe.py` before it was an experiment
-# (its printout is kept beside this file) found it faster than the counter, and this recording
-# finds it slower; the
-# sizes of the differences moved between the two as well, the order of the counter and PDL did
-# not. So on this GPU, at this size of phase, a hand-off inside one kernel costs more than a
-# node boundary under PDL, and a megakernel with as many phases as the graph has nodes starts
-# behind by about that much per phase.
+# Read it one column at a time, every hand-off against graph kernels with PDL, the form of
+# the best multi-node arm (the last two lines): at both sizes the megakernel's counter costs
+# more a phase than a node boundary under PDL, launch and dependency included (PDL starts each
+# kernel while its predecessor runs, and releases it when the predecessor's blocks are done),
+# and carrying the tag in the data (no fence, no count, no second load) is no help. The loop
+# with no hand-off, the work alone, is the row to trust least: `scripts/handoff_probe.py`'s
+# printout kept beside this file (the same measurement on another commit, see
+# `data/gpu/README.md`) has it near 1.1 us at D = 256 where this recording has more, and the
+# differences of the other forms to it move with it; the order of the counter and PDL is the
+# same in both. So on
+# this GPU, at this size of phase, a hand-off inside one kernel costs more than a node boundary
+# under PDL, and a megakernel with as many phases as the graph has nodes starts behind by
+# about that much per phase.
 
 # %% [markdown]
 # Counters instead of barriers made the rung faster than the graph arms without PDL (the plain
-# graph and the fused graph) at both contexts, and it still loses to every arm with PDL: the
-# table's last column is its ratio to the best multi-node arm, the split grid tail with PDL. One
+# graph and the fused graph) at both contexts, and it still loses to the best multi-node arm,
+# the split grid tail with PDL, at both: the table's last column is its ratio to that arm. One
 # choice inside the phases mattered as much as the barriers did: the variants that load each
 # phase's first weights before its wait (the `_loaded` dot products, local arrays handed across
 # numba device functions) are the slower ones in the sweep, the same loss `kernels/matvec.py`
 # records for matvec built that way. The phase table says where the rest goes: the five waits
-# of a layer add up to several microseconds (the output projection's, which waits for every
-# attention partial and then merges them in every block, is the longest), against section 2's
+# of a layer add up to several microseconds (the output projection's is the longest: it waits
+# for every head's merge, which the block of each head's last slice does at the end of the
+# attention phase, so the attention's step is the layer's longest too), against section 2's
 # fraction of a microsecond for an empty node under PDL; the attention phase keeps 16 of 132
 # blocks busy; the exit (the last block's argmax and the counts' reset) is a serial step at the
 # end of every token. The table of choices says what shaving a phase buys: each choice moves

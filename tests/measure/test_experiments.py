@@ -22,7 +22,7 @@ def ctx(tmp_path_factory):
     return c
 
 
-GPU_ONLY_KEYS = {"persistent.json": {"kernel_checks", "phases"}}   # written on a GPU only
+GPU_ONLY_KEYS = {"persistent.json": {"kernel_checks", "phases", "phases_long"}}   # written on a GPU only
 
 
 def _recorded(ctx, name: str) -> dict:

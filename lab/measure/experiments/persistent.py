@@ -14,8 +14,8 @@ step (notebook 10); on a GPU, every op's kernels against their twins first (kern
   phases         (a GPU only) where the default kernel's time goes at PHASE_CONTEXT: per
                  phase, blocks busy, wait and work, and the kernel's span (lab/measure/
                  megakernel.py: the clock-stamped body launched PHASE_LAUNCHES times);
-                 phases_long the same at PHASE_CONTEXT_LONG, where the output projection
-                 merges many more partials
+                 phases_long the same at PHASE_CONTEXT_LONG, where each head's merge
+                 reads many more partials
 The peer times its persistent arm only where this file says the checks held (`held`).
 """
 from __future__ import annotations
