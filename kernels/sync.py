@@ -40,9 +40,13 @@ def ll_load_host(words, i):
     w = int(np.int64(words[i]).view(np.uint64))
     return np.uint32(w & 0xFFFFFFFF).view(np.float32), np.uint32(w >> 32).view(np.int32)
 
-if config.ENABLE_CUDASIM:   # the simulator: atomics are sequentially consistent; blocks run one
-    @cuda.jit(device=True)     # after another, so a wait never spins. (Device functions: the
-    def release_add(ary, i, v):  # simulator lends `cuda.atomic` to their module while they run)
+
+# numba's simulator: its atomics are sequentially consistent and its blocks run one after
+# another, so a wait never spins. The atomics' forms are device functions: the simulator lends
+# `cuda.atomic` to a device function's module only while it runs
+if config.ENABLE_CUDASIM:
+    @cuda.jit(device=True)
+    def release_add(ary, i, v):
         cuda.atomic.add(ary, i, v)
 
     @cuda.jit(device=True)
