@@ -10,8 +10,8 @@ of [step_persistent, pos_set] at every recorded position, on the simulator); the
 numba's CUDA simulator (slow: a subprocess, kernels.check's op persistent) against its twin and
 bit for bit against the fused kernels. The counter protocol under adversarial block orders:
 tests/kernels/test_megakernel_protocol.py.
-Marked `gpu` (skipped without one): the kernel against its twin and the fused kernels on the
-device, and LAB_PERSISTENT=1's tokens and logits equal to LAB_FUSION=1's.
+Marked `gpu` (skipped without one): LAB_PERSISTENT=1's tokens and logits equal to
+LAB_FUSION=1's (the kernel against its twin on the device: tests/kernels/test_megakernel_protocol.py).
 """
 from pathlib import Path
 
@@ -312,15 +312,6 @@ def test_kernel_under_cudasim_is_its_twin_and_the_fused_kernels_bits():
     (kernels.check's op persistent)."""
     res = check.run(["persistent"], "cudasim")
     assert res["ok"] and res["mode"] == "cudasim trees", res["ops"]["persistent"]["error"]
-
-
-@pytest.mark.gpu
-def test_gpu_kernel_is_its_twin_and_the_fused_kernels_bits():
-    """kernels.check's op persistent compiled for the device: grids of 1, 2, 7 and 132 blocks,
-    both KV dtypes, launches repeated identical, the stamped form's bits, a wait made impossible
-    naming itself in the error word."""
-    res = check.run(["persistent"], "gpu")
-    assert res["ok"], res["ops"]["persistent"]["error"]
 
 
 @pytest.mark.gpu

@@ -457,9 +457,10 @@ def test_the_program_matches_the_kernels_counts():
 
 @pytest.mark.gpu
 def test_gpu_kernel_bits_over_replays_and_grids_and_its_error_word():
-    """kernels.check's op persistent on the device: grids of 1, 2, 7 and 132 blocks, launches
-    repeated identical, the fused step's bits, the stamped form's bits, a wait made impossible
-    (a count started far below 0) setting the error word to that wait and leaving the counts 0."""
+    """kernels.check's op persistent on the device (the one GPU test that runs it): grids of 1,
+    2, 7 and 132 blocks, both KV dtypes, launches repeated identical, the fused step's bits,
+    every body variant's and the stamped form's bits, a wait made impossible (a count started
+    far below 0) setting the error word to that wait and leaving the counts 0."""
     from kernels import check
     res = check.run(["persistent"], "gpu")
     assert res["ok"], res["ops"]["persistent"]["error"]
