@@ -263,7 +263,8 @@ print(f"captured: {g['diff_b_minus_a_ms'] / g['diff_sem_ms']:+.0f} standard erro
 # ## The simulator's prediction beside the H200
 # The conformance check (`lab.measure.conformance`, notebook 05) re-runs each recorded A/B on the
 # simulator at the recording's settings, without noise (the model's expectation), and puts it
-# beside the recording. Its `fission` lesson has four rows; the two for the fused step:
+# beside the recording. Its `fission` lesson has an eager and a captured row for each split;
+# the fused step's (heads tail):
 
 # %%
 table = conformance.run(model, only=("fission",))   # the lesson this notebook is about
@@ -327,10 +328,10 @@ plt.show()
 # from what it measured, which is why the recorder runs the eager A/B with many paired reps. A
 # row marked `FAIL (finding)` misses by more than either allows, and
 # `data/gpu/conformance_findings.json` records why, as measured (printed under the table). The
-# eager row here once was one: the simulator priced each attention launch at a plan the recorder
-# had not timed (every position before 64) at the mean of all kernels' host costs, 30% above
-# what the split's added launches cost; host cost follows a kernel's arguments, not its grid, so
-# it now takes its own kernel's recorded cost, and the row passes.
+# simulator prices each added launch at its own kernel's recorded host cost (host cost follows a
+# kernel's arguments, not its grid); the eager row here is a finding in this recording all the
+# same: its host ran slower during the A/B than in the A/A minutes before it, and the split's
+# added launches, paced by the host, cost more in proportion (the finding gives the figures).
 
 # %% [markdown]
 # ## The grid tail: one kernel that fills the grid, and its split

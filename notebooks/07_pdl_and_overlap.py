@@ -229,7 +229,8 @@ plt.show()
 
 # %% [markdown]
 # In each panel the dark bar on the host lane is the step's one graph submit; the device lane
-# is the step's nodes, attention's `attn_partial` (red) the longest. With PDL (middle) the same
+# is the step's nodes, attention's two (`attn_partial` red, `attn_combine` orange) the
+# longest. With PDL (middle) the same
 # nodes sit closer together and the step ends earlier (the printed device spans). With overlap
 # (bottom) the fused q/k/v projection becomes two matvecs, the k/v one on the side lane beside
 # the q one; but every fork and join costs, the step has more nodes, and the main lane waits for
@@ -249,8 +250,8 @@ show(report.format_loo(loo))
 # %% [markdown]
 # ## Recorded on the H200
 # Read the A/A line before the A/B line. The arms run on one shared engine (same buffers): on
-# the H200, separate but identical graph engines differ by a steady amount, up to about a
-# microsecond per token, from buffer placement alone (`engine_instances.json`, notebook 05),
+# the H200, separate but identical graph engines differ by a steady amount, a microsecond or
+# two per token, from buffer placement alone (`engine_instances.json`, notebook 05),
 # enough to fail the A/A gate and to swamp an effect of overlap's size.
 # `decode-lab record overlap`: leave-one-out with 5 paired reps; graph vs graph + PDL with
 # the captured graph's edge types (programmatic edges counted through cuda-bindings); graph vs
@@ -393,8 +394,8 @@ print("(each: graph+pdl - graph per chained step, us/step)")
 # hides most of it (notebook 05: the engine-instance A/A and the recorded findings of the
 # conformance table). A decode shows the same: the same pass also timed graph and graph + PDL
 # as decodes at both contexts (`pdl_sweep.json`, `decode-lab record overlap`, the two arms
-# interleaved on one engine), and PDL saves there about what it saves in the lab kernels'
-# chain:
+# interleaved on one engine), and PDL saves there a little more than it saves in the lab
+# kernels' chain:
 
 # %%
 sweep_file = Path("../data/gpu/pdl_sweep.json")

@@ -528,8 +528,7 @@ show(f"verdict: {'PASS' if fused_vs_oracle['verdict']['ok'] else 'FAIL'} on "
 # `decode-lab record compare` puts each arm against the oracle on the five standard prompts x
 # 256 tokens, fed the oracle's ids and decoding alone (`data/gpu/compare.json`). Arms that sum
 # in the same order share their bits (the split grid tail writes the grid tail's, and so does
-# the megakernel; the recording below predates its rebuild, when it wrote the heads tail's), so
-# their rows must match each other too.
+# the megakernel), so their rows must match each other too.
 
 # %%
 cmp_path = DATA_DIR / "gpu" / "compare.json"

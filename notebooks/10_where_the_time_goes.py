@@ -29,8 +29,8 @@
 #    partials, merge, output projection and residual in one kernel (whose tail `LAB_ATTN_TAIL`
 #    picks: section 5), argmax and the position advance into the LM head.
 # 4. **A peer**: the same model from the same weight file in PyTorch — eager, captured with
-#    `torch.cuda.CUDAGraph`, `torch.compile(mode="reduce-overhead")`, and the strongest:
-#    inductor's kernels captured once in a `torch.cuda.CUDAGraph` — recorded by
+#    `torch.cuda.CUDAGraph`, `torch.compile(mode="reduce-overhead")`, and inductor's kernels
+#    captured once in a `torch.cuda.CUDAGraph` — recorded by
 #    `decode-lab record peer`.
 #
 # Everything marked *simulated* runs here on the CPU simulator; everything else is read from
@@ -221,7 +221,7 @@ show(report.format_sweep(sim_sweep))
 # graph node in it replays slower). Four torch arms: eager; the eager ops captured in a
 # `torch.cuda.CUDAGraph`; `torch.compile(mode="reduce-overhead")`, whose own CUDA graphs sit
 # behind Python guards and cudagraph-tree checks run every step; and inductor's kernels
-# (`mode="max-autotune-no-cudagraphs"`) captured once in a `torch.cuda.CUDAGraph`, the strongest.
+# (`mode="max-autotune-no-cudagraphs"`) captured once in a `torch.cuda.CUDAGraph`.
 # For each torch arm the table's last lines say how long the host took to issue a step against
 # the step's time: at 90% and more the arm is host-bound, its speed the host's. From
 # `data/gpu/peer.json`:
@@ -530,10 +530,11 @@ show(f"source: data/gpu/peer_reps.json, {more['source']}, {more['date']}")
 # cudagraph-tree bookkeeping), and the peer recorder times that: the host's time to issue a
 # step against the step's, in section 4's table (and above, for a recording of these reps that
 # has it). Where it is nearly all of the step, the arm is host-bound:
-# the GPU waits on Python, and the arm's speed and its spread are the host's. That is why the
-# strongest torch arm of the peer table is inductor's kernels in ONE captured graph: the same
-# compiler's kernels without the per-step Python. Read the target against torch.compile's fastest
-# reps: by that reading it is missed at both contexts.
+# the GPU waits on Python, and the arm's speed and its spread are the host's. Inductor's
+# kernels in ONE captured graph are the same compiler's kernels without the per-step Python: the
+# steadier arm, and the faster one wherever reduce-overhead's host is slow (the peer table says
+# at which contexts). Read the target against torch.compile's fastest reps: by that reading it
+# is missed at both contexts.
 
 # %% [markdown]
 # ## 7. The megakernel rung: the whole step in one launch (`LAB_PERSISTENT=1`)
@@ -741,12 +742,13 @@ else:
 # attention phase, so the attention's step is the layer's longest too), against section 2's
 # fraction of a microsecond for an empty node under PDL; the attention phase keeps 16 of 132
 # blocks busy; the exit (the last block's argmax and the counts' reset) is a serial step at the
-# end of every token. The table of choices says what shaving a phase buys: each choice moves
-# the step by a microsecond or two a token at most, either way, where the gap to the best
-# multi-node arm is more than ten. A hand-off through a counter costs more than a node boundary
-# under PDL (the probe above), so the kernel can win only by waiting less often: fewer, wider
-# dependencies per layer, the partials merged once per head, the exit overlapped with the next
-# token.
+# end of every token. The table of choices says what shaving a phase buys: apart from preload,
+# which loses more than ten microseconds a token, each choice moves the step by a few
+# microseconds a token, either way, where the gap to the best multi-node arm is more than ten.
+# A hand-off through a counter costs more than a node boundary under PDL (the measurement
+# above), so the kernel can win only by waiting less often: fewer, wider dependencies per layer
+# (the default body already merges the partials once per head), the exit overlapped with the
+# next token.
 #
 # The checks above include a wait made impossible (the mlp's count started far below zero): the
 # launch must still end, and the error word must name that wait. Which wait "gave up" is less

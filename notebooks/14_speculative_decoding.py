@@ -492,8 +492,9 @@ print_pays(curve, "simulated")
 # `Courtier.`): 1.50 at k = 2, 1.71 at k = 4 and at k = 8, still under two tokens per step.
 # Past k = 4 a larger k adds nothing: most drafts are rejected, and a draft past the first
 # wrong one is never used. The left panel prices it, and the lines under it do the arithmetic:
-# a verify step costs more one-token steps than the tokens it yields, so drafting does not pay
-# here. The rule: drafting pays when the tokens per step exceed the step's cost in one-token
+# at 64 a verify step costs more one-token steps than the tokens it yields, so drafting does not
+# pay; at 300 the repeated list lifts the tokens per step just past the step's cost, and it pays,
+# narrowly. The rule: drafting pays when the tokens per step exceed the step's cost in one-token
 # steps — text with many repeated n-grams (code, quoted context, long lists), on a step whose
 # extra columns are nearly free (each weight row and each cache row read once for all of them,
 # and the per-column work kept off the critical path).
@@ -512,12 +513,12 @@ else:
     show(f"source: {rec['source']}, {rec['date']}")
 
 # %% [markdown]
-# The H200 says the same: at contexts 64 and 900 a drafting round costs 1.4 to 1.7 one-token
-# steps here and yields fewer than 1.2 tokens on this text (the lines above); drafting loses at
-# every k. (The round's cost includes the host's read of the device position once per round; the
-# verify step alone, timed back to back in the next section, costs about 1.35.) The tokens per
-# step depend on the text and the model only, not on the machine (here 24 tokens were generated,
-# there 64: other counts); `decode-lab conformance --only spec` re-runs the recording's own
+# The H200 measured contexts 64 and 900, where the text repeats less: there a drafting round
+# costs 1.4 to 1.7 one-token steps and yields fewer than 1.2 tokens (the lines above); drafting
+# loses at every k. (The round's cost includes the host's read of the device position once per
+# round; the verify step alone, timed back to back in the next section, costs about 1.35.) The
+# tokens per step depend on the text and the model only, not on the machine (here 24 tokens were
+# generated, there 64: other counts); `decode-lab conformance --only spec` re-runs the recording's own
 # settings on the simulator, finds the same tokens per step, and puts each ms/token difference
 # beside the H200's.
 

@@ -392,8 +392,19 @@ def break_even(model, texts=tuple(TEXTS), drafts=(2, 4, 8), new_tokens: int = 64
             "rows": out}
 
 
+def verdict(row: dict) -> str:
+    """Whether drafting paid on a break_even row: by the measured speed-up, with what the rule
+    (E against V: `pays`) said. E > V predicts a win that a drafting round's other costs (the
+    host's read of the device position, once a round) can still eat where E / V is near 1."""
+    won, rule = row["speedup"] > 1.0, row["pays"]
+    if won == rule:
+        return "pays (E > V)" if won else "does not pay (E <= V)"
+    return "does not pay (E > V: the round costs more)" if rule else "pays (E <= V)"
+
+
 def format_break_even(res: dict) -> str:
-    """One row per (text, k): E, V, the speed-up measured and predicted, and the verdict."""
+    """One row per (text, k): E, V, the speed-up measured and predicted, and the verdict (by the
+    measured speed-up: `verdict`)."""
     lines = [f"{'text':<10} {'drafter':<7} {'k':>2} {'E tok/step':>10} {'V steps':>8} {'± se':>6} "
              f"{'ms/tok k':>9} {'ms/tok 0':>9} {'speed-up':>8} {'E/V':>6}  verdict"]
     for r in res["rows"]:
@@ -402,7 +413,7 @@ def format_break_even(res: dict) -> str:
                      f"{r['verify_step_cost']:>8.2f} {r['verify_step_cost_se']:>6.2f} "
                      f"{r['ms_per_token']:>9.4f} {r['ms_per_token_one']:>9.4f} "
                      f"{r['speedup']:>8.2f} {r['predicted_speedup']:>6.2f}  "
-                     f"{'pays (E > V)' if r['pays'] else 'does not pay (E <= V)'}")
+                     f"{verdict(r)}")
     for n, t in res["texts"].items():
         lines.append(f"  {n}: {t['source']} ({t['what']}), prompt of {t['prompt_chars']} characters")
     if "copy_reach" in res:

@@ -285,3 +285,16 @@ def test_copy_reach_measures_how_far_the_model_follows_the_repeat(model, monkeyp
             return np.concatenate([ids, m.tokenizer.encode(text)])
         monkeypatch.setattr(reference, "generate", copying)
         assert spec.copy_reach(model, "repeating", 32)["reach"] == want
+
+
+def test_the_break_even_verdict_is_the_measured_speed_up_beside_the_rule():
+    """A row where E > V but the measured round lost says so (the H200's prose, lookup, k = 8:
+    E / V 1.00, speed-up 0.93), not 'pays'; the other three cases read as the rule does."""
+    from lab.measure import spec
+
+    def row(speedup, E, V):
+        return {"speedup": speedup, "pays": E > V}
+    assert spec.verdict(row(1.12, 1.60, 1.37)) == "pays (E > V)"
+    assert spec.verdict(row(0.90, 1.28, 1.42)) == "does not pay (E <= V)"
+    assert spec.verdict(row(0.93, 1.391, 1.389)) == "does not pay (E > V: the round costs more)"
+    assert spec.verdict(row(1.01, 1.30, 1.31)) == "pays (E <= V)"
