@@ -6,8 +6,7 @@ Contents
   geometry        PERSISTENT_THREADS, persistent_geometry, counter_slots, waits_per_token,
                   barriers_per_token (0), phase_count
   the protocol    the counter slots (SLOT_*), the body's VARIANTS (preload, lean, spin,
-                  merge1, wo_pre, wpick, tails; epoch or arrive exit) and
-                  DEFAULT_VARIANT,
+                  merge1, wo_pre, wpick, tails; epoch or arrive exit) and DEFAULT_VARIANT,
                   launch_adds / wrap32 / settled (the counts a clean launch leaves), wait_code /
                   describe_wait (the error word), the items a block does (mine),
                   block_program: the kernel's items, waits, bumps and (tails) arrivals as a
@@ -34,10 +33,9 @@ kernels/attention.py's partial_slice_at and merge, kernels/matvec.py's row dots)
 so the kernel writes the bits of LAB_FUSION=1 with LAB_ATTN_TAIL=grid (attn_fused_grid: the
 unfused attention's partials and combine), on the simulator and on a GPU, in every variant.
 Every body calls the plain dots after each wait but the preload ones: kernels/matvec.py's
-`row_load` records that
-matvec built on the preloading forms (`row_load` / `row_dot_loaded`: local arrays passed across
-device functions) measured 1.1 to 2.4 us slower per node on the H200; the preload variants keep
-that form for scripts/megakernel_probe.py to time against it.
+`row_load` records that matvec built on the preloading forms (`row_load` / `row_dot_loaded`:
+local arrays passed across device functions) measured 1.1 to 2.4 us slower per node on the
+H200; the preload variants keep that form for scripts/megakernel_probe.py to time against it.
 """
 import math
 import time

@@ -69,8 +69,8 @@ def make_chain(mode: str, spin: bool, D: int, T: int, coop: bool = True):
     megakernel is)."""
     import numba
     from numba import cuda
-    from kernels.persistent import require_cooperative
-    from kernels.sync import acquire_load, backoff, ll_load, ll_store, release_add
+    from kernels.persistent import _mine, bump, require_cooperative
+    from kernels.sync import acquire_load, backoff, ll_load, ll_store
     from kernels.reduce import WARP
     K = D // WARP
     load_row, finish = _pieces(D)
@@ -122,13 +122,8 @@ def make_chain(mode: str, spin: bool, D: int, T: int, coop: bool = True):
             else:
                 if r < D and lane == 0:
                     vec[ph, r] = val
-                if mode == "count":
-                    cuda.syncthreads()
-                    mine = 0
-                    if blk < D:
-                        mine = (D - blk + G - 1) // G
-                    if tid == 0:
-                        release_add(counter, ph, min(mine, T // WARP))
+                if mode == "count":   # the block's rows this phase, as the megakernel bumps
+                    bump(counter, ph, min(_mine(D, blk, G), T // WARP))
         if mode == "none/loads" and r < D and lane == 0:
             vec[0, r] = keep
     return chain
