@@ -531,10 +531,12 @@ show(f"source: data/gpu/peer_reps.json, {more['source']}, {more['date']}")
 # step against the step's, in section 4's table (and above, for a recording of these reps that
 # has it). Where it is nearly all of the step, the arm is host-bound:
 # the GPU waits on Python, and the arm's speed and its spread are the host's. Inductor's
-# kernels in ONE captured graph are the same compiler's kernels without the per-step Python: the
-# steadier arm, and the faster one wherever reduce-overhead's host is slow (the peer table says
-# at which contexts). Read the target against torch.compile's fastest reps: by that reading it
-# is missed at both contexts.
+# kernels in ONE captured graph (compiled with `max-autotune-no-cudagraphs`) run without the
+# per-step Python: the steadier arm, its host share small. Whether it is also the faster torch
+# arm is the device's side of the story, and the peer table says it context by context: its
+# kernels' step can take longer on the device than reduce-overhead's whole host-bound step.
+# Read the target against torch.compile's fastest reps: by that reading it is missed at both
+# contexts.
 
 # %% [markdown]
 # ## 7. The megakernel rung: the whole step in one launch (`LAB_PERSISTENT=1`)

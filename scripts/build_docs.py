@@ -176,12 +176,23 @@ def persistent() -> list[str]:
         ["context", "arm", "ms/token (mean ± sem)", "launches/token", "/ best multi-node"], rows)
 
 
+def fastest_torch(d) -> dict:
+    """{context: the torch arm with the lowest mean ms/token there} of a peer recording."""
+    out = {}
+    for ctx, arms in d["results"].items():
+        torch = [a for a, r in arms.items() if not a.startswith("lab ") and "mean_ms" in r]
+        if torch:
+            out[ctx] = min(torch, key=lambda a: arms[a]["mean_ms"])
+    return out
+
+
 def peer() -> list[str]:
     d = load("peer.json")
     strongest = d["method"].get("strongest_arm")
+    fastest = fastest_torch(d)
     rows = []
     for ctx, arms in d["results"].items():
-        best = arms.get(strongest, {}).get("mean_ms")
+        best = arms[fastest[ctx]]["mean_ms"] if ctx in fastest else None
         for arm, r in arms.items():
             if "mean_ms" not in r:
                 rows.append([ctx, arm, f"failed: {r.get('error', '?')}", "-", "-", "-"])
@@ -192,16 +203,18 @@ def peer() -> list[str]:
                          "-" if ratio is None else f(ratio, 3),
                          "-" if best is None else f(r["mean_ms"] / best, 3),
                          "-" if host is None else f"{100 * host:.0f}%"])
-    note = (f" The strongest torch arm is `{strongest}` (inductor's kernels captured once in a "
-            f"CUDA graph); host share: the host's time to issue a step over the step's time "
-            f"(at 90% and over the arm is host-bound)." if strongest else "")
+    note = (f" The arm built to be the strongest is `{strongest}` (inductor's kernels captured "
+            f"once in a CUDA graph); the fastest torch arm, by its mean, is "
+            + ", ".join(f"`{a}` at context {c}" for c, a in fastest.items())
+            + "; host share: the host's time to issue a step over the step's time "
+            "(at 90% and over the arm is host-bound)." if strongest else "")
     return section(
         "The PyTorch peer", "`data/gpu/peer.json`, `results`", d,
         [f"The same weights in PyTorch {d['versions']['torch']}, float32, TF32 off, "
          f"{d['method']['reps']} interleaved reps x {d['method']['tokens_per_rep']} tokens "
          f"({d['method']['process_separation'].split(' (')[0]}); every arm generated the same ids: "
          f"{d['tokens_check']['ok']}.{note} Notebook 10."],
-        ["context", "arm", "ms/token (mean ± sem)", "/ torch.compile", "/ strongest torch",
+        ["context", "arm", "ms/token (mean ± sem)", "/ torch.compile", "/ fastest torch",
          "host share"], rows)
 
 
@@ -259,7 +272,8 @@ TOP_TARGETS = {
                    "gate", "clean"),
     "best arm": ("the best multi-node graph arm, ms/token at context 64 / 900", "aim",
                  "<= 0.035 / 0.045"),
-    "peer": ("the lab's best arm against the strongest torch arm", "aim", "<= 0.35"),
+    "peer": ("the lab's best arm against the fastest torch arm (by its mean, per context)", "aim",
+             "<= 0.35"),
 }
 
 
@@ -392,13 +406,13 @@ def top_targets() -> list[str]:
 
     lab_best = {c: min(r["mean_ms"] for a, r in arms.items() if a.startswith("lab "))
                 for c, arms in peer["results"].items()}
-    pr = {c: lab_best[c] / arms[strongest]["mean_ms"] for c, arms in peer["results"].items()
-          if have}
+    fastest = fastest_torch(peer)
+    pr = {c: lab_best[c] / peer["results"][c][a]["mean_ms"] for c, a in fastest.items()}
     ok = bool(pr) and all(v <= 0.35 for v in pr.values())
     row("peer", " / ".join(f(v, 2) for v in pr.values()) or "not recorded",
         "met" if ok else "missed",
-        "" if ok else f"`{strongest}`: " + " / ".join(
-            f(peer["results"][c][strongest]["mean_ms"]) for c in pr) + " ms/token")
+        "" if ok else " / ".join(f"`{a}` {f(peer['results'][c][a]['mean_ms'])}"
+                                 for c, a in fastest.items()) + " ms/token")
     return section(
         "The top of the ladder: targets", "`data/gpu/persistent.json`, `spec.json`, "
         "`peer.json`, `kernel_costs.json`, `sanitize_kernels.log`", per,
