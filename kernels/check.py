@@ -1041,8 +1041,9 @@ def _adds(cfg):
 
 
 def _variant(name: str, stamped: bool, dt):
-    """Variant `name` of the persistent kernel (kernels/persistent.py's VARIANTS), compiled once
-    with step_persistent's signature for `dt` (stamped: STAMPED_SIGS) and jit options."""
+    """Variant `name` of the persistent kernel (kernels/persistent.py's VARIANTS or PROBES),
+    compiled once with step_persistent's signature for `dt` (stamped: STAMPED_SIGS) and jit
+    options."""
     i = 0 if np.dtype(dt) == np.float32 else 1
     sig = persistent.STAMPED_SIGS[i] if stamped else REGISTRY["step_persistent"].signatures[i]
     key = ("step_persistent", name, stamped, sig)
@@ -1074,6 +1075,26 @@ def check_variants(rng, cfg, dt, p, splits, n_prompt, grid, plain) -> None:
             elif got[i].tobytes() != plain[i].tobytes():
                 raise Mismatch(f"step_persistent {label}: {spec.arg_names[i]} differs from "
                                f"step_persistent's ({persistent.DEFAULT_VARIANT})")
+
+
+def check_probes(rng, cfg, dt, p, splits, n_prompt, grid, plain) -> None:
+    """Every body that leaves work out (kernels/persistent.py's PROBES, timing only) on the same
+    inputs: the launch ends with no wait given up and the counts a clean launch leaves, and x
+    is NOT the step's (the work it leaves out is left out)."""
+    T = cfg["T"]
+    args = model_args(rng, cfg, dt, p, splits, n_prompt)
+    for name in persistent.PROBES:
+        label = f"probe {name} pos={p} splits={splits} grid={grid}"
+        got = _copies(args)
+        _variant(name, False, dt)[grid, (T,)](*got)
+        word = int(got[P_COUNTER][persistent.SLOT_ERR])
+        if word:
+            raise Mismatch(f"step_persistent {label}: a wait gave up: "
+                           f"{persistent.describe_wait(word)}")
+        if not persistent.settled(got[P_COUNTER], _adds(cfg)):
+            raise Mismatch(f"step_persistent {label}: counts {got[P_COUNTER]}, not a launch's")
+        if got[P_X].tobytes() == plain[P_X].tobytes():
+            raise Mismatch(f"step_persistent {label}: x is the step's: nothing was left out")
 
 
 def check_stamped(rng, cfg, dt, p, splits, n_prompt, grid, plain) -> None:
@@ -1164,6 +1185,8 @@ def check_persistent() -> set[str]:
                 check_stamped(rng, cfg, dt, p, splits, n_prompt, grid, out)
                 rng.bit_generator.state = state
                 check_variants(rng, cfg, dt, p, splits, n_prompt, grid, out)
+                rng.bit_generator.state = state
+                check_probes(rng, cfg, dt, p, splits, n_prompt, grid, out)
             if n == 0 and grid == grids[-1]:
                 check_timeout(np.random.default_rng(PERSISTENT_SEED), cfg, dt, p, splits,
                               n_prompt, grid)

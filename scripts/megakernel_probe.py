@@ -1,6 +1,8 @@
 """Where the megakernel's time goes, on a GPU: a table per phase from step_persistent_stamped's
 clock stamps, the kernel's span over grid sizes, and every variant of its body
-(kernels/persistent.py's VARIANTS) timed against the fused graph arms with PDL, interleaved.
+(kernels/persistent.py's VARIANTS; with --variants, PROBES too: bodies that leave work out, a
+bound on what a restructured body could gain) timed against the fused graph arms with PDL,
+interleaved.
 
     python3 scripts/megakernel_probe.py [--variants all] [--context 64] [--launches 30]
                                         [--grids 33,66,132] [--contexts 64,900] [--reps 5]
@@ -43,13 +45,20 @@ ARMS = {"fused+pdl graph": dict(fusion=True, pdl=True),
         "fused+split+pdl graph": dict(fusion=True, split_combine=True, pdl=True)}
 
 
+def _bodies() -> dict:
+    """Every body the probe can time: VARIANTS (the step's bits) and PROBES (work left out:
+    timing only, a bound on what a restructured body could gain)."""
+    from kernels import persistent
+    return {**persistent.VARIANTS, **persistent.PROBES}
+
+
 def _variants(text: str) -> tuple[str, ...]:
     from kernels import persistent
     names = tuple(persistent.VARIANTS) if text == "all" else tuple(v for v in text.split(",") if v)
     for n in names:
-        if n not in persistent.VARIANTS:
+        if n not in _bodies():
             raise SystemExit(f"--variants: no {n!r}; use all or some of "
-                             f"{','.join(persistent.VARIANTS)}")
+                             f"{','.join(_bodies())}")
     return names
 
 
@@ -67,7 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--no-sweep", action="store_true", help="the stamps only")
     ap.add_argument("--variants", default="all",
-                    help="all, or a comma list of kernels/persistent.py's VARIANTS to time")
+                    help="all (VARIANTS), or a comma list of kernels/persistent.py's VARIANTS "
+                         "and PROBES (work left out: timing only) to time")
     ap.add_argument("--stamp-variants", default="",
                     help="a comma list of other VARIANTS whose stamped form gets a phase-kind "
                          "table too, after the default's")
@@ -153,7 +163,7 @@ def main(argv=None) -> int:
         print(f"{'variant':<16} {'choices':<34} " + " ".join(
             f"{'ms@' + str(c):>9} {'ratio@' + str(c):>9}" for c in args.contexts))
         for name in names:
-            v = persistent.VARIANTS[name]
+            v = _bodies()[name]
             on = ",".join(k for k, x in v.items() if x and k != "epochs") or "plain"
             print(f"{name:<16} {on + (' epoch' if v['epochs'] else ' arrive'):<34} "
                   + " ".join(f"{ms[c, 'persistent ' + name]:>9.4f} "

@@ -85,6 +85,22 @@ def test_a_variant_step_launches_its_own_kernel(model, fused_run, name):
         assert not eng.backend.download(eng.devices[0].persistent.counter).any()
 
 
+def test_a_probe_body_is_timing_only_and_says_so():
+    """PROBES leave work out: each is a VARIANTS body plus noproj, none is a variant (kernels.check
+    holds only variants to the step's bits), and its spec has no twin, so no backend stands in
+    for it (the simulator's run of the kernel itself: kernels.check's check_probes)."""
+    assert persistent.PROBES and not set(persistent.PROBES) & set(persistent.VARIANTS)
+    for name, choice in persistent.PROBES.items():
+        assert choice["noproj"] and any({**v, "noproj": True} == choice
+                                        for v in persistent.VARIANTS.values()), name
+        spec = persistent.variant_spec(name)
+        assert spec.name == f"step_persistent[{name}]"
+        with pytest.raises(ValueError, match="leaves work out .* runs on a GPU only"):
+            spec.twin()
+    with pytest.raises(ValueError, match="the probes \\(timing only\\): tails-noproj"):
+        persistent.variant_spec("no-such-body")
+
+
 def test_graph_replays_are_bitwise_eager(model):
     eng = DecodeEngine(model, PERSIST)
     report = replay_check(eng, [PROMPT, "To be, or not to be"], replays=N)
@@ -308,8 +324,9 @@ def test_the_toggle_reads_and_rejects():
 def test_kernel_under_cudasim_is_its_twin_and_the_fused_kernels_bits():
     """One block (the simulator runs blocks one after another: a wait for a later block would
     never be met), 1 layer at tiny dims (2 on a GPU): against the twin, bit for bit against embed
-    + the fused kernels (grid tail) run one after another, the stamped form, the timeout path
-    (kernels.check's op persistent)."""
+    + the fused kernels (grid tail) run one after another, the stamped form, every variant's
+    bits, every probe's clean counts and its x not the step's, the timeout path (kernels.check's
+    op persistent)."""
     res = check.run(["persistent"], "cudasim")
     assert res["ok"] and res["mode"] == "cudasim trees", res["ops"]["persistent"]["error"]
 
