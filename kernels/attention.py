@@ -36,7 +36,6 @@ ATTN_PASS = ATTN_WARPS * ATTN_STEPS       # 32 timesteps per block per pass
 MAX_D = 1024            # attn_combine keeps the whole merged o [D] in shared memory
 MERGE_MAX_PAIRS = 1024  # n_head * splits (head, slice) weights a block's merge holds in shared
 MERGE_GROUP = 8         # slices whose loads an element's merge issues together
-STAGE_MAX = 4096        # a head's slices x head_dim that stage_head holds in shared memory
 COMBINE_THREADS = 256
 COMBINE_ROWS_PER_BLOCK = COMBINE_THREADS // WARP  # 8: one warp per row of Wo
 
@@ -426,42 +425,6 @@ def merge_elem_sh(part_o, ml_sh, w_sh, p0, h, d):
                 w = w_sh[pu]
                 L = cuda.fma(ml_sh[pu, 1], w, L)
                 acc = cuda.fma(ov[j], w, acc)
-    return acc / L
-
-
-@cuda.jit(device=True)
-def stage_head(part_o, h, o_st):
-    """Head h's slices part_o[h, :, :] into shared o_st [>= splits * hd] (o_st[s * hd + d]), every
-    thread of the block issuing its loads in one round; the caller's next barrier makes them
-    visible (merge_weights has two). False, and nothing staged, where the head's slices exceed
-    STAGE_MAX (uniform over the block: the caller falls back to merge_elem_sh)."""
-    splits = part_o.shape[1]
-    hd = part_o.shape[2]
-    n = splits * hd
-    if n > STAGE_MAX:
-        return False
-    hu = numba.uint64(h)
-    i = cuda.threadIdx.x
-    while i < n:
-        s, d = udivmod(i, hd)
-        o_st[i] = part_o[hu, numba.uint64(s), numba.uint64(d)]
-        i += cuda.blockDim.x
-    return True
-
-
-@cuda.jit(device=True)
-def merge_elem_staged(o_st, ml_sh, w_sh, p0, splits, hd, d):
-    """merge_elem_sh's element from the slices stage_head left in shared memory: the same fma
-    chains in the same order (L over l_s * w_s, acc over o_s[d] * w_s, s = 0..splits-1, from
-    +0.0), so the same bits, with no load from global memory in the loop (merge_elem_sh issues
-    a round of loads per MERGE_GROUP slices: four rounds at 32 slices)."""
-    L = numba.float32(0.0)
-    acc = numba.float32(0.0)
-    for s in range(splits):
-        pu = p0 + s
-        w = w_sh[pu]
-        L = cuda.fma(ml_sh[pu, 1], w, L)
-        acc = cuda.fma(o_st[s * hd + d], w, acc)
     return acc / L
 
 

@@ -1079,8 +1079,9 @@ def check_variants(rng, cfg, dt, p, splits, n_prompt, grid, plain) -> None:
 
 def check_probes(rng, cfg, dt, p, splits, n_prompt, grid, plain) -> None:
     """Every body that leaves work out (kernels/persistent.py's PROBES, timing only) on the same
-    inputs: the launch ends with no wait given up and the counts a clean launch leaves, and x
-    is NOT the step's (the work it leaves out is left out)."""
+    inputs: the launch ends with no wait given up and the counts a clean launch leaves, x is
+    NOT the step's (the work it leaves out is left out), and its stamped form's stamps are
+    sane (the probe script reads them)."""
     T = cfg["T"]
     args = model_args(rng, cfg, dt, p, splits, n_prompt)
     for name in persistent.PROBES:
@@ -1095,6 +1096,11 @@ def check_probes(rng, cfg, dt, p, splits, n_prompt, grid, plain) -> None:
             raise Mismatch(f"step_persistent {label}: counts {got[P_COUNTER]}, not a launch's")
         if got[P_X].tobytes() == plain[P_X].tobytes():
             raise Mismatch(f"step_persistent {label}: x is the step's: nothing was left out")
+        stamps = np.zeros((grid[0], persistent.phase_count(cfg["L"]), persistent.STAMP_FIELDS),
+                          np.int64)
+        got = _copies(args) + [stamps]
+        _variant(name, True, dt)[grid, (T,)](*got)       # its stamped form: sane stamps
+        _check_stamps(got[-1], f"stamped {label}")
 
 
 def check_stamped(rng, cfg, dt, p, splits, n_prompt, grid, plain) -> None:
@@ -1111,7 +1117,12 @@ def check_stamped(rng, cfg, dt, p, splits, n_prompt, grid, plain) -> None:
         if got[i].tobytes() != plain[i].tobytes():
             raise Mismatch(f"step_persistent {label}: {REGISTRY['step_persistent'].arg_names[i]} "
                            f"differs from step_persistent's")
-    st = got[-1]
+    _check_stamps(got[-1], label)
+
+
+def _check_stamps(st, label: str) -> None:
+    """A stamped launch's stamps: start <= end everywhere, and in every busy phase its ready
+    stamp (its wait returned) between them."""
     busy = st[:, :, 6] > 0
     for f0, f1 in ((0, 2), (3, 5)):      # clock64, globaltimer: start <= end everywhere
         if np.any(st[:, :, f1] < st[:, :, f0]):

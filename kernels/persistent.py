@@ -46,8 +46,8 @@ from numba import config, cuda
 
 from kernels.registry import KernelSpec, kernel
 from kernels.attention import (ATTN_STEPS, ATTN_THREADS, ATTN_WARPS, MAX_D, MERGE_MAX_PAIRS,
-                               STAGE_MAX, merge_elem_batch, merge_elem_sh, merge_elem_staged,
-                               merge_weights, partial_slice_at, stage_head, udivmod)
+                               merge_elem_batch, merge_elem_sh, merge_weights,
+                               partial_slice_at, udivmod)
 from kernels.embed import embed_twin
 from kernels.fused import (MAX_HEAD_DIM, attn_fused_grid_twin, norm_lm_head_argmax_twin,
                            norm_qkv_rope_twin, norm_swiglu_twin)
@@ -123,16 +123,12 @@ SLOT_QKV = 8       # + h: rotate-half pairs of head h's q, k and v written (3 hd
 #            merges all of o in every block: at context 900, 128 partials, that merge was most
 #            of the step's growth. merge_weights + merge_elem_sh on the head's slices: the same
 #            bits. The arrive exit only; where d_ff < d_model, the plain body's merge
-#   smerge   (tails) the merging block stages the head's slices in shared memory in one round of
-#            loads issued before merge_weights (kernels/attention.py's stage_head), then runs
-#            merge_elem_sh's fma chains from there (merge_elem_staged): the same bits, one round
-#            trip where merge_elem_sh takes one per 8 slices and merge_weights one more
 #   wpick    the exit's argmax by warp 0 alone with shuffles (`warp_pick`), where the plain body
 #            runs a tree over the block with a barrier per level (`block_pick`); the argmax is
 #            exact, so any pairing picks the same id (numba's simulator, which has no
 #            shuffles, runs block_pick)
 _PLAIN = dict(preload=False, epochs=False, lean=False, spin=False, merge1=False, wo_pre=False,
-              wpick=False, tails=False, smerge=False, noproj=False)
+              wpick=False, tails=False, noproj=False)
 VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
             "plain/arrive": dict(_PLAIN),
             "preload/arrive": {**_PLAIN, "preload": True},
@@ -144,9 +140,7 @@ VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
             "quick+wo/arrive": {**_PLAIN, "lean": True, "spin": True, "merge1": True,
                                 "wpick": True, "wo_pre": True},
             "tails/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
-                             "tails": True},
-            "tails+sm/arrive": {**_PLAIN, "lean": True, "spin": True, "wpick": True,
-                                "tails": True, "smerge": True}}
+                             "tails": True}}
 # Bodies that leave work out, to bound what a restructured body could gain: timing only, their
 # bits are NOT the step's (kernels.check and the protocol tests run VARIANTS, not these).
 #   noproj   the output projection phase left out: mlp up waits for the heads' merged outputs
@@ -154,8 +148,7 @@ VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
 #            body that folded the projection into the attention's tail (each merging block
 #            projecting its head) would have this body's waits plus that work: its time is a
 #            lower bound for such a body
-PROBES = {"tails-noproj/arrive": {**VARIANTS["tails/arrive"], "noproj": True},
-          "tails+sm-noproj/arrive": {**VARIANTS["tails+sm/arrive"], "noproj": True}}
+PROBES = {"tails-noproj/arrive": {**VARIANTS["tails/arrive"], "noproj": True}}
 # The default, tails/arrive: the fastest body at context 900 and within 3 us a token of the
 # fastest at 64, ahead of plain/arrive at both (scripts/megakernel_probe.py on the H200, graph
 # replay, interleaved; data/gpu/megakernel_probe.txt's fifth printout, whose "+ar" bodies had
@@ -582,8 +575,7 @@ step_persistent_twin = _make_twin(VARIANTS[DEFAULT_VARIANT]["epochs"])
 # ---- the kernel --------------------------------------------------------------------------------
 def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                spin: bool = False, merge1: bool = False, wo_pre: bool = False,
-               wpick: bool = False, tails: bool = False, smerge: bool = False,
-               noproj: bool = False):
+               wpick: bool = False, tails: bool = False, noproj: bool = False):
     """step_persistent's body; stamped: thread 0 of each block writes STAMP_FIELDS per phase
     into stamps [grid, phase_count(L), STAMP_FIELDS] int64 (the plain kernel passes a dummy and
     compiles no stamp); preload, epochs, lean, spin, merge1, wo_pre, wpick, tails: the
@@ -591,9 +583,8 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
     `PROBES` (a phase left out: not the step's bits)."""
     if tails and (epochs or merge1):
         raise ValueError("the tails body has the arrive exit and merges with merge_weights")
-    if (smerge or noproj) and not tails:
-        raise ValueError("smerge and noproj are choices of the tails body")
-    n_stage = STAGE_MAX if smerge else 1
+    if noproj and not tails:
+        raise ValueError("noproj leaves the tails body's output projection out")
     waitc = wait_count_spin if spin else wait_count
     pick_id = warp_pick if wpick else block_pick
     pre_o = preload or wo_pre          # the output projection's row loaded before its wait
@@ -611,7 +602,6 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
         red1 = cuda.shared.array(PERSISTENT_THREADS, numba.float32)      # row trees; argmax values
         best_i = cuda.shared.array(PERSISTENT_THREADS, numba.int32)      # argmax indices
         flag = cuda.shared.array(1, numba.int32)
-        o_st = cuda.shared.array(n_stage, numba.float32)   # smerge: a head's slices, staged
         ak = cuda.local.array(XW_UNROLL, numba.float32)    # [unroll] a row's first loads
         bk = cuda.local.array(XW_UNROLL, numba.float32)    # [unroll] the pair's second row's
         wk = cuda.local.array(XW_UNROLL, numba.float32)    # [unroll] the norm's weights
@@ -777,15 +767,10 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                                  red, o_w, ml_w, h, s, splits)
                 whole = (layer + 1) * (3 * half + splits)
                 if use_tails and arrive_last(counter, SLOT_QKV + h, whole, flag, False):
-                    staged = smerge and stage_head(part_o, h, o_st)   # loads in flight ...
                     merge_weights(part_ml, h, 1, ml_sh, w_sh)     # the head's slices only
-                    d = tid                                     # (... its barriers cover them)
+                    d = tid
                     while d < hd:                               # o_h into act's first D
-                        if staged:
-                            act[h * hd + d] = merge_elem_staged(o_st, ml_sh, w_sh, 0, splits,
-                                                                hd, d)
-                        else:
-                            act[h * hd + d] = merge_elem_sh(part_o, ml_sh, w_sh, 0, h, d)
+                        act[h * hd + d] = merge_elem_sh(part_o, ml_sh, w_sh, 0, h, d)
                         d += T
                     bump(counter, SLOT_PART, 1)                 # one head merged
                 item += G
@@ -858,12 +843,13 @@ def _make_body(stamped: bool, preload: bool, epochs: bool, lean: bool = False,
                     r = base + wg
                     if preload:
                         xw_load(Wg, r, Wu, r, wn, tid, ak, bk, wk)
-                    if base == 0 and noproj:
-                        waitc(counter, SLOT_PART, b_part, (layer + 1) * H,
-                              _wait_code(layer, 3, 0))
-                    elif base == 0:
-                        waitc(counter, SLOT_X_ATTN, b_xa, (layer + 1) * D,
-                              _wait_code(layer, 3, 0))
+                    if base == 0:
+                        if noproj:                  # the heads' merged outputs, as out proj
+                            waitc(counter, SLOT_PART, b_part, (layer + 1) * H,
+                                  _wait_code(layer, 3, 0))
+                        else:
+                            waitc(counter, SLOT_X_ATTN, b_xa, (layer + 1) * D,
+                                  _wait_code(layer, 3, 0))
                         if stamped:
                             stamp(stamps, blk, ph + 3, 1)
                     if preload:

@@ -732,6 +732,39 @@ else:
 # about that much per phase.
 
 # %% [markdown]
+# ### How close could a restructured body come?
+# Fewer phases a layer is the lever the hand-off leaves. The one phase a body could drop is the
+# output projection: the block that merges a head could also project it through that head's
+# columns of Wo, and the MLP's first phase could add the heads' projections to x as it reads it.
+# Before building that (a new summation order, so its own twin), bound it: `PROBES` in
+# `kernels/persistent.py` holds a body that simply leaves the output projection phase out
+# (`tails-noproj`: the MLP waits for the heads' merges, as the projection does, and reads the
+# layer's input). It computes the wrong thing and is timed only, never checked for bits (it has
+# no twin), but it has every wait such a fold would keep and none of the projection's work. A
+# folded body would add that work, so its ratio to the best multi-node arm cannot be below the
+# probe's. `decode-lab record megakernel_bound` times it beside the default body and the two
+# fused arms with PDL, interleaved (`data/gpu/megakernel_bound.json`):
+
+# %%
+bound_file = GPU / "megakernel_bound.json"
+if bound_file.exists():
+    bd = json.loads(bound_file.read_text())
+    for c, r in bd["ratio_to_best_multi_node"].items():
+        print(f"context {c}: {r['best_multi_node']} {r['best_ms']:.4f} ms/token; "
+              + ", ".join(f"{a} {v:.3f}" for a, v in r.items() if a.startswith("persistent"))
+              + " of it")
+    reach = all(r["gate_reachable"] for r in bd["ratio_to_best_multi_node"].values())
+    print("a body without the output projection phase is ahead of the best multi-node arm at "
+          "both contexts: a fold could meet the gate if its projection costs less than the margin"
+          if reach else "a body without the output projection phase is NOT ahead of the best "
+          "multi-node arm at both contexts: folding that phase into the attention's tail cannot "
+          "meet the gate")
+    show(f"source: data/gpu/megakernel_bound.json, {bd['source']}, {bd['date']}")
+else:
+    print("data/gpu/megakernel_bound.json is not recorded yet:\n"
+          "`decode-lab record megakernel_bound --backend cuda` on a GPU writes it")
+
+# %% [markdown]
 # Counters instead of barriers made the rung faster than the graph arms without PDL (the plain
 # graph and the fused graph) at both contexts, and it still loses to the best multi-node arm,
 # the split grid tail with PDL, at both: the table's last column is its ratio to that arm. One

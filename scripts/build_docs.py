@@ -341,6 +341,23 @@ def top_targets() -> list[str]:
         why_mk += (f"; measured apart (`handoff.json`), a phase of {first['rows']} rows costs "
                    f"{t['none']:.2f} us in a persistent loop with no hand-off, {t['count']:.2f} "
                    f"with the counter's, against {t['graph+pdl']:.2f} as graph kernels with PDL")
+    bound_file = DATA / "megakernel_bound.json"
+    if bound_file.exists():  # bodies that leave work out (the megakernel_bound experiment)
+        bd = load("megakernel_bound.json")
+        for name in bd["probes"]:
+            arm = f"persistent {name}"
+            rs = bd["ratio_to_best_multi_node"]
+            why_mk += (f"; without its output projection phase ({name}, timing only, "
+                       f"`megakernel_bound.json`) the body is "
+                       + " / ".join(f(r[arm], 2) for r in rs.values())
+                       + " the best multi-node arm: " + (
+                           "ahead of it at both contexts, so a body that folded that phase "
+                           "into the attention's tail could meet the gate if its projection "
+                           "costs less than the margin" if all(
+                               r["gate_reachable"] for r in rs.values())
+                           else "a body that folded that phase into the attention's tail, "
+                           "whose time cannot be below this one's, cannot meet the gate at "
+                           "both contexts"))
     for key in ("megakernel", "megakernel aim"):
         ok = bool(mk) and all(_holds(v, TOP_TARGETS[key][2]) for v in mk.values())
         row(key, " / ".join(f(v, 2) for v in mk.values()) or "not recorded",

@@ -10,6 +10,7 @@ from . import instances  # noqa: F401
 from . import precision  # noqa: F401
 from . import barrier  # noqa: F401
 from . import handoff  # noqa: F401
+from . import megakernel_bound  # noqa: F401
 from . import checks  # noqa: F401
 from . import persistent  # noqa: F401
 from . import plan_switch  # noqa: F401
