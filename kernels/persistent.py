@@ -147,7 +147,9 @@ VARIANTS = {"plain/epoch": {**_PLAIN, "epochs": True},
 #            (as the output projection does) and reads the layer's input x, down adds to it. A
 #            body that folded the projection into the attention's tail (each merging block
 #            projecting its head) would have this body's waits plus that work: its time is a
-#            lower bound for such a body
+#            lower bound for such a body. On the H200 it is 1.05 / 1.12 times the best
+#            multi-node arm at contexts 64 / 900 (data/gpu/megakernel_bound.json): such a fold
+#            cannot put the megakernel ahead
 PROBES = {"tails-noproj/arrive": {**VARIANTS["tails/arrive"], "noproj": True}}
 # The default, tails/arrive: the fastest body at context 900 and within 3 us a token of the
 # fastest at 64, ahead of plain/arrive at both (scripts/megakernel_probe.py on the H200, graph

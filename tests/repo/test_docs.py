@@ -82,6 +82,7 @@ def test_the_targets_table_reads_the_sanitizer_table_and_the_ratios(monkeypatch,
     for f in (ROOT / "data" / "gpu").glob("*.json"):
         shutil.copy(f, tmp_path)
     (tmp_path / "sanitize_kernels.log").write_text(sanitize_table(dirty)[0] + "\n")
+    (tmp_path / "megakernel_bound.json").unlink(missing_ok=True)   # its clause: the next test
     per = json.loads((tmp_path / "persistent.json").read_text())
     per.pop("phases_long", None)                       # added below
     for ctx in per["ratio_to_best_multi_node"].values():
@@ -118,6 +119,39 @@ def test_the_targets_table_reads_the_sanitizer_table_and_the_ratios(monkeypatch,
            "synccheck LAB_DRAFT=4 graph, memcheck LAB_DRAFT=4 eager |" in page
     assert "| gate | < 1.0 | 0.50 / 0.50 | met |  |" in page
     assert "| aim | <= 0.6 | 0.50 / 0.50 | met |  |" in page
+
+
+def test_the_megakernel_row_says_what_the_bound_allows(monkeypatch, tmp_path):
+    """megakernel_bound.json's probe against the best multi-node arm, per context: behind it at
+    both, at one, or ahead at both, the megakernel row's reason says which."""
+    import json
+    import shutil
+    from scripts import build_docs
+    for f in (ROOT / "data" / "gpu").glob("*.json"):
+        shutil.copy(f, tmp_path)
+    shutil.copy(ROOT / "data" / "gpu" / "sanitize_kernels.log", tmp_path)
+    monkeypatch.setattr(build_docs, "DATA", tmp_path)
+    probe = "persistent tails-noproj/arrive"
+    bound = {"probes": {"tails-noproj/arrive": {}}, "ratio_to_best_multi_node": {
+        "64": {probe: 1.04, "gate_reachable": False},
+        "900": {probe: 1.11, "gate_reachable": False}}}
+    cases = [((False, False), "1.04 / 1.11 the best multi-node arm: a body that folded that "
+              "phase into the attention's tail, whose time cannot be below this one's, cannot "
+              "meet the gate at either context"),
+             ((True, False), "cannot meet the gate at context 900"),
+             ((True, True), "ahead of it at every context, so a body that folded that phase "
+              "into the attention's tail could meet the gate if its projection costs less than "
+              "the margin")]
+    for (r64, r900), want in cases:
+        bound["ratio_to_best_multi_node"]["64"]["gate_reachable"] = r64
+        bound["ratio_to_best_multi_node"]["900"]["gate_reachable"] = r900
+        (tmp_path / "megakernel_bound.json").write_text(json.dumps(bound))
+        page = build_docs.results_page()
+        assert "without its output projection phase (tails-noproj/arrive, timing only, " \
+               "`megakernel_bound.json`) the body is " in page
+        assert want in page, want
+    (tmp_path / "megakernel_bound.json").unlink()
+    assert "without its output projection phase" not in build_docs.results_page()
 
 
 def test_the_toggles_page_lists_every_toggle_and_bug():
