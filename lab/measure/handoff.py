@@ -162,6 +162,7 @@ def graph_timer(D: int, T: int, G: int, P: int, launches: int, pdl: bool):
     import cupy as cp
     from numba import cuda
     from cuda.core import Device, LaunchConfig, launch
+    from lab.backend.cuda.launch import flatten_args
     disp = make_phase(D)
     overload = next(iter(disp.overloads.values()))
     stream = cp.cuda.Stream(non_blocking=True)
@@ -170,12 +171,7 @@ def graph_timer(D: int, T: int, G: int, P: int, launches: int, pdl: bool):
     vec = cuda.as_cuda_array(cp.zeros((P, D), cp.float32), sync=False)
     kern = overload._codelibrary.get_cufunc().kernel
     cfg = LaunchConfig(grid=(G,), block=(T,), programmatic_stream_serialization=pdl)
-    flat = []
-    for ph in range(1, P):
-        args, retr = [], []
-        for ty, val in zip(overload.argument_types, (vec, ph)):
-            overload._prepare_args(ty, val, nbstream, retr, args)
-        flat.append(tuple(args))
+    flat = [flatten_args(overload, (vec, ph), nbstream) for ph in range(1, P)]
     stream.begin_capture(mode=cp.cuda.runtime.streamCaptureModeGlobal)
     for args in flat:
         launch(core, cfg, kern, *args)

@@ -28,6 +28,16 @@ class _Bound(NamedTuple):
     args: tuple          # the arguments flattened by numba (pointers, shapes, strides, scalars)
 
 
+def flatten_args(overload, args, nbstream) -> tuple:
+    """numba's own flattening of a kernel's arguments for a raw launch (one overload's
+    argument types; `nbstream` the numba stream of the launch's). Its write-backs of host
+    arrays are dropped: device arrays and scalars, all a launch here passes, have none."""
+    kernelargs, retr = [], []
+    for ty, val in zip(overload.argument_types, args):
+        overload._prepare_args(ty, val, nbstream, retr, kernelargs)
+    return tuple(kernelargs)
+
+
 def cooperative_refusal(name: str, grid_blocks: int, threads: int, co_resident: int,
                         supported: bool) -> str | None:
     """Why a cooperative launch of `name` with `grid_blocks` blocks of `threads` cannot run
@@ -176,17 +186,13 @@ class Launcher:
         overload = self._overloads.get(key)
         if overload is None:
             overload = self._overloads[key] = disp.overloads[key[1]]
-        # numba's own argument flattening; `retr` collects write-backs of host arrays numba
-        # would copy, and device arrays and scalars (all a step passes) add none
-        kernelargs, retr = [], []
-        for ty, val in zip(overload.argument_types, args):
-            overload._prepare_args(ty, val, nbstream, retr, kernelargs)
+        kernelargs = flatten_args(overload, args, nbstream)
         # a cooperative overload (a grid barrier) launches as numba's own launch would
         coop = {"is_cooperative": True} if getattr(overload, "cooperative", False) else {}
         config = self._LaunchConfig(grid=launch.grid, block=launch.block,
                                     programmatic_stream_serialization=pdl, **coop)
         return _Bound(self._core_streams[launch.stream], config,
-                      overload._codelibrary.get_cufunc().kernel, tuple(kernelargs))
+                      overload._codelibrary.get_cufunc().kernel, kernelargs)
 
     def _core_stream(self, name: str):
         """A cuda.core Stream wrapping our CuPy stream `name`, made at start-up (never inside a
