@@ -6,7 +6,8 @@ Contents
   geometry        PERSISTENT_THREADS, persistent_geometry, counter_slots, waits_per_token,
                   barriers_per_token (0), phase_count
   the protocol    the counter slots (SLOT_*), the body's VARIANTS (preload, lean, spin,
-                  merge1, wo_pre, wpick, tails; epoch or arrive exit) and DEFAULT_VARIANT,
+                  merge1, wo_pre, wpick, tails; epoch or arrive exit) and DEFAULT_VARIANT;
+                  PROBES (bodies that leave work out: timing only, no twin; noproj);
                   launch_adds / wrap32 / settled (the counts a clean launch leaves), wait_code /
                   describe_wait (the error word), the items a block does (mine),
                   block_program: the kernel's items, waits, bumps and (tails) arrivals as a
@@ -23,9 +24,10 @@ Contents
   the kernel      _make_body (stamped, then a variant's choices); step_persistent
                   (DEFAULT_VARIANT);
                   step_persistent_stamped, the same body with a clock stamp per phase
-                  (STAMP_FIELDS); variant_kernel / variant_spec: the other variants. Only
-                  step_persistent is registered: kernels/check.py and
-                  scripts/megakernel_probe.py compile the others
+                  (STAMP_FIELDS); variant_kernel / variant_spec: the other variants and
+                  the probes. Only step_persistent is registered: kernels/check.py,
+                  scripts/megakernel_probe.py and the megakernel_bound experiment compile
+                  the others
   CASES           kernels/check.py's cases
 
 Every phase calls the fused step's device functions (kernels/fused_device.py's folded-norm dots,
