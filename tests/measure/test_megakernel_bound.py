@@ -1,5 +1,6 @@
 """megakernel_bound: the bound a body that leaves work out sets, from a sweep's rows; the
-experiment is the GPU's only (a probe has no twin for the simulator to run)."""
+experiment is the GPU's only (a probe has no twin for the simulator to run); the probe script
+names probes only on request."""
 import pytest
 
 from kernels import persistent
@@ -38,3 +39,13 @@ def test_the_experiment_times_every_probe_on_a_gpu_only():
     exp = REGISTRY["megakernel_bound"]
     assert exp.files == ("megakernel_bound.json",) and tuple(exp.backends) == ("cuda",)
     assert PROBE in persistent.PROBES
+
+
+def test_the_probe_script_times_probes_only_when_named():
+    """scripts/megakernel_probe.py: --variants all is every VARIANT (the step's bits); a probe
+    is timed only when named; an unknown body is refused with every name it could have been."""
+    from scripts import megakernel_probe
+    assert megakernel_probe._variants("all") == tuple(persistent.VARIANTS)
+    assert megakernel_probe._variants(f"tails/arrive,{PROBE}") == ("tails/arrive", PROBE)
+    with pytest.raises(SystemExit, match=f"no 'nope'; use all or some of .*tails/arrive,{PROBE}"):
+        megakernel_probe._variants("nope")
