@@ -326,9 +326,15 @@ SPEC = Obj({"curve": Obj({"new_tokens": Num(ge=1, integer=True), "rows": List(Ob
     "tokens_per_step": Num(ge=0), "replay_fraction": Null(Num(ge=0, le=1))}))}),
     "break_even": Opt(BREAK_EVEN)})
 FINDINGS = Obj({"findings": List(Obj({"lesson": Str(), "reason": Str()}), allow_empty=True)})
+# data/gpu/megakernel_bound.json (decode-lab record megakernel_bound): the probes' arms
+MEGAKERNEL_BOUND = Obj({
+    "source": Str(), "probes": Map(Obj({"noproj": Bool()})),
+    "sweep": Obj({"rows": List(Obj({"arm": Str(), "context": Num(ge=1, integer=True),
+                                    "mean_ms": Num(gt=0), "sem_ms": Num(ge=0)}))}),
+    "ratio_to_best_multi_node": Map(Obj({"best_ms": Num(gt=0), "gate_reachable": Bool()}))})
 
 # file name -> its schema, for the recordings conformance reads
 RECORDINGS = {"kernel_costs.json": KERNEL_COSTS, "ladder.json": LADDER, "overlap.json": OVERLAP,
               "fission.json": FISSION, "device_loop.json": DEVICE_LOOP,
               "bench_sweep.json": BENCH_SWEEP, "pdl_context.json": PDL_CONTEXT, "spec.json": SPEC,
-              "conformance_findings.json": FINDINGS}
+              "conformance_findings.json": FINDINGS, "megakernel_bound.json": MEGAKERNEL_BOUND}

@@ -682,7 +682,11 @@ show(f"blocks busy in layer 0: {busy}; the kernel's span {ph['span_us']['median'
 # any phase kind: a count whose producers are already done), one after another, plus one graph
 # node's floor from the cost file. Conformance's `megakernel` lesson holds that sum against
 # the persistent graph arm the sweep measured; what the chain leaves out is each phase's
-# slowest block, which the step waits for.
+# slowest block, which the step waits for. Where `data/gpu/megakernel_bound.json` is recorded
+# the lesson has a second row: the same chain with the output projection's phases left out,
+# against a body that leaves them out (the subsection "How close could a restructured body
+# come?" below says what that body is). Its phases never ran in the stamped kernel, so that
+# row predicts what dropping a phase does.
 
 # %%
 mk = conformance.run(model, only=("megakernel",))

@@ -23,10 +23,12 @@ the lesson, not the host. Device-paced rows (graphs, counts, nodes) are never sc
 without a probe leaves its rows unscaled, and the report says so. The A/B arms predicted here
 are the ones the experiments record (lab/measure/arms.py: OVERLAP, FISSION, DEVICE_LOOP).
 
-One row is arithmetic on recordings, not a simulation (lesson "megakernel", megakernel_rows):
-the persistent graph arm's ms/token predicted from each phase's work and one counter hand-off per
+The lesson "megakernel" (megakernel_rows) is arithmetic on recordings, not a simulation: the
+persistent graph arm's ms/token predicted from each phase's work and one counter hand-off per
 phase (the stamped kernel's clocks, a launch of their own, persistent.json) plus one graph
-node's floor (kernel_costs.json), against the arm the sweep measured.
+node's floor (kernel_costs.json), against the arm the sweep measured; and, where
+megakernel_bound.json is recorded, the same chain without the output projection's phases
+against the body that leaves them out.
 
 `decode-lab conformance` prints the table and exits non-zero when a row fails.
 """
@@ -46,7 +48,7 @@ import numpy as np
 
 from . import bench, pdl_edges
 from .arms import DEVICE_LOOP, FISSION, OVERLAP, Pair
-from .megakernel import predicted_step_us
+from .megakernel import phase_kind, predicted_step_us
 from .registry import probe_us
 from lab.backend.costmodel import COSTS_FILE, WHOLE_STEP_KERNELS, CostModel
 from lab.config import CONFORMANCE_CACHE_ENV, LabConfig, conformance_cache, lab_environment
@@ -398,7 +400,10 @@ def _table(model, data_dir, rec, loop_file, only, cost, base, reps, progress, dr
         ladder_rows(lad, s_lad, rows)
     per_file = data_dir / "persistent.json"      # its phases are recorded on a GPU only
     if "megakernel" in only and per_file.is_file():
-        megakernel_rows(_load(data_dir, "persistent.json"), cost, rows)
+        bound_file = data_dir / "megakernel_bound.json"       # recorded on a GPU only
+        megakernel_rows(_load(data_dir, "persistent.json"), cost, rows,
+                        _load(data_dir, "megakernel_bound.json") if bound_file.is_file()
+                        else None)
 
     def ab(pair: Pair, recorded: dict):
         # both arms on ONE simulated engine, paired by rep, as the recording ran them: the
@@ -605,7 +610,7 @@ def ladder_rows(lad: dict, s_lad: dict, rows: list) -> None:
 MEGAKERNEL_ARM = "persistent graph"   # persistent.json's sweep arm of the default body
 
 
-def megakernel_rows(per: dict, cost: CostModel, rows: list) -> None:
+def megakernel_rows(per: dict, cost: CostModel, rows: list, bound: dict | None = None) -> None:
     """The persistent graph arm's ms/token at the context of persistent.json's phases,
     PREDICTED from parts measured apart (lab/measure/megakernel.py predicted_step_us): each
     phase's work by the stamped kernel's clocks (a launch of its own) and one counter hand-off
@@ -614,7 +619,13 @@ def megakernel_rows(per: dict, cost: CostModel, rows: list) -> None:
     there. What the chain leaves out (the slowest block of each phase) is the row's error. Not a consistency check: neither part
     is a recording of the arm's step (the ladder's persistent rung, priced from the kernel's
     own recorded node time, is). No row when the file has no phases (recorded before them, or
-    on the simulator)."""
+    on the simulator).
+
+    With `bound` (megakernel_bound.json), one row more per body that leaves the output
+    projection out: the same chain over the default's phases but the output projection's (its
+    work and its hand-offs left out), plus the floor, against that body's arm in the bound's
+    sweep at the same context: a prediction of what dropping the phase does, from phases the
+    probe never ran."""
     if "phases" not in per:
         return
     ph = per["phases"]
@@ -633,6 +644,25 @@ def megakernel_rows(per: dict, cost: CostModel, rows: list) -> None:
                           f"{pred['handoff_us']:.2f} us (phases) + kernel_costs.json floors.empty "
                           f"intercept_us + per_node_us ({pred['floor_us']:.2f} us); measured: "
                           f"sweep, {MEGAKERNEL_ARM} at context {ctx}")))
+    for name, choice in (bound or {}).get("probes", {}).items():
+        if not choice.get("noproj"):
+            continue
+        probe = next((r for r in bound["sweep"]["rows"]
+                      if int(r["context"]) == ctx and r["arm"] == f"persistent {name}"), None)
+        if probe is None:
+            raise LabError(f"megakernel_bound.json: sweep.rows has no 'persistent {name}' row "
+                           f"at context {ctx}, the context of persistent.json's phases")
+        kept = {**ph, "rows": [r for r in ph["rows"] if phase_kind(r["phase"]) != "out proj"]}
+        drop = len(ph["rows"]) - len(kept["rows"])
+        pred = predicted_step_us(kept, cost.graph_launch_us + cost.empty_node_us)
+        rows.append(Row(f"persistent {name} (context {ctx}): less out proj", "ms",
+                        pred["step_us"] / 1000.0, float(probe["mean_ms"]),
+                        gpu_sem=float(probe["sem_ms"]),
+                        note=(f"persistent.json's phases less its {drop} output projection "
+                              f"phases: work {pred['work_us']:.2f} us + {pred['handoffs']} "
+                              f"hand-offs of {pred['handoff_us']:.2f} us + the floor "
+                              f"({pred['floor_us']:.2f} us); measured: megakernel_bound.json, "
+                              f"persistent {name} at context {ctx}")))
 
 
 def node_rows(cost: CostModel, rows: list) -> None:

@@ -394,8 +394,49 @@ def test_the_megakernel_row_predicts_the_persistent_graph_arm_from_its_parts():
         _megakernel_rows(per)
 
 
+def _bound():
+    return json.loads((conformance.DATA_GPU / "megakernel_bound.json").read_text())
+
+
+def test_the_bound_row_predicts_the_body_without_the_output_projection():
+    """megakernel_bound.json's probe (no output projection phase) against the same chain as the
+    default's row over persistent.json's phases less the output projection's (their work and
+    their hand-offs): a prediction, never a consistency check. A bound without that context's
+    arm is a clear error; no bound, no row."""
+    from lab.backend.costmodel import CostModel
+    from lab.measure.megakernel import predicted_step_us
+    per, bound = _persistent(), _bound()
+    ctx = per["phases"]["context"]
+    cost = CostModel.load(conformance.DATA_GPU / "kernel_costs.json")
+    rows = []
+    conformance.megakernel_rows(per, cost, rows, bound)
+    default, *probes = rows
+    assert [r.lesson for r in probes] == [
+        f"persistent {n} (context {ctx}): less out proj" for n in bound["probes"]]
+    (row,) = probes
+    kept = [r for r in per["phases"]["rows"] if not r["phase"].endswith("out proj")]
+    assert len(kept) == len(per["phases"]["rows"]) - 4        # one a layer, four layers
+    floor = cost.graph_launch_us + cost.empty_node_us
+    want = predicted_step_us({"rows": kept}, floor)["step_us"] / 1000.0
+    assert row.sim == pytest.approx(want, rel=1e-9) and row.sim < default.sim
+    arm = next(r for r in bound["sweep"]["rows"]
+               if r["context"] == ctx and r["arm"] == f"persistent {next(iter(bound['probes']))}")
+    assert row.gpu == arm["mean_ms"] and row.gpu_sem == arm["sem_ms"]
+    assert not row.consistency and "megakernel_bound.json" in row.note
+    bound["sweep"]["rows"] = [r for r in bound["sweep"]["rows"] if r["context"] != ctx]
+    with pytest.raises(LabError, match=f"megakernel_bound.json: sweep.rows has no 'persistent "
+                                       f"tails-noproj/arrive' row at context {ctx}"):
+        conformance.megakernel_rows(per, cost, [], bound)
+    assert len(_megakernel_rows(per)) == 1
+
+
 def test_the_megakernel_lesson_runs_alone_without_a_simulation(model):
-    """`only=("megakernel",)`: the one row, in the table (its prediction needs no simulated run)."""
+    """`only=("megakernel",)`: its rows, in the table (their predictions need no simulated run):
+    the default's and, with megakernel_bound.json recorded, each probe's."""
+    from lab.backend.costmodel import CostModel
     part = conformance.run(model, only=("megakernel",))
-    assert [r.lesson for r in part["rows"]] == [r.lesson for r in _megakernel_rows(_persistent())]
+    want = []
+    conformance.megakernel_rows(_persistent(), CostModel.load(
+        conformance.DATA_GPU / "kernel_costs.json"), want, _bound())
+    assert [r.lesson for r in part["rows"]] == [r.lesson for r in want] and len(want) == 2
     assert "phase work + hand-offs + one node" in conformance.format_report(part)
