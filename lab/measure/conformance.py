@@ -630,39 +630,37 @@ def megakernel_rows(per: dict, cost: CostModel, rows: list, bound: dict | None =
         return
     ph = per["phases"]
     ctx = int(ph["context"])
-    arm = next((r for r in per["sweep"]["rows"]
-                if int(r["context"]) == ctx and r["arm"] == MEGAKERNEL_ARM), None)
-    if arm is None:
-        raise LabError(f"persistent.json: sweep.rows has no {MEGAKERNEL_ARM!r} row at context "
-                       f"{ctx}, the context of its phases")
-    pred = predicted_step_us(ph, cost.graph_launch_us + cost.empty_node_us)
-    rows.append(Row(f"{MEGAKERNEL_ARM} (context {ctx}): phase work + hand-offs + one node",
-                    "ms", pred["step_us"] / 1000.0, float(arm["mean_ms"]),
-                    gpu_sem=float(arm["sem_ms"]),
-                    note=(f"persistent.json; predicted: every phase's work "
-                          f"({pred['work_us']:.2f} us) + {pred['handoffs']} counter hand-offs of "
-                          f"{pred['handoff_us']:.2f} us (phases) + kernel_costs.json floors.empty "
-                          f"intercept_us + per_node_us ({pred['floor_us']:.2f} us); measured: "
-                          f"sweep, {MEGAKERNEL_ARM} at context {ctx}")))
+    floor = cost.graph_launch_us + cost.empty_node_us
+
+    def arm_at(file: str, sweep: dict, arm: str) -> dict:
+        row = next((r for r in sweep["rows"] if int(r["context"]) == ctx and r["arm"] == arm),
+                   None)
+        if row is None:
+            raise LabError(f"{file}: sweep.rows has no {arm!r} row at context {ctx}, the "
+                           f"context of persistent.json's phases")
+        return row
+
+    def chain_row(lesson: str, phases: dict, arm: dict, what: str, where: str) -> None:
+        pred = predicted_step_us(phases, floor)
+        rows.append(Row(lesson, "ms", pred["step_us"] / 1000.0, float(arm["mean_ms"]),
+                        gpu_sem=float(arm["sem_ms"]),
+                        note=(f"{what}; predicted: every phase's work ({pred['work_us']:.2f} "
+                              f"us) + {pred['handoffs']} counter hand-offs of "
+                              f"{pred['handoff_us']:.2f} us (phases) + kernel_costs.json "
+                              f"floors.empty intercept_us + per_node_us ({pred['floor_us']:.2f} "
+                              f"us); measured: {where} at context {ctx}")))
+
+    chain_row(f"{MEGAKERNEL_ARM} (context {ctx}): phase work + hand-offs + one node", ph,
+              arm_at("persistent.json", per["sweep"], MEGAKERNEL_ARM), "persistent.json",
+              f"sweep, {MEGAKERNEL_ARM}")
     for name, choice in (bound or {}).get("probes", {}).items():
         if not choice.get("noproj"):
             continue
-        probe = next((r for r in bound["sweep"]["rows"]
-                      if int(r["context"]) == ctx and r["arm"] == f"persistent {name}"), None)
-        if probe is None:
-            raise LabError(f"megakernel_bound.json: sweep.rows has no 'persistent {name}' row "
-                           f"at context {ctx}, the context of persistent.json's phases")
         kept = {**ph, "rows": [r for r in ph["rows"] if phase_kind(r["phase"]) != "out proj"]}
-        drop = len(ph["rows"]) - len(kept["rows"])
-        pred = predicted_step_us(kept, cost.graph_launch_us + cost.empty_node_us)
-        rows.append(Row(f"persistent {name} (context {ctx}): less out proj", "ms",
-                        pred["step_us"] / 1000.0, float(probe["mean_ms"]),
-                        gpu_sem=float(probe["sem_ms"]),
-                        note=(f"persistent.json's phases less its {drop} output projection "
-                              f"phases: work {pred['work_us']:.2f} us + {pred['handoffs']} "
-                              f"hand-offs of {pred['handoff_us']:.2f} us + the floor "
-                              f"({pred['floor_us']:.2f} us); measured: megakernel_bound.json, "
-                              f"persistent {name} at context {ctx}")))
+        chain_row(f"persistent {name} (context {ctx}): less out proj", kept,
+                  arm_at("megakernel_bound.json", bound["sweep"], f"persistent {name}"),
+                  f"persistent.json's phases less its {len(ph['rows']) - len(kept['rows'])} "
+                  f"output projection phases", f"megakernel_bound.json, persistent {name}")
 
 
 def node_rows(cost: CostModel, rows: list) -> None:
