@@ -763,7 +763,8 @@ if bound_file.exists():
          if not behind else "without the output projection phase the body is NOT ahead of the "
          "best multi-node arm at context" + ("s " if len(behind) > 1 else " ")
          + " and ".join(behind) + ": a fold cannot meet the gate there")
-    show(f"source: data/gpu/megakernel_bound.json, {bd['source']}, {bd['date']}")
+    show(f"source: data/gpu/megakernel_bound.json, {bd['source']}, {bd['date']}; timing "
+         f"meaningful (the sweep's own check): {bd['sweep']['meaningful']}")
 else:
     print("data/gpu/megakernel_bound.json is not recorded yet:\n"
           "`decode-lab record megakernel_bound --backend cuda` on a GPU writes it")

@@ -50,6 +50,8 @@ def megakernel_bound(ctx) -> None:
                                       CONTEXTS, reps, tokens)
     for a in arms[len(ARMS):]:
         persistent_error(a.engine)          # a wait that gave up fails the run
+    if not sweep["meaningful"]:             # recorded as it is, said where it is read
+        ctx.progress(f"megakernel_bound: timing not meaningful: {sweep['reason']}")
     ratios = bound(sweep["rows"], probes)
     for c, r in ratios.items():
         ctx.progress(f"context {c}: best multi-node {r['best_multi_node']} {r['best_ms']:.4f} "
