@@ -169,6 +169,8 @@ RECORDING_CASES = [
     ("spec.json", "curve.rows.0.replay_fraction", 2, "curve.rows[0].replay_fraction: must be a finite number >= 0 and <= 1, got 2"),
     ("spec.json", "curve", _DEL, "no field 'curve.new_tokens' (recorded by another version"),
     ("conformance_findings.json", "findings", "none", "findings: must be a list, got a string 'none'"),
+    ("megakernel_bound.json", "sweep.rows.2.mean_ms", NAN, "sweep.rows[2].mean_ms: must be a finite number > 0, got nan"),
+    ("megakernel_bound.json", "ratio_to_best_multi_node.64.gate_reachable", "no", "ratio_to_best_multi_node['64'].gate_reachable: must be true or false, got a string 'no'"),
 ]
 
 
