@@ -47,6 +47,7 @@ from kernels import persistent
 from lab import DecodeEngine, LabConfig, load_model
 from lab.backend.costmodel import WHOLE_STEP_KERNELS, CostModel, launch_bytes
 from lab.measure import bench, conformance, report
+from lab.measure.megakernel import fold_verdict
 from lab.measure.report import show
 from lab.reference import generate as oracle_generate
 
@@ -757,12 +758,11 @@ if bound_file.exists():
         show(f"context {c}: {r['best_multi_node']} {r['best_ms']:.4f} ms/token; "
              + ", ".join(f"{a} {v:.3f}" for a, v in r.items() if a.startswith("persistent"))
              + " of it")
-    behind = [c for c, r in bd["ratio_to_best_multi_node"].items() if not r["gate_reachable"]]
-    show("without the output projection phase the body is ahead of the best multi-node arm at "
-         "every context: a fold could meet the gate if its projection costs less than the margin"
-         if not behind else "without the output projection phase the body is NOT ahead of the "
-         "best multi-node arm at context" + ("s " if len(behind) > 1 else " ")
-         + " and ".join(behind) + ": a fold cannot meet the gate there")
+    rs = bd["ratio_to_best_multi_node"]
+    for name in bd["probes"]:
+        show(f"without the output projection phase ({name}) the body is "
+             + " / ".join(f"{r['persistent ' + name]:.2f}" for r in rs.values())
+             + " the best multi-node arm: " + fold_verdict(rs))
     show(f"source: data/gpu/megakernel_bound.json, {bd['source']}, {bd['date']}; timing "
          f"meaningful (the sweep's own check): {bd['sweep']['meaningful']}")
 else:

@@ -176,20 +176,6 @@ def persistent() -> list[str]:
         ["context", "arm", "ms/token (mean ± sem)", "launches/token", "/ best multi-node"], rows)
 
 
-def _fold_verdict(ratios: dict) -> str:
-    """What megakernel_bound.json's ratios say of a body that folds the output projection into
-    the attention's tail (its time cannot be below the probe's)."""
-    behind = [c for c, r in ratios.items() if not r["gate_reachable"]]
-    if not behind:
-        return ("ahead of it at every context, so a body that folded that phase into the "
-                "attention's tail could meet the gate if its projection costs less than the "
-                "margin")
-    where = ("either context" if len(behind) == len(ratios)
-             else "context " + " or ".join(behind))
-    return (f"a body that folded that phase into the attention's tail, whose time cannot be "
-            f"below this one's, cannot meet the gate at {where}")
-
-
 def fastest_torch(d) -> dict:
     """{context: the torch arm with the lowest mean ms/token there} of a peer recording."""
     out = {}
@@ -357,6 +343,7 @@ def top_targets() -> list[str]:
                    f"with the counter's, against {t['graph+pdl']:.2f} as graph kernels with PDL")
     bound_file = DATA / "megakernel_bound.json"
     if bound_file.exists():  # bodies that leave work out (the megakernel_bound experiment)
+        from lab.measure.megakernel import fold_verdict
         bd = load("megakernel_bound.json")
         for name in bd["probes"]:
             arm = f"persistent {name}"
@@ -364,7 +351,7 @@ def top_targets() -> list[str]:
             why_mk += (f"; without its output projection phase ({name}, timing only, "
                        f"`megakernel_bound.json`) the body is "
                        + " / ".join(f(r[arm], 2) for r in rs.values())
-                       + " the best multi-node arm: " + _fold_verdict(rs))
+                       + " the best multi-node arm: " + fold_verdict(rs))
     for key in ("megakernel", "megakernel aim"):
         ok = bool(mk) and all(_holds(v, TOP_TARGETS[key][2]) for v in mk.values())
         row(key, " / ".join(f(v, 2) for v in mk.values()) or "not recorded",

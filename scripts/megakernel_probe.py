@@ -38,8 +38,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lab.measure.megakernel import (engine_at, kernel_span_us, persistent_error,  # noqa: E402
-                                    phase_kinds, phase_rows, stamped_kernel, stamped_runs,
-                                    sweep_with_variants)
+                                    phase_kinds, phase_rows, ratio_to_best, stamped_kernel,
+                                    stamped_runs, sweep_with_variants)
 
 ARMS = {"fused+pdl graph": dict(fusion=True, pdl=True),
         "fused+split+pdl graph": dict(fusion=True, split_combine=True, pdl=True)}
@@ -157,7 +157,7 @@ def main(argv=None) -> int:
         for a in arms[len(ARMS):]:
             persistent_error(a.engine)
         ms = {(r["context"], r["arm"]): r["mean_ms"] for r in sweep["rows"]}
-        best = {c: min(ms[c, n] for n in ARMS) for c in args.contexts}
+        ratios = ratio_to_best(sweep["rows"], ARMS)
         print(f"\nvariants (default {persistent.DEFAULT_VARIANT}: step_persistent): ms/token "
               f"and ratio to the best fused graph arm at each context (target < 1)")
         print(f"{'variant':<16} {'choices':<34} " + " ".join(
@@ -167,9 +167,10 @@ def main(argv=None) -> int:
             on = ",".join(k for k, x in v.items() if x and k != "epochs") or "plain"
             print(f"{name:<16} {on + (' epoch' if v['epochs'] else ' arrive'):<34} "
                   + " ".join(f"{ms[c, 'persistent ' + name]:>9.4f} "
-                             f"{ms[c, 'persistent ' + name] / best[c]:>9.3f}"
+                             f"{ratios[str(c)]['persistent ' + name]:>9.3f}"
                              for c in args.contexts))
-        print("best fused   " + " ".join(f"{c}: {best[c]:.4f} ms" for c in args.contexts))
+        print("best fused   " + " ".join(f"{c}: {ratios[str(c)]['best_ms']:.4f} ms"
+                                         for c in args.contexts))
     return 0
 
 

@@ -16,6 +16,10 @@ persistent experiment records it in persistent.json):
   variant_arms                   one bench Arm per body variant (kernels/persistent.py
                                  VARIANTS; lab/engine/persistent.py variant_step)
   sweep_with_variants            config arms and body variants interleaved (bench.sweep_arms)
+  ratio_to_best                  each persistent arm's ms/token over the best multi-node arm's,
+                                 per context of a sweep (persistent.json, megakernel_bound.json)
+  fold_verdict                   what megakernel_bound.json's ratios say of folding the output
+                                 projection into the attention's tail
   engine_at                      an eager persistent engine with a real prefix up to a context
 """
 from __future__ import annotations
@@ -179,6 +183,34 @@ def sweep_with_variants(model, base, arms: dict, variants, contexts, reps: int, 
              for i, (n, kw) in enumerate(arms.items())]
     bench += variant_arms(model, base, variants, len(bench))
     return sweep_arms(bench, contexts, reps, tokens, BENCH_PROMPT), bench
+
+
+def ratio_to_best(rows: list[dict], multi_node) -> dict:
+    """{context: {"best_multi_node", "best_ms", and each arm named "persistent ...": its ms/token
+    over the best arm's}} from a sweep's rows, contexts in increasing order; the best is the
+    fastest of `multi_node` at that context."""
+    out = {}
+    for c in sorted({r["context"] for r in rows}):
+        ms = {r["arm"]: r["mean_ms"] for r in rows if r["context"] == c}
+        best = min(multi_node, key=lambda a: ms[a])
+        out[str(c)] = {"best_multi_node": best, "best_ms": ms[best],
+                       **{a: ms[a] / ms[best] for a in ms if a.startswith("persistent")}}
+    return out
+
+
+def fold_verdict(ratios: dict) -> str:
+    """What megakernel_bound.json's `ratio_to_best_multi_node` says of a body that folds the
+    output projection into the attention's tail (its time cannot be below the probe's): the
+    contexts where no probe is ahead of the best multi-node arm (`gate_reachable` False)."""
+    behind = [c for c, r in ratios.items() if not r["gate_reachable"]]
+    if not behind:
+        return ("ahead of it at every context, so a body that folded that phase into the "
+                "attention's tail could meet the gate if its projection costs less than the "
+                "margin")
+    where = ("either context" if len(behind) == len(ratios)
+             else "context " + " or ".join(behind))
+    return (f"a body that folded that phase into the attention's tail, whose time cannot be "
+            f"below this one's, cannot meet the gate at {where}")
 
 
 def engine_at(model, base, context: int):

@@ -24,16 +24,12 @@ CONTEXTS, REPS, TOKENS = (64, 900), 5, 64
 
 def bound(rows: list[dict], probes) -> dict:
     """{context: {"best_multi_node", "best_ms", "persistent graph", "persistent NAME" per
-    probe: ms/token over the best multi-node arm's, "gate_reachable": whether any probe is
-    ahead of it (ratio < 1)}} from a sweep's rows."""
-    out = {}
-    for c in sorted({r["context"] for r in rows}):
-        ms = {r["arm"]: r["mean_ms"] for r in rows if r["context"] == c}
-        best = min(MULTI_NODE, key=lambda a: ms[a])
-        ratios = {a: ms[a] / ms[best] for a in ["persistent graph"]
-                  + [f"persistent {p}" for p in probes]}
-        out[str(c)] = {"best_multi_node": best, "best_ms": ms[best], **ratios,
-                       "gate_reachable": any(ratios[f"persistent {p}"] < 1.0 for p in probes)}
+    probe: ms/token over the best multi-node arm's (lab/measure/megakernel.py ratio_to_best),
+    "gate_reachable": whether any probe is ahead of it (ratio < 1)}} from a sweep's rows."""
+    from lab.measure.megakernel import ratio_to_best
+    out = ratio_to_best(rows, MULTI_NODE)
+    for r in out.values():
+        r["gate_reachable"] = any(r[f"persistent {p}"] < 1.0 for p in probes)
     return out
 
 

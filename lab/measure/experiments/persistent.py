@@ -169,15 +169,12 @@ def record(ctx) -> None:
         lines.append(f"{r['context']:>7}  {r['arm']:<18} {r['mean_ms']:>9.4f} "
                      f"{1000 * r['sem_ms']:>9.2f} {r['launches_per_token']:>8} "
                      f"{'-' if rf is None else f'{100 * rf:.1f}%':>8}")
-    ratios = {}
-    for c in p["contexts"]:
-        ms = {r["arm"]: r["mean_ms"] for r in sweep["rows"] if r["context"] == c}
-        best = min(MULTI_NODE, key=lambda a: ms[a])
-        ratios[str(c)] = {"best_multi_node": best, "best_ms": ms[best],
-                          **{a: ms[a] / ms[best] for a in ms if a.startswith("persistent")}}
-        lines.append(f"context {c}: the best multi-node graph arm is {best} ({ms[best]:.4f} "
-                     f"ms/token); " + ", ".join(f"{a} / it {r:.3f}" for a, r in
-                                                 ratios[str(c)].items() if a.startswith("pers")))
+    from lab.measure.megakernel import ratio_to_best
+    ratios = ratio_to_best(sweep["rows"], MULTI_NODE)
+    for c, rc in ratios.items():
+        lines.append(f"context {c}: the best multi-node graph arm is {rc['best_multi_node']} "
+                     f"({rc['best_ms']:.4f} ms/token); " + ", ".join(
+                         f"{a} / it {r:.3f}" for a, r in rc.items() if a.startswith("pers")))
     on_gpu = ctx.backend == "cuda" and not ctx.quick
     phases = _phases(model, base, ctx.progress) if on_gpu else None
     phases_long = _phases(model, base, ctx.progress, PHASE_CONTEXT_LONG) if on_gpu else None
