@@ -23,7 +23,6 @@ timing starts, and every timed step replays one):
 from __future__ import annotations
 
 import datetime as dt
-import gc
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -33,7 +32,7 @@ from lab.errors import LabError
 from lab.ledger import (GRAPH_MODE, GRAPH_RAN, key_changes, key_text, keys_met, recaptures,
                         values_text)
 from lab.plan import decode_plan
-from .stats import mean_sem
+from .stats import collector_off, mean_sem
 
 
 BENCH_PROMPT = "ROMEO.\n"
@@ -272,17 +271,13 @@ def make_arm(model, name: str, cfg: LabConfig, index: int, kv_init: str = "zeros
 # ---- one timed run -----------------------------------------------------------------------------
 def _timed_steps(engine: DecodeEngine, steps: int) -> float:
     """ms per step of `steps` decode steps (the engine's own loop: host or device). On a real
-    device the garbage collector is held off while they run, as timeit does: a full collection
-    of a large heap takes tens of milliseconds and would land in whichever rep it happens to
-    hit. The simulator's clock is simulated, so a collection costs it nothing: it skips both."""
+    device the garbage collector is held off while they run (stats.collector_off): a full
+    collection of a large heap would land in whichever rep it happens to hit. The simulator's
+    clock is simulated, so a collection costs it nothing: it runs them as they are."""
     if engine.backend.simulated:
         return 1000.0 * engine.decode(steps) / steps
-    gc.collect()
-    gc.disable()
-    try:
+    with collector_off():
         return 1000.0 * engine.decode(steps) / steps
-    finally:
-        gc.enable()
 
 
 def decode_run(prompt: str, tokens: int) -> Callable:

@@ -9,7 +9,6 @@ one setup line, builds and warms up its arms, says {"event": "ready", ...info}; 
 """
 from __future__ import annotations
 
-import gc
 import json
 import os
 import platform
@@ -27,7 +26,7 @@ from lab.model import load_model
 from lab.measure.peer_torch import (TORCH_ARMS, CompileRunner, GraphRunner, build_torch_decoder,
                                     compile_counters, inductor_graph_runner, keep_cudagraph_skips,
                                     torch_settings)
-from lab.measure.stats import rotated
+from lab.measure.stats import collector_off, rotated
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -143,16 +142,12 @@ class TorchPeer:
             for name in order:
                 self.dec.rewind()
                 self.sync()
-                gc.collect()
-                gc.disable()
-                try:
+                with collector_off():
                     t0 = time.perf_counter()
                     self.runners[name].run(self.tokens)
                     t_host = time.perf_counter()     # the host has issued every step
                     self.sync()
                     ms = 1000.0 * (time.perf_counter() - t0) / self.tokens
-                finally:
-                    gc.enable()
                 out[name][str(c)] = {"ms": ms, "host_ms": 1000.0 * (t_host - t0) / self.tokens,
                                      "tokens": self.dec.generated(self.tokens)}
         return {"order": order, "data": out}

@@ -9,10 +9,13 @@
   AAVerdict       the A/A gate: is A already different from A beyond its noise?
   loo_rows        leave-one-out arithmetic: what each factor is worth in presence of the others
   rotated         the rotating arm order of an interleaved rep
+  collector_off   Python's garbage collector held off for a timed window (no collection first)
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import math
 from dataclasses import asdict, dataclass
 
@@ -223,3 +226,21 @@ def rotated(items, rep: int) -> list:
     items = list(items)
     k = rep % len(items) if items else 0
     return items[k:] + items[:k]
+
+
+@contextlib.contextmanager
+def collector_off():
+    """Python's garbage collector held off while the block runs, then as it was before: no
+    automatic collection lands inside a timed window, as timeit does. No collection first: a
+    full one walks every object the process holds, and a recording process that has compiled
+    every kernel holds millions (compiling four of the megakernel's bodies adds about 470,000,
+    and a full collection then takes about 0.2 s on this project's CPU runners), so a
+    collection before every timed run made the recording's A/Bs and sweeps spend most of their
+    time collecting. Garbage made meanwhile is collected after the window, untimed."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()

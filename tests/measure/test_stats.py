@@ -46,3 +46,39 @@ def test_aa_gate_critical_value_follows_the_reps():
     assert "fixed" in fixed.method
     with pytest.raises(ValueError, match="at least 2 reps"):
         stats.aa_verdict([1.0], [1.0])
+
+
+def test_timed_steps_hold_the_collector_off_and_never_collect(monkeypatch):
+    """A timed run on a device: the collector off inside the window and as it was after, and no
+    collection first (a full one walks the recording process's whole heap: it once cost about a
+    second before every run). Also when the window raises, and when the collector was off."""
+    import gc
+    from types import SimpleNamespace
+    from lab.measure import arms
+
+    def no_collect(*_a, **_k):
+        raise AssertionError("gc.collect() before a timed run")
+    monkeypatch.setattr(gc, "collect", no_collect)
+    seen = []
+
+    def decode(steps, fail=False):
+        seen.append(gc.isenabled())
+        if fail:
+            raise RuntimeError("step failed")
+        return 0.002 * steps
+    eng = SimpleNamespace(backend=SimpleNamespace(simulated=False), decode=decode)
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        assert arms._timed_steps(eng, 4) == pytest.approx(2.0) and gc.isenabled()
+        eng.decode = lambda steps: decode(steps, fail=True)
+        with pytest.raises(RuntimeError, match="step failed"):
+            arms._timed_steps(eng, 4)
+        assert gc.isenabled()
+        gc.disable()
+        with stats.collector_off():
+            seen.append(gc.isenabled())
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False, False, False]

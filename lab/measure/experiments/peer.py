@@ -17,7 +17,6 @@ arm's and the float64 oracle's. On the simulator: a dry run against eager torch 
 from __future__ import annotations
 
 import dataclasses
-import gc
 import importlib.util
 import sys
 import time
@@ -28,6 +27,7 @@ import numpy as np
 from lab.errors import LabError
 from lab.measure.experiments.persistent import held
 from lab.measure.experiment import experiment
+from lab.measure.stats import collector_off
 from lab.model import CORPUS
 
 INSTALL_HINT = 'pip install -e ".[peer]"'
@@ -82,12 +82,8 @@ def lab_run(ids: np.ndarray, tokens: int):
     def run(engine):
         engine.reset(ids, tokens)
         engine.decode(ids.size - 1)
-        gc.collect()
-        gc.disable()
-        try:
+        with collector_off():
             seconds = engine.decode(tokens)
-        finally:
-            gc.enable()
         generated = engine.tokens(ids.size + tokens)[ids.size:]
         return 1000.0 * seconds / tokens, [int(t) for t in generated]
     return run
