@@ -275,3 +275,20 @@ def test_a_check_runs_in_its_own_process_its_output_a_file_stopped_at_its_limit(
     assert logged(ctx, [sys.executable, "-c", "import time; time.sleep(30)"], 1, "b.log") == 124
     assert "== exit 124" in (tmp_path / "b.log").read_text()
     assert test_file("test_handson.py").name == "test_handson.py"
+
+
+def test_gpu_tests_leave_out_only_the_kernel_checks_persistent_runs():
+    """The recorder's GPU tests deselect two tests by name: each must exist, be marked gpu and
+    run kernels.check on the device (what the persistent experiment runs on every op), so a
+    renamed test fails here instead of running twice, or a different test being left out."""
+    import ast
+
+    from lab.measure.experiments.checks import IN_KERNEL_CHECKS, test_file
+    assert IN_KERNEL_CHECKS
+    for file, name in IN_KERNEL_CHECKS:
+        tree = ast.parse(test_file(file).read_text())
+        fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name),
+                  None)
+        assert fn is not None, f"{file} has no test {name}"
+        assert any(ast.unparse(d) == "pytest.mark.gpu" for d in fn.decorator_list), name
+        assert 'check.run(' in ast.unparse(fn) and '"gpu"' in ast.unparse(fn).replace("'", '"')

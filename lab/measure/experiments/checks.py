@@ -1,8 +1,9 @@
 """The checks a recording runs beside its figures, each a command in a process of its own, its
 output a file of the recording:
 
-  gpu_tests     `pytest -m gpu tests` (the notebooks and the hands-on checks left out):
-                gpu_tests.log
+  gpu_tests     `pytest -m gpu tests` (the notebooks and the hands-on checks left out, and the
+                two tests that run kernels.check on the device: the persistent experiment runs it
+                on every op): gpu_tests.log
   demo          `decode-lab demo` on the recording's backend (the README quotes it): demo.log
   handson_gpu   `pytest -m gpu -k reference` on the hands-on exercises: each reference solution
                 checked on the GPU in a child process of its own: handson_gpu.log
@@ -29,6 +30,12 @@ from lab.errors import LabError
 from lab.measure.experiment import REPO, experiment, run_child
 
 NOT_IN_GPU_TESTS = ("test_notebooks.py", "test_handson.py")
+# GPU tests a pass runs elsewhere: each runs kernels.check's op on the device, and the persistent
+# experiment runs kernels.check on every op (persistent.json's kernel_checks). The megakernel's
+# is the longest GPU test, so leaving both out here shortens the checks that run side by side.
+IN_KERNEL_CHECKS = (("test_megakernel_protocol.py",
+                     "test_gpu_kernel_bits_over_replays_and_grids_and_its_error_word"),
+                    ("test_fusion.py", "test_gpu_fused_kernels_match_their_twins"))
 
 
 def test_file(name: str) -> Path:
@@ -65,9 +72,11 @@ def _pytest(*args: str) -> list[str]:
 
 
 @experiment("gpu_tests", files=("gpu_tests.log",), priority=1, backends=("cuda",), check=True,
-            doc="the GPU-marked tests (pytest -m gpu), the notebooks and hands-on checks aside")
+            doc="the GPU-marked tests (pytest -m gpu), the notebooks, hands-on checks and "
+                "kernels.check's (persistent runs it) aside")
 def gpu_tests(ctx) -> None:
     ignore = [f"--ignore={test_file(n).relative_to(REPO)}" for n in NOT_IN_GPU_TESTS]
+    ignore += [f"--deselect={test_file(f).relative_to(REPO)}::{t}" for f, t in IN_KERNEL_CHECKS]
     if logged(ctx, _pytest("-m", "gpu", "tests", *ignore), 420, "gpu_tests.log"):
         raise LabError("FAIL (gpu_tests.log)")
 
