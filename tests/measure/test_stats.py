@@ -50,8 +50,8 @@ def test_aa_gate_critical_value_follows_the_reps():
 
 def test_timed_steps_hold_the_collector_off_and_never_collect(monkeypatch):
     """A timed run on a device: the collector off inside the window and as it was after, and no
-    collection first (a full one walks the recording process's whole heap: it once cost about a
-    second before every run). Also when the window raises, and when the collector was off."""
+    collection first (a full one walks the recording process's whole heap). Also when the
+    window raises, and when the collector was off."""
     import gc
     from types import SimpleNamespace
     from lab.measure import arms
