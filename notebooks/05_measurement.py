@@ -387,8 +387,8 @@ else:
 # The crossover lies far beyond this model's `max_seq`: at every context it can run, eager decode
 # on this model is host-bound and graph decode is device-bound. On the H200 the graph arm loses
 # tokens/s as the context grows (neighbouring contexts can sit within each other's standard
-# errors). The eager arm's fastest reps sit near 0.3 ms/token at every
-# context; the reps well above that (the per-rep lines above) are the host slowing for a while,
+# errors). The eager arm's fastest reps sit at about the same ms/token at every
+# context; the reps well above them (the per-rep lines above) are the host slowing for a while,
 # which is why its standard errors are many times the graph arm's. At the longest context
 # some reps run as fast as at the shortest: a drift of the host, not a trend with the context.
 # A big model at 64k context is the other end of the same picture: the K/V bytes dominate, the

@@ -525,8 +525,8 @@ show(f"source: data/gpu/peer_reps.json, {more['source']}, {more['date']}")
 
 # %% [markdown]
 # Against torch.compile's mean the best arm misses 0.4 at both contexts here, as in the peer
-# table; against its median or its fastest reps, what it does when nothing slows it, it misses the
-# target by more. The lab's arm replays one CUDA graph per token and barely moves from rep to rep.
+# table; its median sits within a percent of its mean, and against its fastest reps, what it
+# does when nothing slows it, the best arm misses the target by more. The lab's arm replays one CUDA graph per token and barely moves from rep to rep.
 # torch.compile (`mode="reduce-overhead"`) runs Python around its graph at every step (guards,
 # cudagraph-tree bookkeeping), and the peer recorder times that: the host's time to issue a
 # step against the step's, in section 4's table (and above, for a recording of these reps that

@@ -514,7 +514,7 @@ else:
 
 # %% [markdown]
 # The H200 measured contexts 64 and 900, where the text repeats less: there a drafting round
-# costs 1.4 to 1.7 one-token steps and yields fewer than 1.2 tokens (the lines above); drafting
+# costs 1.4 to 1.6 one-token steps and yields fewer than 1.2 tokens (the lines above); drafting
 # loses at every k. (The round's cost includes the host's read of the device position once per
 # round; the verify step alone, timed back to back in the next section, costs about 1.35.) The
 # tokens per step depend on the text and the model only, not on the machine (here 24 tokens were
