@@ -233,7 +233,7 @@ def collector_off():
     """Python's garbage collector held off while the block runs, then as it was before: no
     automatic collection lands inside a timed window, as timeit does. No collection first: a
     full one walks every object the process holds, and a recording process that has compiled
-    every kernel holds millions (compiling four of the megakernel's bodies for sm_90 adds about
+    every kernel holds many (compiling four of the megakernel's bodies for sm_90 adds about
     470,000 objects, and a full collection of the 570,000 then took 0.2 s on a 2-core x86
     host), so a collection before every timed run would make a recording's A/Bs and sweeps
     spend most of their time collecting. Garbage made meanwhile is collected after the window,
