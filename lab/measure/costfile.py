@@ -346,32 +346,43 @@ def loop_floor(eng, progress, iterations=(200, 1000), rounds: int = 5) -> dict:
 
 
 
+def behind_spin(be, out_buf, iters: int, issue) -> tuple[float, float, float]:
+    """(spin us, host us, device us) of the launches `issue()` makes queued behind the `spin`
+    kernel of `iters` iterations (writing out_buf), timed by CUDA events: the device time is
+    theirs alone when the spin outlasted the host's enqueueing (spin us > host us)."""
+    cp = be.cp
+    spin = Launch(REGISTRY["spin"], probe.SPIN_GRID, probe.SPIN_BLOCK, (np.int32(iters), out_buf))
+    e0, e1, e2 = (cp.cuda.Event() for _ in range(3))
+    e0.record(be.stream)
+    be.launch(spin)
+    e1.record(be.stream)
+    t0 = time.perf_counter()
+    issue()
+    host_us = 1e6 * (time.perf_counter() - t0)
+    e2.record(be.stream)
+    e2.synchronize()
+    return (1000 * cp.cuda.get_elapsed_time(e0, e1), host_us,
+            1000 * cp.cuda.get_elapsed_time(e1, e2))
+
+
 def eager_device_floor(eng, empty, progress) -> dict:
     """Device time per eager launch of the empty kernel: N launches queued behind a spinning
     kernel (the host enqueues them all while the device is held), timed by CUDA events."""
     be = eng.backend
     if be.name != "cuda":
         return {"skipped": "needs CUDA events"}
-    cp = be.cp
     out_buf = be.alloc("probe_spin", (1,), np.float32)
     n, iters = 400, 2_000_000
     res = []
     be.mechanism, be.pdl = "prebound", False
-    for _ in range(3):
-        spin = Launch(REGISTRY["spin"], probe.SPIN_GRID, probe.SPIN_BLOCK, (np.int32(iters), out_buf))
-        e0, e1, e2 = (cp.cuda.Event() for _ in range(3))
-        e0.record(be.stream)
-        be.launch(spin)
-        e1.record(be.stream)
-        t0 = time.perf_counter()
+
+    def issue():
         for _ in range(n):
             be.launch(empty)
-        host_us = 1e6 * (time.perf_counter() - t0)
-        e2.record(be.stream)
-        e2.synchronize()
-        spin_us = 1000 * cp.cuda.get_elapsed_time(e0, e1)
-        dev_us = 1000 * cp.cuda.get_elapsed_time(e1, e2) / n
-        res.append({"spin_us": spin_us, "host_enqueue_us": host_us, "per_launch_us": dev_us,
+
+    for _ in range(3):
+        spin_us, host_us, dev_us = behind_spin(be, out_buf, iters, issue)
+        res.append({"spin_us": spin_us, "host_enqueue_us": host_us, "per_launch_us": dev_us / n,
                     "queued_behind": bool(spin_us > host_us)})
         if spin_us <= host_us:
             iters *= 4
