@@ -690,14 +690,17 @@ for r in failed:
 # A failing row that the data folder explains is a **recorded finding**
 # (`data/gpu/conformance_findings.json`: the lesson and the measured reason, printed under the
 # table). It still fails; the file says the failure is understood, not that it is fine, and a
-# finding whose row starts passing is reported as stale. All but one of the findings above
-# trace to one cause (the other, an eager row, is its host slowing during its A/B: its reason
-# gives the figures): a graph step without PDL runs slower than its components add up to. The
-# cost recorder times each kernel in a chain of copies of itself, and a boundary between two different kernels costs
-# more than that without PDL (each finding's reason gives the measured gap), which PDL hides:
-# so the PDL rows under-predict PDL's gain, and a split that adds a node under-predicts its
-# cost. An eager row that fails needs many paired reps on a noisy host before it is a finding
-# (the fission recording takes 40; notebook 06).
+# finding whose row starts passing is reported as stale. Four of the findings above trace to
+# one cause: a graph step without PDL runs slower than its components add up to. The cost
+# recorder times each kernel in a chain of copies of itself, and a boundary between two
+# different kernels costs more than that without PDL (each finding's reason gives the measured
+# gap), which PDL hides: so the PDL rows under-predict PDL's gain, and a split that adds a node
+# under-predicts its cost. The other two are eager rows, paced by the host: the recording's
+# process ran them slower than the cost file's host costs say, while other processes ran the
+# same eager steps at the model's figures (`scripts/eager_host_probe.py`,
+# `data/gpu/eager_host_probe.txt`; each reason gives the figures). An eager row that fails needs
+# many paired reps on a noisy host before it is a finding (the fission recording takes 40;
+# notebook 06).
 #
 # ## What you should now be able to do
 # - Run an A/B the way this lab does — one process, one shared engine, interleaved and paired

@@ -330,8 +330,11 @@ plt.show()
 # `data/gpu/conformance_findings.json` records why, as measured (printed under the table). The
 # simulator prices each added launch at its own kernel's recorded host cost (host cost follows a
 # kernel's arguments, not its grid); the eager row here is a finding in this recording all the
-# same: its host ran slower during the A/B than in the A/A minutes before it, and the split's
-# added launches, paced by the host, cost more in proportion (the finding gives the figures).
+# same. The recording's process ran the fused eager step about 1.2 times slower than the cost
+# file's host costs say, in its A/A and its A/B alike, and the split's added launches, paced by
+# the host, cost more in proportion. A fresh process ran the same step at the model's figure
+# (`scripts/eager_host_probe.py`, `data/gpu/eager_host_probe.txt`): the process's host moved,
+# not the launches' costs (the finding gives the figures).
 
 # %% [markdown]
 # ## The grid tail: one kernel that fills the grid, and its split
