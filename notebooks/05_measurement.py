@@ -697,8 +697,8 @@ for r in failed:
 # gap), which PDL hides: so the PDL rows under-predict PDL's gain, and a split that adds a node
 # under-predicts its cost. The other two are eager rows, paced by the host: the recording's
 # process ran them slower than the cost file's host costs say, while other processes ran the
-# same eager steps at the model's figures (`scripts/eager_host_probe.py`,
-# `data/gpu/eager_host_probe.txt`; each reason gives the figures). An eager row that fails needs
+# same eager steps at the model's figures (`scripts/eager_host_probe.py`, whose printouts sit
+# beside the recordings; each reason gives the figures). An eager row that fails needs
 # many paired reps on a noisy host before it is a finding (the fission recording takes 40;
 # notebook 06).
 #

@@ -333,8 +333,8 @@ plt.show()
 # same. The recording's process ran the fused eager step about 1.2 times slower than the cost
 # file's host costs say, in its A/A and its A/B alike, and the split's added launches, paced by
 # the host, cost more in proportion. A fresh process ran the same step at the model's figure
-# (`scripts/eager_host_probe.py`, `data/gpu/eager_host_probe.txt`): the process's host moved,
-# not the launches' costs (the finding gives the figures).
+# (`scripts/eager_host_probe.py`, whose printouts sit beside the recordings): the process's
+# host moved, not the launches' costs (the finding gives the figures).
 
 # %% [markdown]
 # ## The grid tail: one kernel that fills the grid, and its split
