@@ -308,6 +308,7 @@ def _done(out: Path, stamp: dict, backend: str, quick: bool, resume: bool) -> di
 
 
 def _record(chosen, backend, out, all_, quick, weights, resume=False) -> list:
+    start = time.time()
     ctx = Context(backend, out, weights=weights, quick=quick)
     ctx.progress(f"record {', '.join(e.name for e in chosen)} on {backend} into {out}")
     from lab.backend import make_backend
@@ -349,7 +350,7 @@ def _record(chosen, backend, out, all_, quick, weights, resume=False) -> list:
     with ThreadPoolExecutor(max_workers=max(1, len(checks))) as pool:
         rows = list(pool.map(attempt, checks))
     rows += [attempt(e) for e in chosen if not e.check]
-    print("\n" + summary(rows), flush=True)
+    print("\n" + summary(rows, time.time() - start), flush=True)
     return rows
 
 
@@ -402,13 +403,18 @@ def child_main(argv: list[str]) -> int:
     return 0
 
 
-def summary(rows) -> str:
-    """The run's table: experiment, files written, seconds, status."""
+def summary(rows, wall: float | None = None) -> str:
+    """The run's table: experiment, files written, seconds, status; then the count, the failures
+    and the seconds: the experiments' sum, and with `wall` the run's wall time beside it (the
+    sum is the larger where checks ran side by side)."""
     w = max([len("experiment")] + [len(r[0]) for r in rows])
     lines = [f"{'experiment':<{w}} {'files':>5} {'seconds':>8}  status"]
     lines += [f"{n:<{w}} {f:>5} {s:>8.0f}  {st}" for n, f, s, st in rows]
     failed = sum(not (st == "ok" or st.startswith(("skipped", "kept"))) for *_, st in rows)
-    lines.append(f"{len(rows)} experiments, {failed} failed, {sum(r[2] for r in rows):.0f} s")
+    total = sum(r[2] for r in rows)
+    seconds = (f"{total:.0f} s" if wall is None else
+               f"{wall:.0f} s of wall time ({total:.0f} s summed over the experiments)")
+    lines.append(f"{len(rows)} experiments, {failed} failed, {seconds}")
     return "\n".join(lines)
 
 

@@ -146,7 +146,10 @@ def test_a_failure_a_missing_file_and_too_few_gpus_are_statuses(tmp_path):
     assert registry._run_one(gpu_only, ctx, "sim", 1, True).startswith("skipped")
     rows = [("a", 1, 2.0, "ok"), ("b", 0, 1.0, "failed: x"), ("c", 0, 0.0, "skipped: y"),
             ("d", 1, 0.0, "kept: done earlier in this pass")]
-    assert "4 experiments, 1 failed" in registry.summary(rows)
+    assert registry.summary(rows).endswith("4 experiments, 1 failed, 3 s")
+    # the checks side by side: the run's wall time beside the experiments' sum
+    assert registry.summary(rows, 2.4).endswith(
+        "4 experiments, 1 failed, 2 s of wall time (3 s summed over the experiments)")
 
 
 def test_a_child_past_its_limit_is_stopped(capsys):
