@@ -88,6 +88,21 @@ _BACKEND_DIR = Path(__file__).resolve().parent
 _LAB_DIR = _BACKEND_DIR.parent
 
 
+_SITE_FILES: dict[str, str | None] = {}   # a code file -> its name where it is a caller site
+
+
+def _site_file(filename: str) -> str | None:
+    """The file's name when a frame in it is a caller site (in lab/ outside lab/backend, or in
+    tests/ or notebooks/), else None; worked out once per file (every allocation, upload and
+    download asks)."""
+    if filename not in _SITE_FILES:
+        path = Path(filename)
+        keep = _BACKEND_DIR not in path.parents and (_LAB_DIR in path.parents
+                                                     or path.parent.name in ("tests", "notebooks"))
+        _SITE_FILES[filename] = path.name if keep else None
+    return _SITE_FILES[filename]
+
+
 def caller_site(depth: int = 2) -> str:
     """file:line in function of the `depth` innermost callers outside lab/backend (and outside
     numba/cupy), innermost first: "runner.py:190 in alloc_scratch <- bugs.py:140 in
@@ -95,10 +110,9 @@ def caller_site(depth: int = 2) -> str:
     sites = []
     f = sys._getframe(1)
     while f is not None and len(sites) < depth:
-        path = Path(f.f_code.co_filename)
-        if _BACKEND_DIR not in path.parents and (_LAB_DIR in path.parents
-                                                 or path.parent.name in ("tests", "notebooks")):
-            sites.append(f"{path.name}:{f.f_lineno} in {f.f_code.co_name}")
+        name = _site_file(f.f_code.co_filename)
+        if name is not None:
+            sites.append(f"{name}:{f.f_lineno} in {f.f_code.co_name}")
         f = f.f_back
     return " <- ".join(sites) or "?"
 
