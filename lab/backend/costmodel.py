@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -193,6 +194,19 @@ def _get(data: dict, path: str, source: Path):
     return cur
 
 
+# (path, digest of its bytes, digest of its supplement's) -> CostModel.load's fields: the
+# dicts in them are never changed after loading, so models built from them may share them
+_LOADED: dict[tuple, dict] = {}
+
+
+def _bytes_digest(path: Path) -> str | None:
+    """sha256 of a file's bytes; None when it cannot be read (load then says why)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def _num(data, path, source, positive=True) -> float:
     v = _get(data, path, source)
     if not isinstance(v, (int, float)) or not math.isfinite(v) or (positive and v <= 0):
@@ -328,17 +342,25 @@ class CostModel:
     def load(cls, path=None) -> "CostModel":
         """Read a kernel_costs.json (and the SUPPLEMENT beside it), each checked against its
         schema (lab/schema.py) before use: a missing or malformed file, or a field of the wrong
-        type or range, is a LabError naming the file and the field."""
+        type or range, is a LabError naming the file and the field. A new model each call; what
+        it is built from is read, checked and fitted once per process for the same bytes of the
+        two files (`_LOADED`: engines and tests load the same file hundreds of times)."""
         path = Path(path) if path is not None else COSTS_FILE
-        data = schema.read_json(path, absent="it is recorded on a GPU by decode-lab record costs",
-                                what="the simulator's cost file ")
-        schema.check(data, schema.KERNEL_COSTS, path.name, MISSING)
         extra = path.with_name(SUPPLEMENT)
-        if extra.is_file():
-            more = schema.read_json(extra, what="the cost file's supplement ")
-            data = with_supplement(data, schema.check(more, schema.SPEC_COSTS, extra.name,
-                                                      MISSING.replace("costs", "spec_costs")))
-        return cls.from_dict(data, path)
+        key = (str(path), _bytes_digest(path), _bytes_digest(extra))
+        fields = _LOADED.get(key) if key[1] is not None else None
+        if fields is None:
+            data = schema.read_json(path, absent="it is recorded on a GPU by decode-lab record "
+                                    "costs", what="the simulator's cost file ")
+            schema.check(data, schema.KERNEL_COSTS, path.name, MISSING)
+            if extra.is_file():
+                more = schema.read_json(extra, what="the cost file's supplement ")
+                data = with_supplement(data, schema.check(more, schema.SPEC_COSTS, extra.name,
+                                                          MISSING.replace("costs", "spec_costs")))
+            fields = _fields(data, path)
+            if key[1] is not None:
+                _LOADED[key] = fields
+        return cls(**fields)
 
     @classmethod
     def from_dict(cls, data: dict, path: Path = Path("<dict>")) -> "CostModel":

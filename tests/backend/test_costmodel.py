@@ -49,6 +49,30 @@ def test_malformed_file_is_a_clear_error(tmp_path, recorded):
         CostModel.load(bad)
 
 
+def test_a_file_is_read_once_per_content_and_each_load_is_a_new_model(tmp_path, recorded):
+    """CostModel.load keeps what it read per content of the file (and its supplement): the same
+    bytes again give an equal model with its own list of misses; other bytes at the same path,
+    even written within the same clock tick, are read again; a bad file is refused every time."""
+    path = tmp_path / "kernel_costs.json"
+    path.write_text(json.dumps(recorded))
+    a, b = CostModel.load(path), CostModel.load(path)
+    assert a == b and a is not b and a.misses is not b.misses
+    a.misses.add("a launch")
+    assert not b.misses
+    changed = json.loads(json.dumps(recorded))
+    changed["floors"]["graph_submit_us"] = recorded["floors"]["graph_submit_us"] + 1
+    path.write_text(json.dumps(changed))
+    assert CostModel.load(path).graph_submit_us == pytest.approx(a.graph_submit_us + 1)
+    (tmp_path / "spec_costs.json").write_text("{not json")   # the supplement is part of the key
+    with pytest.raises(LabError, match="spec_costs.json is unreadable"):
+        CostModel.load(path)
+    (tmp_path / "spec_costs.json").unlink()
+    path.write_text("{not json")
+    for _ in range(2):
+        with pytest.raises(LabError, match="is unreadable"):
+            CostModel.load(path)
+
+
 def test_the_simulator_refuses_to_run_without_its_costs(monkeypatch, tmp_path):
     import lab.backend.costmodel as cm
     monkeypatch.setattr(cm, "COSTS_FILE", tmp_path / "missing.json")
