@@ -345,7 +345,6 @@ def loop_floor(eng, progress, iterations=(200, 1000), rounds: int = 5) -> dict:
     return out
 
 
-
 def behind_spin(be, out_buf, iters: int, issue) -> tuple[float, float, float]:
     """(spin us, host us, device us) of the launches `issue()` makes queued behind the `spin`
     kernel of `iters` iterations (writing out_buf), timed by CUDA events: the device time is
