@@ -29,7 +29,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +80,7 @@ def steps(backend: str, rounds: int) -> dict:
     from lab.backend.instrument import LaunchLog
     from lab.config import LabConfig
     from lab.measure.chains import host_per_call, main_stream, set_pos
-    from lab.measure.costfile import BASE_POSITION, PROMPT
+    from lab.measure.costfile import BASE_POSITION, PROMPT, engine_host_us, sequence_us
     from lab.measure.stats import collector_off
     from lab.model import load_model
     model = load_model()
@@ -111,25 +110,14 @@ def steps(backend: str, rounds: int) -> dict:
                 r["alone"].setdefault(cost_key(launch), []).append(
                     host_per_call(be, lambda: be.launch(launch), 100, 1))
             set_pos(eng, BASE_POSITION)
-            r["sequence"].append(host_per_call(be, lambda: [be.launch(x) for x in step], 20, 1)
-                                 / len(step))
+            r["sequence"].append(sequence_us(be, step))
             dev = _device_step_us(eng, step)
             if dev is not None:
                 r["device_step"].append(dev)
             eng.reset(eng.encode(PROMPT), 0)
             eng.seek(BASE_POSITION)
             be.synchronize()
-            stubs = [(be, "launch"), (be, "record_wait")]
-            for obj, attr in stubs:
-                setattr(obj, attr, lambda *a, **k: None)
-            try:
-                t0 = time.perf_counter()
-                for _ in range(50):
-                    eng.step()
-                r["engine"].append(1e6 * (time.perf_counter() - t0) / 50)
-            finally:
-                for obj, attr in stubs:
-                    delattr(obj, attr)
+            r["engine"].append(engine_host_us(eng))
             eng.reset(eng.encode(PROMPT), 0)
             eng.seek(BASE_POSITION)
             be.synchronize()

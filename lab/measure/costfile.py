@@ -395,6 +395,31 @@ def _issue_step(be, step):
         be.launch(launch)
 
 
+def sequence_us(be, step, calls: int = 20) -> float:
+    """Host us per launch of `step`'s launches issued straight to the backend (host time only),
+    after one untimed issue: a step's launch sequence without the engine around it."""
+    _issue_step(be, step)
+    return host_per_call(be, lambda: _issue_step(be, step), calls, 1) / len(step)
+
+
+def engine_host_us(eng, steps: int = 50) -> float:
+    """Host us per step of the engine's own work (plan, ledger, issue loop): `steps` steps from
+    where it stands, its backend's launches and stream waits and its graphs' launches stubbed
+    out."""
+    be = eng.backend
+    stubs = [(be, "launch"), (be, "record_wait")] + [(g, "launch") for g in eng.graphs.values()]
+    for obj, name in stubs:
+        setattr(obj, name, lambda *a, **k: None)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            eng.step()
+        return 1e6 * (time.perf_counter() - t0) / steps
+    finally:
+        for obj, name in stubs:
+            delattr(obj, name)
+
+
 def host_alone(eng, cfgs, step, progress) -> dict:
     """Host us per eager launch of each kernel alone (loops of one launch), per mechanism: the
     relative weights of the kernels. The engine's launch log is attached, as in a real run."""
@@ -439,9 +464,7 @@ def host_round(eng, base: LabConfig, step, rounds: dict) -> None:
     for mech in ("dispatcher", "prebound"):
         eng.cfg = base.replace(graph=False, launch=mech)
         set_pos(eng, BASE_POSITION)
-        _issue_step(be, step)
-        rounds.setdefault(f"{mech}_step_sequence_us", []).append(
-            host_per_call(be, lambda: _issue_step(be, step), 20, 1) / len(step))
+        rounds.setdefault(f"{mech}_step_sequence_us", []).append(sequence_us(be, step))
     for mode in ("eager", "graph"):
         eng.cfg = base.replace(graph=(mode == "graph"))
         eng.reset(eng.encode(PROMPT), 0)
@@ -449,17 +472,7 @@ def host_round(eng, base: LabConfig, step, rounds: dict) -> None:
         eng.step()                                   # captures the plan's graph in graph mode
         eng.seek(BASE_POSITION)
         be.synchronize()
-        stubs = [(be, "launch"), (be, "record_wait")] + [(g, "launch") for g in eng.graphs.values()]
-        for obj, name in stubs:
-            setattr(obj, name, lambda *a, **k: None)
-        try:
-            t0 = time.perf_counter()
-            for _ in range(50):
-                eng.step()
-            rounds.setdefault(f"engine_{mode}_us", []).append(1e6 * (time.perf_counter() - t0) / 50)
-        finally:
-            for obj, name in stubs:
-                delattr(obj, name)
+        rounds.setdefault(f"engine_{mode}_us", []).append(engine_host_us(eng))
     eng.cfg = base
 
 

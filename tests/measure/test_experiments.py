@@ -214,6 +214,35 @@ def test_the_relay_floor_chains_relays_that_read_what_the_node_before_wrote():
         assert set(fit["replay_us"]) == {"1", "2"} and fit["per_node_us"] == fit["per_node_us"]
 
 
+def test_a_host_round_times_the_launch_sequences_and_the_engine_and_leaves_it_whole(model):
+    """costs.host_round on the simulator (wall-clock figures, a dry run): per mechanism, host us
+    per launch of the step's sequence; per mode, the engine's own us per step with its launches
+    stubbed, the stubs gone afterwards (sequence_us and engine_host_us, which
+    scripts/eager_host_probe.py calls too)."""
+    from lab.backend.instrument import LaunchLog
+    from lab.config import LabConfig
+    from lab.engine.runner import DecodeEngine
+    from lab.measure import costfile as costs
+    from lab.measure.chains import main_stream
+    base = LabConfig(backend="sim", graph=False)
+    eng = DecodeEngine(model, base)
+    eng.log = LaunchLog()
+    eng.bind()
+    eng.reset(eng.encode(costs.PROMPT), 0)
+    step = [main_stream(x) for x in eng.step_launches(eng.plan(costs.BASE_POSITION))]
+    rounds: dict = {}
+    costs.host_round(eng, base, step, rounds)
+    assert set(rounds) == {"dispatcher_step_sequence_us", "prebound_step_sequence_us",
+                           "engine_eager_us", "engine_graph_us"}
+    assert all(len(v) == 1 and v[0] > 0 for v in rounds.values())
+    assert eng.graphs and eng.cfg == base
+    for obj in (eng.backend, *eng.graphs.values()):
+        assert "launch" not in vars(obj)            # the stubs are gone: launches run again
+    launched = len(eng.log.records)
+    eng.step()
+    assert len(eng.log.records) > launched
+
+
 def test_a_chain_batch_is_200_replays_or_fewer_where_one_replay_is_long(monkeypatch):
     """chains.batch_replays: 200 replays a batch where they fit in BATCH_S, else as many as fill
     it, never fewer than MIN_REPLAYS (and never more than asked)."""
