@@ -348,7 +348,7 @@ class CostModel:
         path = Path(path) if path is not None else COSTS_FILE
         extra = path.with_name(SUPPLEMENT)
         key = (str(path), _bytes_digest(path), _bytes_digest(extra))
-        fields = _LOADED.get(key) if key[1] is not None else None
+        fields = _LOADED.get(key)       # an unreadable file is never kept: read_json refuses it
         if fields is None:
             data = schema.read_json(path, absent="it is recorded on a GPU by decode-lab record "
                                     "costs", what="the simulator's cost file ")
@@ -357,9 +357,7 @@ class CostModel:
                 more = schema.read_json(extra, what="the cost file's supplement ")
                 data = with_supplement(data, schema.check(more, schema.SPEC_COSTS, extra.name,
                                                           MISSING.replace("costs", "spec_costs")))
-            fields = _fields(data, path)
-            if key[1] is not None:
-                _LOADED[key] = fields
+            fields = _LOADED[key] = _fields(data, path)
         return cls(**fields)
 
     @classmethod
